@@ -1,0 +1,148 @@
+"""Explicit accumulation state: sample-weighted gradient sums over one window.
+
+Like optax's ``MultiSteps`` the state is explicit and separate from the optimizer: a
+:class:`GradientAccumulator` owns one float32 buffer per variable, the number of samples added
+to it in the current window and the number of micro-steps in the window. It is a ``tf.Module``
+so that ``tf.train.Checkpoint`` (and Keras' ``BackupAndRestore``) save it: a run interrupted
+mid-window resumes with what it had accumulated.
+
+Under ``tf.distribute`` the buffers are replica-local (``ON_READ``) variables: adding a
+micro-batch's gradient never communicates, and :meth:`reduce_window` sums all replicas' buffers
+with one batched all-reduce per optimizer update.
+"""
+
+from ga_tfx._keras import tf
+
+_ON_READ = tf.VariableSynchronization.ON_READ
+_SUM = tf.VariableAggregation.SUM
+
+
+def _buffer_dtype(variable):
+    # Gradients are accumulated in at least float32, also for float16/bfloat16 variables.
+    dtype = tf.as_dtype(variable.dtype)
+    return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+class GradientAccumulator(tf.Module):
+    """Per-variable sums ``Σ_i w_i · g_i`` plus ``Σ_i w_i`` and the micro-step count.
+
+    Args:
+      variables: the variables whose gradients are accumulated; their shapes must be fully
+        defined. The buffers are created immediately, under the current distribution strategy
+        scope (call this outside ``tf.function``).
+      name: name of the module (and prefix of its variables).
+
+    Attributes:
+      sums: list of buffers, one per variable, same shape, float32 (float64 for float64
+        variables). Replica-local under a multi-replica strategy.
+      sample_count: float32 scalar, ``Σ_i w_i`` of the current window on this replica.
+      micro_steps: int64 scalar, micro-steps in the current window (replica-independent).
+    """
+
+    def __init__(self, variables, name="gradient_accumulator"):
+        super().__init__(name=name)
+        variables = list(variables)
+        with tf.init_scope(), tf.name_scope(name):
+            self.sums = [
+                tf.Variable(
+                    tf.zeros(_static_shape(v), _buffer_dtype(v)),
+                    trainable=False,
+                    synchronization=_ON_READ,
+                    aggregation=_SUM,
+                    name=f"sum_{i}",
+                )
+                for i, v in enumerate(variables)
+            ]
+            self.sample_count = tf.Variable(
+                0.0, trainable=False, synchronization=_ON_READ, aggregation=_SUM,
+                name="sample_count",
+            )
+            self.micro_steps = tf.Variable(
+                0, dtype=tf.int64, trainable=False,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name="micro_steps",
+            )
+        self._variable_refs = [v.ref() for v in variables]
+        self._connected = _PythonState(None)
+
+    def record_connected(self, variables, gradients):
+        """Remembers (at trace time) which variables receive a gradient at all."""
+        self._connected.value = frozenset(
+            v.ref() for v, g in zip(variables, gradients) if g is not None)
+
+    def connected_only(self, grads_and_vars):
+        """Drops variables that never receive a gradient: a stateful optimizer (momentum,
+        weight decay) must not move them, exactly as Keras filters ``None`` gradients."""
+        connected = self._connected.value
+        if connected is None:
+            return list(grads_and_vars)
+        return [(g, v) for g, v in grads_and_vars if v.ref() in connected]
+
+    def matches(self, variables):
+        """True if this accumulator was built for exactly ``variables`` (same order)."""
+        return [v.ref() for v in variables] == self._variable_refs
+
+    def add(self, gradients, weight):
+        """Adds ``weight · g`` for each gradient (replica context). ``None`` gradients are skipped.
+
+        Args:
+          gradients: list aligned with the accumulator's variables; dense tensors,
+            ``tf.IndexedSlices`` (added with a scatter, never densified) or ``None``.
+          weight: scalar, the weight of this micro-batch in the window mean: its number of
+            samples for mean-reduced losses.
+        """
+        ops = []
+        for buffer, grad in zip(self.sums, gradients):
+            if grad is None:
+                continue
+            w = tf.cast(weight, buffer.dtype)
+            if isinstance(grad, tf.IndexedSlices):
+                ops.append(_local_component(buffer).scatter_add(tf.IndexedSlices(
+                    tf.cast(grad.values, buffer.dtype) * w, grad.indices, grad.dense_shape)))
+            else:
+                ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
+        ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))
+        return tf.group(ops)
+
+    def reduce_window(self):
+        """Returns ``(sums, count)`` summed over all replicas (replica context).
+
+        One batched all-reduce for the whole window; nothing is communicated when there is a
+        single replica.
+        """
+        sums = [b.read_value() for b in self.sums]
+        count = self.sample_count.read_value()
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, sums + [count])
+            sums, count = list(reduced[:-1]), reduced[-1]
+        return sums, count
+
+    def reset(self):
+        """Zeroes the buffers and the sample count (replica context)."""
+        ops = [b.assign(tf.zeros_like(b)) for b in self.sums]
+        ops.append(self.sample_count.assign(0.0))
+        return tf.group(ops)
+
+
+def _local_component(buffer):
+    """This replica's copy of a replica-local buffer (``ON_READ`` distributed variables do not
+    support ``scatter_add`` themselves; their per-device components do)."""
+    get_local = getattr(buffer, "_get_on_device_or_primary", None)
+    return get_local() if get_local is not None else buffer
+
+
+class _PythonState:
+    """A plain holder, so that trace-time Python state is not tracked as a dependency."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _static_shape(variable):
+    shape = variable.shape
+    if not shape.is_fully_defined():
+        raise ValueError(
+            f"Cannot accumulate gradients of variable {variable.name!r} with shape {shape}: "
+            "gradient accumulation needs fully defined variable shapes."
+        )
+    return shape

@@ -1,0 +1,132 @@
+"""Adaptive gradient clipping (AGC), Brock et al. 2021, "High-Performance Large-Scale Image
+Recognition Without Normalization" (NFNets).
+
+For every *unit* ``i`` of a parameter ``W`` with gradient ``G``::
+
+    max_norm_i = clip_factor * max(||W_i||, eps)
+    G_i <- G_i * min(1, max_norm_i / ||G_i||)
+
+A unit is one output unit of a layer. Keras stores output units on the last axis, so:
+
+==========================================  ===================  =========================
+parameter (Keras layout)                    shape                norm taken over axes
+==========================================  ===================  =========================
+scalar, bias, BN gamma/beta (rank 0/1)      ``()``, ``(n,)``     all (one unit, as NFNets)
+Dense kernel                                ``(in, out)``        ``(0,)``
+Conv1D / Conv2D / Conv3D kernel             ``(*k, in, out)``    all but the last
+DepthwiseConv kernel (``depthwise_kernel``)  ``(kh, kw, in, m)``  ``(0, 1)``: one unit per
+                                                                 input channel and multiplier
+Embedding (``embeddings``)                  ``(vocab, dim)``     ``(1,)``: one unit per row
+==========================================  ===================  =========================
+
+Ranks above 5 are rejected. In ga-tfx AGC runs once per optimizer update on the accumulated
+(window-mean) gradient, never per micro-batch, so it equals AGC on big-batch training.
+"""
+
+import fnmatch
+
+from ga_tfx._keras import tf
+from ga_tfx._validation import check_positive_float
+
+MAX_SUPPORTED_RANK = 5
+
+
+def unit_axes(variable_name, rank):
+    """Returns the axes the unit-wise norm reduces over for a parameter, or ``None`` for all.
+
+    Args:
+      variable_name: the variable's name (``.../depthwise_kernel:0`` and ``.../embeddings:0``
+        select the depthwise and embedding layouts).
+      rank: the parameter's rank.
+
+    Raises:
+      ValueError: for ranks above :data:`MAX_SUPPORTED_RANK`.
+    """
+    if rank > MAX_SUPPORTED_RANK:
+        raise ValueError(
+            f"Adaptive gradient clipping supports parameters of rank 0 to {MAX_SUPPORTED_RANK} "
+            f"(scalars, biases, Dense, Conv1D/2D/3D, depthwise and embedding kernels); "
+            f"{variable_name!r} has rank {rank}. Exclude it with agc_exclude=[...]."
+        )
+    short_name = variable_name.split("/")[-1].split(":")[0]
+    if rank <= 1:
+        return None
+    if short_name == "depthwise_kernel" and rank == 4:
+        return (0, 1)
+    if short_name == "embeddings" and rank == 2:
+        return (1,)
+    return tuple(range(rank - 1))
+
+
+def unitwise_norm(x, axes):
+    """L2 norm of ``x`` over ``axes`` (all axes if ``None``), keeping dims for broadcasting."""
+    return tf.sqrt(tf.reduce_sum(tf.square(x), axis=axes, keepdims=axes is not None))
+
+
+def clip_gradient(gradient, parameter, clip_factor, eps=1e-3, name=None):
+    """AGC for one parameter. ``gradient`` may be dense or ``tf.IndexedSlices`` (densified)."""
+    name = name if name is not None else getattr(parameter, "name", "parameter")
+    if isinstance(gradient, tf.IndexedSlices):
+        gradient = tf.convert_to_tensor(gradient)
+    axes = unit_axes(name, parameter.shape.rank)
+    compute_dtype = tf.float32 if gradient.dtype != tf.float64 else tf.float64
+    g = tf.cast(gradient, compute_dtype)
+    p = tf.cast(tf.convert_to_tensor(parameter), compute_dtype)
+    param_norm = tf.maximum(unitwise_norm(p, axes), tf.cast(eps, compute_dtype))
+    grad_norm = unitwise_norm(g, axes)
+    max_norm = param_norm * tf.cast(clip_factor, compute_dtype)
+    # As the NFNets reference: the 1e-6 floor only guards the division; where it matters the
+    # gradient norm is below max_norm and the gradient is returned unchanged.
+    clipped = g * (max_norm / tf.maximum(grad_norm, tf.cast(1e-6, compute_dtype)))
+    return tf.cast(tf.where(grad_norm > max_norm, clipped, g), gradient.dtype)
+
+
+class AdaptiveGradientClipping:
+    """AGC configuration: ``clip_factor``, ``eps`` and the parameters it leaves alone.
+
+    Args:
+      clip_factor: ``λ`` in the paper, > 0 (NFNets use 0.01 to 0.16 depending on batch size).
+      eps: ``ε``, >= 0, lower bound of the parameter norm (default 1e-3, as NFNets).
+      exclude: glob patterns matched against variable names (``"dense_out/*"``, ``"*logits*"``);
+        matching parameters are not clipped (NFNets do not clip the final classifier).
+    """
+
+    def __init__(self, clip_factor, eps=1e-3, exclude=()):
+        self.clip_factor = check_positive_float(clip_factor, "agc_clip_factor")
+        self.eps = check_positive_float(eps, "agc_eps", allow_zero=True)
+        if isinstance(exclude, str):
+            exclude = (exclude,)
+        self.exclude = tuple(exclude)
+
+    def excludes(self, variable):
+        return any(fnmatch.fnmatch(variable.name, pattern) for pattern in self.exclude)
+
+    def check_variables(self, variables):
+        """Raises now (not inside a traced step) for parameters AGC cannot handle."""
+        for v in variables:
+            if not self.excludes(v):
+                unit_axes(v.name, v.shape.rank)
+
+    def __call__(self, grads_and_vars):
+        """Returns ``[(clipped_gradient, variable), ...]``."""
+        return [
+            (g if g is None or self.excludes(v) else
+             clip_gradient(g, v, self.clip_factor, self.eps), v)
+            for g, v in grads_and_vars
+        ]
+
+    def get_config(self):
+        return {"agc_clip_factor": self.clip_factor, "agc_eps": self.eps,
+                "agc_exclude": list(self.exclude)}
+
+
+def adaptive_clip_gradients(grads_and_vars, clip_factor, eps=1e-3, exclude=()):
+    """Standalone AGC: ``[(g, v), ...] -> [(clipped g, v), ...]``."""
+    return AdaptiveGradientClipping(clip_factor, eps, exclude)(grads_and_vars)
+
+
+def make_agc(clip_factor, eps=1e-3, exclude=()):
+    """``None`` when AGC is off (``clip_factor`` is ``None``), else :class:`AdaptiveGradientClipping`."""
+    if clip_factor is None:
+        return None
+    return AdaptiveGradientClipping(clip_factor, eps, exclude)
