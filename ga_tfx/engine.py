@@ -134,10 +134,20 @@ class AccumulationEngine:
         super().compile(*args, steps_per_execution=self._accum_steps, **kwargs)
 
     def fit(self, *args, **kwargs):
+        """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches."""
         if self._engine_active() and self._partial_window == "carry":
             callbacks = list(kwargs.pop("callbacks", None) or [])
             kwargs["callbacks"] = [_CarryAlignment(self)] + callbacks
-        return super().fit(*args, **kwargs)
+        try:
+            return super().fit(*args, **kwargs)
+        except ValueError as error:
+            if "Could not infer the size of the data" not in str(error):
+                raise
+            raise ValueError(
+                f"The training data has no known length, so Keras cannot form windows of "
+                f"accum_steps={self._accum_steps} micro-batches over it. Pass steps_per_epoch "
+                "(counted in micro-batches), e.g. with a repeated dataset, or give the dataset a "
+                "length with tf.data.experimental.assert_cardinality.") from error
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
@@ -171,6 +181,9 @@ class AccumulationEngine:
                 self._agc.check_variables(variables)
             with self.distribute_strategy.scope():
                 self._set_accumulator(GradientAccumulator(variables))
+        for layer in self._window_layers():
+            if hasattr(layer, "ga_attach_to_engine"):
+                layer.ga_attach_to_engine(self._accum_steps)
 
     def _accumulate_micro_batch(self, data):
         """Replica context: forward, loss, backward; adds ``n · g`` to the buffers."""
@@ -235,7 +248,15 @@ class AccumulationEngine:
             grads_and_vars = self._agc(grads_and_vars)
         applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
         with tf.control_dependencies([applied]):
-            return acc.reset()
+            ends = [layer.ga_window_end(apply=True) for layer in self._window_layers()]
+            with tf.control_dependencies(ends):
+                return acc.reset()
+
+    def _window_layers(self):
+        """Layers that keep per-window state (``AccumBatchNormalization``): they implement
+        ``ga_window_end(apply)``, called in replica context once per window."""
+        return [layer for layer in self._flatten_layers(include_self=False)
+                if hasattr(layer, "ga_window_end")]
 
     def _finish_window(self):
         """Cross-replica: apply, then count the update."""
@@ -250,7 +271,12 @@ class AccumulationEngine:
         return logs
 
     def _discard_window(self):
-        self.distribute_strategy.run(self._gradient_accumulator.reset)
+        def discard():
+            ends = [layer.ga_window_end(apply=False) for layer in self._window_layers()]
+            with tf.control_dependencies(ends):
+                return self._gradient_accumulator.reset()
+
+        self.distribute_strategy.run(discard)
         self._gradient_accumulator.micro_steps.assign(0)
 
     def _make_policy_train_function(self):

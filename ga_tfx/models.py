@@ -79,8 +79,8 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
         super().__init__(**kwargs)
         self.model = model
 
-    def call(self, inputs, training=None, mask=None):
-        return self.model(inputs, training=training, mask=mask)
+    def call(self, inputs, training=None):
+        return self.model(inputs, training=training)
 
     def get_config(self):
         config = {"model": keras.saving.serialize_keras_object(self.model), "name": self.name}

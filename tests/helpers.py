@@ -1,0 +1,65 @@
+"""Shared helpers: small models, data, and weight-level comparisons."""
+
+import numpy as np
+
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
+SEED = 1234
+
+
+def max_weight_diff(model_a, model_b):
+    """max |Δw| over all weights of two models with identical architectures."""
+    weights_a, weights_b = model_a.get_weights(), model_b.get_weights()
+    assert len(weights_a) == len(weights_b)
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights_a, weights_b))
+
+
+def classification_data(n=96, features=8, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype("float32")
+    y = rng.integers(0, classes, n).astype("int64")
+    return x, y
+
+
+def mlp(seed=SEED, features=8, classes=3, l2=None):
+    keras.utils.set_random_seed(seed)
+    reg = keras.regularizers.l2(l2) if l2 else None
+    inputs = keras.Input((features,), name="x")
+    h = keras.layers.Dense(16, activation="tanh", kernel_regularizer=reg, name="hidden")(inputs)
+    outputs = keras.layers.Dense(classes, name="logits")(h)
+    return keras.Model(inputs, outputs, name="mlp")
+
+
+def sparse_ce():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def train_pair(build, make_optimizer, x, y, micro_batch, accum_steps, epochs=2,
+               compile_kwargs=None, fit_kwargs=None, loss=None, wrap_kwargs=None):
+    """Trains ``build()`` as big batches of K*b and, wrapped, as micro-batches of b.
+
+    Returns ``(big_batch_model, accumulation_model)``.
+    """
+    compile_kwargs = dict(compile_kwargs or {})
+    fit_kwargs = dict(fit_kwargs or {})
+    loss = loss if loss is not None else sparse_ce()
+    big = build()
+    big.compile(optimizer=make_optimizer(), loss=loss, **compile_kwargs)
+    big.fit(x, y, batch_size=micro_batch * accum_steps, epochs=epochs, shuffle=False,
+            verbose=0, **fit_kwargs)
+    acc = ga_tfx.wrap_model(build(), accum_steps=accum_steps, **(wrap_kwargs or {}))
+    acc.compile(optimizer=make_optimizer(), loss=loss, **compile_kwargs)
+    acc.fit(x, y, batch_size=micro_batch, epochs=epochs, shuffle=False, verbose=0,
+            **fit_kwargs)
+    return big, acc
+
+
+def iterations(optimizer):
+    value = optimizer.iterations
+    return int(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def as_dataset(x, y, batch_size, sample_weight=None):
+    tensors = (x, y) if sample_weight is None else (x, y, sample_weight)
+    return tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
