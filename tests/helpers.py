@@ -63,3 +63,17 @@ def iterations(optimizer):
 def as_dataset(x, y, batch_size, sample_weight=None):
     tensors = (x, y) if sample_weight is None else (x, y, sample_weight)
     return tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
+
+
+def two_replica_strategy(cross_device_ops=None):
+    """MirroredStrategy over the two logical CPUs that conftest creates.
+
+    Defaults to ReductionToOneDevice: the default collective all-reduce keys its instances per
+    process, and several strategies in one test process then collide ("Shape mismatch in the
+    collective instance"). One strategy per process, as in real training, is unaffected.
+    """
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"],
+        cross_device_ops=cross_device_ops or tf.distribute.ReductionToOneDevice())
+    assert strategy.num_replicas_in_sync == 2
+    return strategy
