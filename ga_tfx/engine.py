@@ -133,6 +133,13 @@ class AccumulationEngine:
             )
         super().compile(*args, steps_per_execution=self._accum_steps, **kwargs)
 
+    def compile_from_config(self, config):
+        """Re-compiles a model loaded from the Keras format (optimizer state is then restored)."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if isinstance(self.optimizer, keras.optimizers.Optimizer) and self.built:
+            self.optimizer.build(self.trainable_variables)  # so saved optimizer state loads
+
     def fit(self, *args, **kwargs):
         """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches."""
         if self._engine_active() and self._partial_window == "carry":

@@ -9,6 +9,8 @@
 * :func:`unwrap_model`: the plain Keras model to export for serving.
 """
 
+import copy
+
 from ga_tfx._keras import keras
 from ga_tfx.engine import AccumulationEngine
 
@@ -42,7 +44,11 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
         super().__init__(*args, **kwargs)
 
     def get_config(self):
-        config = super().get_config()
+        # The functional graph (layers, inputs, outputs) plus the accumulation settings;
+        # Functional.get_config would drop the graph because __init__ is not Functional's.
+        config = functional.get_network_config(
+            self, config={"name": self.name, "trainable": self.trainable})
+        config = copy.deepcopy(config)
         config.update(self.accumulation_config())
         return config
 

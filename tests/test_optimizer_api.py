@@ -1,0 +1,166 @@
+"""GradientAccumulateOptimizer: accumulation for custom training loops."""
+
+import numpy as np
+import pytest
+
+import ga_tfx
+from ga_tfx._keras import keras, tf
+from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce
+
+TOLERANCE = 1e-5
+MICRO, K = 6, 4
+
+
+def _loss_and_grads(model, xb, yb):
+    with tf.GradientTape() as tape:
+        loss = sparse_ce()(yb, model(xb, training=True)) + tf.add_n(model.losses or [0.0])
+    return tape.gradient(loss, model.trainable_variables)
+
+
+def _custom_loop(model, optimizer, x, y, micro, steps=None, start=0):
+    @tf.function
+    def step(xb, yb):
+        grads = _loss_and_grads(model, xb, yb)
+        return optimizer.apply_gradients(zip(grads, model.trainable_variables),
+                                         sample_count=tf.shape(xb)[0])
+
+    applied = []
+    for i in range(start, len(x) if steps is None else start + steps * micro, micro):
+        applied.append(bool(step(x[i:i + micro], y[i:i + micro])))
+    return applied
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.Adam(1e-2),
+                                            lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+                                            lambda: keras.optimizers.legacy.RMSprop(1e-2)],
+                         ids=["adam", "sgd_momentum", "legacy_rmsprop"])
+def test_custom_loop_matches_big_batch(make_optimizer):
+    x, y = classification_data(n=192)
+    big = mlp(l2=1e-2)
+    big.compile(make_optimizer(), sparse_ce())
+    big.fit(x, y, batch_size=MICRO * K, epochs=1, shuffle=False, verbose=0)
+
+    model = mlp(l2=1e-2)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(make_optimizer(), accum_steps=K)
+    applied = _custom_loop(model, optimizer, x, y, MICRO)
+    assert applied == [False, False, False, True] * 8
+    assert iterations(optimizer) == 8
+    assert max_weight_diff(big, model) <= TOLERANCE
+
+
+def test_nothing_moves_on_a_micro_step_that_is_not_an_update():
+    x, y = classification_data()
+    model = mlp()
+    inner = keras.optimizers.Adam(1e-2)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(inner, accum_steps=K)
+    _custom_loop(model, optimizer, x, y, MICRO, steps=K)  # one full window: inner is built
+    for micro_step in range(1, K):
+        weights = [w.copy() for w in model.get_weights()]
+        state = [v.numpy().copy() for v in inner.variables]
+        _custom_loop(model, optimizer, x, y, MICRO, steps=1, start=MICRO * micro_step)
+        assert iterations(optimizer) == 1
+        assert int(optimizer.micro_steps.numpy()) == micro_step
+        for before, after in zip(weights, model.get_weights()):
+            np.testing.assert_array_equal(before, after)
+        for before, v in zip(state, inner.variables):  # iterations, moments
+            np.testing.assert_array_equal(before, v.numpy())
+    _custom_loop(model, optimizer, x, y, MICRO, steps=1, start=MICRO * K)
+    assert iterations(optimizer) == 2
+
+
+def test_embeddings_do_not_move_between_updates():
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((4,), dtype="int32")
+    h = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(40, 5)(tokens))
+    model = keras.Model(tokens, keras.layers.Dense(3)(h))
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 40, (48, 4)).astype("int32")
+    y = rng.integers(0, 3, 48)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.Adam(0.1), accum_steps=K)
+    table = model.layers[1].embeddings
+    start = table.numpy().copy()
+    applied = _custom_loop(model, optimizer, x, y, MICRO, steps=K - 1)
+    assert applied == [False] * (K - 1)
+    np.testing.assert_array_equal(start, table.numpy())
+    _custom_loop(model, optimizer, x, y, MICRO, steps=1, start=MICRO * (K - 1))
+    assert np.max(np.abs(start - table.numpy())) > 1e-3
+
+
+def test_flush_applies_a_partial_window():
+    x, y = classification_data(n=18)  # three micro-batches of 6: a window of 3 < K
+    big = mlp()
+    big.compile(keras.optimizers.SGD(0.5), sparse_ce())
+    big.fit(x, y, batch_size=18, epochs=1, shuffle=False, verbose=0)
+    model = mlp()
+    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.5), accum_steps=K)
+    assert _custom_loop(model, optimizer, x, y, MICRO) == [False, False, False]
+    assert bool(optimizer.flush())
+    assert not bool(optimizer.flush())  # empty window: nothing to do
+    assert iterations(optimizer) == 1
+    assert max_weight_diff(big, model) <= TOLERANCE
+
+
+def test_checkpoint_mid_window_resumes_exactly(tmp_path):
+    x, y = classification_data(n=96)
+    make = lambda: ga_tfx.GradientAccumulateOptimizer(keras.optimizers.Adam(1e-2), K)
+
+    model = mlp()
+    optimizer = make()
+    _custom_loop(model, optimizer, x, y, MICRO)  # 16 micro-steps, uninterrupted
+
+    interrupted = mlp()
+    first = make()
+    _custom_loop(interrupted, first, x, y, MICRO, steps=6)  # 1 update + 2 micro-steps pending
+    path = tf.train.Checkpoint(model=interrupted, optimizer=first).save(str(tmp_path / "ckpt"))
+
+    resumed = mlp()  # fresh process state: new model, new optimizer
+    second = make()
+    tf.train.Checkpoint(model=resumed, optimizer=second).restore(path)
+    _custom_loop(resumed, second, x, y, MICRO, steps=10, start=6 * MICRO)
+    assert iterations(second) == iterations(optimizer) == 4
+    assert max_weight_diff(model, resumed) == 0.0
+
+
+def test_agc_on_the_accumulated_gradient_matches_big_batch_agc():
+    x, y = classification_data(n=96)
+    big = mlp()
+    variables = big.trainable_variables
+    reference = keras.optimizers.SGD(0.5)
+    for i in range(0, 96, MICRO * K):
+        grads = _loss_and_grads(big, x[i:i + MICRO * K], y[i:i + MICRO * K])
+        reference.apply_gradients(ga_tfx.adaptive_clip_gradients(zip(grads, variables), 0.01))
+
+    model = mlp()
+    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.5), K,
+                                                   agc_clip_factor=0.01)
+    _custom_loop(model, optimizer, x, y, MICRO)
+    assert max_weight_diff(big, model) <= TOLERANCE
+
+    # Clipping each micro-batch instead (what gradient-accumulator does) is different.
+    per_micro = mlp()
+    sgd = keras.optimizers.SGD(0.5)
+    for i in range(0, 96, MICRO * K):
+        clipped = []
+        for j in range(i, i + MICRO * K, MICRO):
+            grads = _loss_and_grads(per_micro, x[j:j + MICRO], y[j:j + MICRO])
+            clipped.append([g for g, _ in ga_tfx.adaptive_clip_gradients(
+                zip(grads, per_micro.trainable_variables), 0.01)])
+        mean = [sum(c[k] for c in clipped) / K for k in range(len(clipped[0]))]
+        sgd.apply_gradients(zip(mean, per_micro.trainable_variables))
+    assert max_weight_diff(big, per_micro) > 1e-4
+
+
+def test_rejects_multiple_replicas():
+    from tests.helpers import two_replica_strategy
+
+    strategy = two_replica_strategy()
+    with strategy.scope():
+        model = mlp()
+        optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.1), K)
+
+    def step():
+        optimizer.apply_gradients(zip([tf.zeros_like(v) for v in model.trainable_variables],
+                                      model.trainable_variables))
+
+    with pytest.raises(NotImplementedError, match="GradientAccumulateModel"):
+        strategy.run(step)
