@@ -7,6 +7,7 @@ the first import of scripts and TFX module files. The library never imports TFX.
 from ga_tfx._keras import KerasVersionError  # noqa: F401  (first: decides Keras 2)
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients
+from ga_tfx.batchnorm import AccumBatchNormalization, replace_batchnorm_layers
 from ga_tfx.models import (AccumulatingModel, GradientAccumulateModel, unwrap_model,
                            wrap_model)
 from ga_tfx.optimizer import GradientAccumulateOptimizer
@@ -14,6 +15,7 @@ from ga_tfx.optimizer import GradientAccumulateOptimizer
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccumBatchNormalization",
     "AccumulatingModel",
     "AdaptiveGradientClipping",
     "GradientAccumulateModel",
@@ -21,6 +23,7 @@ __all__ = [
     "GradientAccumulator",
     "KerasVersionError",
     "adaptive_clip_gradients",
+    "replace_batchnorm_layers",
     "unwrap_model",
     "wrap_model",
 ]

@@ -1,0 +1,513 @@
+"""Batch normalization for gradient accumulation: moving statistics of whole windows.
+
+With gradient accumulation a BatchNormalization layer sees ``K`` micro-batches per optimizer
+update. :class:`AccumBatchNormalization` keeps Keras' training forward pass (each micro-batch is
+normalised with its own mean and variance: *ghost batch norm*, gradients through the batch
+statistics exactly as in ``keras.layers.BatchNormalization``), but updates ``moving_mean`` and
+``moving_variance`` once per window, with the mean and variance of *all* samples of the window:
+the update one Keras BatchNormalization layer would make on the concatenated window (the spread
+between micro-batch means included).
+
+How the window statistics are kept
+----------------------------------
+Per channel, the layer accumulates the sample count ``n``, the sum ``Σx`` and ``M2 = Σ(x - x̄)²``
+(the sum of squared deviations from the running mean) in float32 (float64 for float64 layers).
+Micro-batches are merged with Chan et al.'s parallel formula::
+
+    M2 = M2_a + M2_b + (x̄_b - x̄_a)² · n_a · n_b / (n_a + n_b)
+
+which stays accurate when micro-batch means differ by orders of magnitude more than their
+spread (a plain ``Σx²`` would cancel catastrophically in float32). Replicas merge the same way:
+one all-reduce of ``(n, Σx)`` gives the global mean, a second one sums each replica's ``M2``
+plus ``n_r · (x̄_r - x̄)²``.
+
+Who ends a window
+-----------------
+* Trained by a ga-tfx accumulation model (:func:`ga_tfx.wrap_model`,
+  :class:`ga_tfx.GradientAccumulateModel`): the model attaches the layer to its engine
+  (:meth:`AccumBatchNormalization.ga_attach_to_engine`) and calls
+  :meth:`AccumBatchNormalization.ga_window_end` once per window, in replica context, after the
+  optimizer update. The model's windows win over the layer's own ``accum_steps`` (a warning says
+  so when they differ), including short last windows (``partial_window="apply"`` updates with
+  the samples it has; ``"drop"`` discards them). Statistics stay replica-local until the window
+  ends: one small all-reduce per layer and update.
+* Standalone (any other Keras model, plain ``fit`` or a custom loop): the layer counts its own
+  training calls and updates every ``accum_steps`` of them. Under a multi-replica strategy each
+  call all-reduces its micro-batch statistics (small per-channel vectors), so that the update,
+  taken conditionally, never needs a collective inside a conditional.
+  With ``accum_steps=1`` the layer *is* ``keras.layers.BatchNormalization``.
+
+:func:`replace_batchnorm_layers` turns the BatchNormalization layers of an existing Functional or
+Sequential model (nested models included) into :class:`AccumBatchNormalization` layers, keeping
+all weights and statistics.
+"""
+
+import contextlib
+import warnings
+
+from ga_tfx import _validation
+from ga_tfx._keras import keras, tf
+from ga_tfx.engine import AccumulationEngine
+from ga_tfx.models import unwrap_model, wrap_model
+
+from tf_keras.src.utils import control_flow_util  # pinned tf-keras 2.16 internals
+
+_ON_READ = tf.VariableSynchronization.ON_READ
+_SUM = tf.VariableAggregation.SUM
+
+
+@keras.saving.register_keras_serializable(package="ga_tfx")
+class AccumBatchNormalization(keras.layers.BatchNormalization):
+    """BatchNormalization whose moving statistics are those of whole accumulation windows.
+
+    Training (``training=True`` and ``trainable=True``): the output is exactly Keras'
+    BatchNormalization training output for the micro-batch it is called on, normalised with that
+    micro-batch's own mean and variance (ghost batch norm; gradients flow through the batch
+    statistics as in Keras). The moving statistics are *not* updated per call. Instead the layer
+    accumulates the window's per-channel sample count, sum and sum of squared deviations, and at
+    the end of the window updates, once::
+
+        moving_mean     <- moving_mean     - (moving_mean     - window_mean)     * (1 - momentum)
+        moving_variance <- moving_variance - (moving_variance - window_variance) * (1 - momentum)
+
+    where ``window_mean``/``window_variance`` are over all samples of the window, on all
+    replicas: what one Keras BatchNormalization update on the concatenated window would give.
+    Like Keras, ``window_variance`` is the biased variance (``M2 / n``) for the non-fused
+    implementation and the Bessel-corrected one (``M2 / (n - 1)``) when the layer is fused (4D
+    or 5D inputs with the channel on axis 1 or the last axis), which is what Keras' fused kernel
+    feeds its moving average. Channels that saw no sample in a window are left unchanged.
+
+    The window ends when the ga-tfx accumulation model training the layer says so (see the
+    module docstring), or, standalone, after ``accum_steps`` training calls.
+
+    Inference (``training=False``, or ``trainable=False`` which, as in Keras, forces inference
+    mode): normalises with ``moving_mean``/``moving_variance`` and accumulates nothing.
+
+    The accumulation state (count, sum and M2 per channel and the micro-step counter) is not a
+    Keras weight: it is absent from ``layer.weights``, ``model.get_weights()`` and serving
+    signatures, but is saved by ``tf.train.Checkpoint`` (and ``BackupAndRestore``), so a run
+    interrupted mid-window resumes with what it had accumulated. (Under several replicas a
+    restored partial window keeps its counts and sums exactly, but its ``M2`` loses the
+    between-replica part. ga-tfx models never checkpoint a partial window unless
+    ``partial_window="carry"``.)
+
+    Args:
+      accum_steps: ``K``, micro-batches per window when the layer is used standalone; an
+        integer >= 1 (default 1: plain Keras BatchNormalization). A ga-tfx accumulation model
+        training the layer uses its own ``accum_steps`` instead.
+      axis, momentum, epsilon, center, scale, beta_initializer, gamma_initializer,
+        moving_mean_initializer, moving_variance_initializer, beta_regularizer,
+        gamma_regularizer, beta_constraint, gamma_constraint, synchronized, **kwargs: as
+        ``keras.layers.BatchNormalization`` (same defaults). ``synchronized=True`` only changes
+        the training forward (cross-replica batch statistics); the moving statistics are those
+        of the window either way. ``renorm`` and ``virtual_batch_size`` are not supported.
+
+    Input shape:
+      Arbitrary rank ``>= 2``, samples on axis 0; the ``axis`` dimension(s) must be known.
+
+    Output shape:
+      Same as the input.
+    """
+
+    def __init__(
+        self,
+        accum_steps=1,
+        axis=-1,
+        momentum=0.99,
+        epsilon=1e-3,
+        center=True,
+        scale=True,
+        beta_initializer="zeros",
+        gamma_initializer="ones",
+        moving_mean_initializer="zeros",
+        moving_variance_initializer="ones",
+        beta_regularizer=None,
+        gamma_regularizer=None,
+        beta_constraint=None,
+        gamma_constraint=None,
+        synchronized=False,
+        **kwargs,
+    ):
+        accum_steps = _validation.check_accum_steps(accum_steps)
+        _check_supported_options(kwargs)
+        super().__init__(
+            axis=axis,
+            momentum=momentum,
+            epsilon=epsilon,
+            center=center,
+            scale=scale,
+            beta_initializer=beta_initializer,
+            gamma_initializer=gamma_initializer,
+            moving_mean_initializer=moving_mean_initializer,
+            moving_variance_initializer=moving_variance_initializer,
+            beta_regularizer=beta_regularizer,
+            gamma_regularizer=gamma_regularizer,
+            beta_constraint=beta_constraint,
+            gamma_constraint=gamma_constraint,
+            synchronized=synchronized,
+            **kwargs,
+        )
+        self.accum_steps = accum_steps
+        self._engine_accum_steps = None
+        self._keras_updates_deferred = False
+        # Held outside Keras' attribute tracking, so the buffers are not layer weights; the
+        # checkpoint dependency is added in `build` (see `_set_window_moments`).
+        self._window_holder = _Holder()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def window_moments(self):
+        """The :class:`WindowMoments` of the current window (``None`` until built)."""
+        return self._window_holder.value
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._set_window_moments(
+            WindowMoments(self._param_shape, self._stats_dtype, name="window_moments"))
+
+    def _set_window_moments(self, moments):
+        self._window_holder.value = moments
+        # A checkpoint dependency (tf.train.Checkpoint, BackupAndRestore), not a Keras weight.
+        self._track_trackable(moments, name="ga_window_moments", overwrite=True)
+
+    @property
+    def _stats_dtype(self):
+        return tf.float64 if self._param_dtype == tf.float64 else tf.float32
+
+    # ------------------------------------------------------------------ engine protocol
+    def ga_attach_to_engine(self, accum_steps):
+        """Called by a ga-tfx accumulation model before it builds its train function.
+
+        From then on the model ends this layer's windows (:meth:`ga_window_end`); its
+        ``accum_steps`` replaces the layer's own, with a warning when they differ. Training
+        calls made outside that model's ``fit`` (e.g. ``model(x, training=True)``) then add to
+        the model's current window too.
+        """
+        accum_steps = _validation.check_accum_steps(accum_steps)
+        if accum_steps != self.accum_steps:
+            warnings.warn(
+                f"AccumBatchNormalization layer {self.name!r} has accum_steps="
+                f"{self.accum_steps} but is trained by a gradient accumulation model with "
+                f"accum_steps={accum_steps}: its moving statistics follow the model's windows "
+                f"of {accum_steps} micro-batches.",
+                stacklevel=2,
+            )
+        self._engine_accum_steps = accum_steps
+
+    def ga_window_end(self, apply=True):
+        """Ends the current window (replica context; every replica must call it).
+
+        Args:
+          apply: ``True``: update the moving statistics with the window's statistics, summed
+            over all replicas, then clear the window. ``False``: only clear it (the window is
+            discarded, e.g. ``partial_window="drop"``).
+
+        Returns:
+          An op to depend on.
+        """
+        moments = self.window_moments
+        if moments is None:
+            return tf.no_op()
+        if not apply:
+            return moments.reset()
+        return self._apply_window(*_all_reduce_moments(*moments.read()))
+
+    def _apply_window(self, count, total, m2):
+        with tf.control_dependencies([self._update_moving_statistics(count, total, m2)]):
+            return self.window_moments.reset()
+
+    # ------------------------------------------------------------------ forward
+    def call(self, inputs, training=None, mask=None):
+        if not self._accumulates():
+            return super().call(inputs, training=training, mask=mask)
+        training = self._get_training_value(training)
+        with self._defer_keras_updates():
+            outputs = super().call(inputs, training=training, mask=mask)
+        training_value = control_flow_util.constant_value(training)
+        if training_value is not None and not training_value:
+            return outputs
+        stats_mask = None if self.fused else mask  # fused Keras BN ignores masks too
+        super().add_update(lambda: control_flow_util.smart_cond(
+            training,
+            lambda: self._record_micro_batch(inputs, stats_mask),
+            lambda: tf.constant(False)))
+        return outputs
+
+    def add_update(self, updates):
+        """Keras' per-call moving-average updates are dropped while windows accumulate."""
+        if self._keras_updates_deferred:
+            return
+        super().add_update(updates)
+
+    @contextlib.contextmanager
+    def _defer_keras_updates(self):
+        self._keras_updates_deferred = True
+        try:
+            yield
+        finally:
+            self._keras_updates_deferred = False
+
+    def _accumulates(self):
+        return self._engine_accum_steps is not None or self.accum_steps > 1
+
+    def _record_micro_batch(self, inputs, mask):
+        """Adds one micro-batch to the window (replica context); returns whether it applied."""
+        moments = self.window_moments
+        batch = self._micro_batch_moments(inputs, mask)
+        standalone = self._engine_accum_steps is None
+        if standalone:
+            # The update below is conditional, so the collective has to happen here.
+            batch = _all_reduce_moments(*batch)
+        with tf.control_dependencies([moments.add(*batch)]):
+            steps = moments.micro_steps.assign_add(1)
+        if not standalone:
+            return tf.constant(False)
+        return tf.cond(steps >= self.accum_steps, self._apply_own_window,
+                       lambda: tf.constant(False))
+
+    def _apply_own_window(self):
+        # Standalone: the moments already cover all replicas; no collective in this branch.
+        with tf.control_dependencies([self._apply_window(*self.window_moments.read())]):
+            return tf.constant(True)
+
+    def _micro_batch_moments(self, inputs, mask):
+        """Per-channel ``(count, sum, M2)`` of one micro-batch, shaped like the parameters."""
+        x = tf.stop_gradient(tf.cast(inputs, self._stats_dtype))
+        axes = [i for i in range(x.shape.rank) if i not in self.axis]
+        if mask is None:
+            per_channel = tf.size(x, out_type=tf.int64) // tf.size(self.moving_mean,
+                                                                    out_type=tf.int64)
+            total = tf.reduce_sum(x, axes, keepdims=True)
+            count = tf.fill(tf.shape(total), tf.cast(per_channel, x.dtype))
+            mean = tf.math.divide_no_nan(total, count)
+            m2 = tf.reduce_sum(tf.math.squared_difference(x, mean), axes, keepdims=True)
+        else:
+            weights = tf.broadcast_to(tf.expand_dims(tf.cast(mask, x.dtype), -1), tf.shape(x))
+            count = tf.reduce_sum(weights, axes, keepdims=True)
+            total = tf.reduce_sum(weights * x, axes, keepdims=True)
+            mean = tf.math.divide_no_nan(total, count)
+            m2 = tf.reduce_sum(weights * tf.math.squared_difference(x, mean), axes,
+                               keepdims=True)
+        shape = self._param_shape
+        return tf.reshape(count, shape), tf.reshape(total, shape), tf.reshape(m2, shape)
+
+    def _update_moving_statistics(self, count, total, m2):
+        """One Keras momentum update with the window's mean and variance (replica context)."""
+        mean = tf.math.divide_no_nan(total, count)
+        # Keras' fused kernel averages the Bessel-corrected batch variance, the non-fused
+        # implementation the biased one.
+        divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count
+        variance = tf.math.divide_no_nan(m2, divisor)
+        return tf.group(
+            self._assign_moving_average(self.moving_mean, mean, self.momentum, count),
+            self._assign_moving_average(self.moving_variance, variance, self.momentum, count),
+        )
+
+    # ------------------------------------------------------------------ serialization
+    def get_config(self):
+        config = super().get_config()
+        config["accum_steps"] = self.accum_steps
+        return config
+
+
+class WindowMoments(tf.Module):
+    """Per-channel ``count``, ``total = Σx`` and ``m2 = Σ(x - x̄)²`` of one window, plus the
+    number of micro-batches added (``micro_steps``).
+
+    ``count``, ``total`` and ``m2`` are additive across replicas (replica-local ``ON_READ``
+    variables with ``SUM`` aggregation, as :class:`ga_tfx.GradientAccumulator`'s buffers);
+    :meth:`add` merges a micro-batch with Chan's parallel formula.
+
+    Args:
+      shape: the shape of the statistics (the layer's parameter shape).
+      dtype: float32 (float64 for float64 layers).
+      name: module name.
+    """
+
+    def __init__(self, shape, dtype, name="window_moments"):
+        super().__init__(name=name)
+        with tf.init_scope(), tf.name_scope(name):
+            self.count = _replica_local_zeros(shape, dtype, "count")
+            self.total = _replica_local_zeros(shape, dtype, "total")
+            self.m2 = _replica_local_zeros(shape, dtype, "m2")
+            self.micro_steps = tf.Variable(
+                0, dtype=tf.int64, trainable=False, synchronization=_ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name="micro_steps")
+
+    def read(self):
+        """This replica's ``(count, total, m2)``."""
+        return self.count.read_value(), self.total.read_value(), self.m2.read_value()
+
+    def add(self, count, total, m2):
+        """Merges a micro-batch's ``(count, total, m2)`` into the window (replica context)."""
+        merged = _merge_moments(self.read(), (count, total, m2))
+        return tf.group([v.assign(value) for v, value in
+                         zip((self.count, self.total, self.m2), merged)])
+
+    def reset(self):
+        """Empties the window (replica context)."""
+        return tf.group([v.assign(tf.zeros_like(v)) for v in (self.count, self.total, self.m2)]
+                        + [self.micro_steps.assign(0)])
+
+
+def _replica_local_zeros(shape, dtype, name):
+    return tf.Variable(tf.zeros(shape, dtype), trainable=False, synchronization=_ON_READ,
+                       aggregation=_SUM, name=name)
+
+
+def _merge_moments(a, b):
+    """Chan et al.'s merge of two ``(count, total, m2)`` triples (either may be empty)."""
+    count_a, total_a, m2_a = a
+    count_b, total_b, m2_b = b
+    count = count_a + count_b
+    delta = tf.math.divide_no_nan(total_b, count_b) - tf.math.divide_no_nan(total_a, count_a)
+    between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)
+    return count, total_a + total_b, m2_a + m2_b + between
+
+
+def _all_reduce_moments(count, total, m2):
+    """``(count, total, m2)`` over all replicas (replica context); as is on one replica."""
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or ctx.num_replicas_in_sync == 1:
+        return count, total, m2
+    sum_ = tf.distribute.ReduceOp.SUM
+    global_count, global_total = ctx.all_reduce(sum_, [count, total])
+    deviation = (tf.math.divide_no_nan(total, count)
+                 - tf.math.divide_no_nan(global_total, global_count))
+    global_m2 = ctx.all_reduce(sum_, m2 + count * tf.square(deviation))
+    return global_count, global_total, global_m2
+
+
+def _check_supported_options(kwargs):
+    if kwargs.get("renorm"):
+        raise ValueError(
+            "AccumBatchNormalization does not support renorm=True (batch renormalization keeps "
+            "its own per-step moving averages). Use keras.layers.BatchNormalization.")
+    if kwargs.get("virtual_batch_size") is not None:
+        raise ValueError(
+            "AccumBatchNormalization does not support virtual_batch_size: the micro-batches "
+            "already are the ghost batches. Choose the micro-batch size instead.")
+
+
+class _Holder:
+    """Plain attribute holder: Keras does not track what it holds as layer weights."""
+
+    value = None
+
+
+# ---------------------------------------------------------------------- model conversion
+def replace_batchnorm_layers(model, accum_steps):
+    """Returns a copy of ``model`` whose BatchNormalization layers are AccumBatchNormalization.
+
+    Every ``keras.layers.BatchNormalization`` (also inside nested Functional and Sequential
+    models, e.g. a ``keras.applications`` backbone used as a layer) becomes an
+    :class:`AccumBatchNormalization` with the same configuration and ``accum_steps``; its gamma,
+    beta, moving mean and moving variance are copied, as are the weights of all other layers.
+    The copy has the same inputs, outputs and output names; ``model`` is not modified. A model
+    without BatchNormalization comes back as an equivalent copy. A ga-tfx accumulation model
+    comes back as an accumulation model with the same settings.
+
+    Args:
+      model: a Functional or Sequential ``keras.Model``.
+      accum_steps: ``K`` for the new layers (int >= 1).
+
+    Raises:
+      TypeError: for a subclassed model, or for a layer that is not a model but holds
+        BatchNormalization layers (neither can be rebuilt layer by layer): build those with
+        :class:`AccumBatchNormalization` directly.
+    """
+    accum_steps = _validation.check_accum_steps(accum_steps)
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"Expected a tf.keras (Keras 2) Model, got {model!r}.")
+    if isinstance(model, AccumulationEngine):
+        replaced = replace_batchnorm_layers(unwrap_model(model), accum_steps)
+        return wrap_model(replaced, **model.accumulation_config())
+    return _BatchNormReplacer(accum_steps).replace(model)
+
+
+class _BatchNormReplacer:
+    """Clones a model graph layer by layer (BatchNormalization -> AccumBatchNormalization),
+    then copies every layer's weights to its clone."""
+
+    def __init__(self, accum_steps):
+        self._accum_steps = accum_steps
+        self._clones = {}  # id(original layer) -> (original, clone)
+
+    def replace(self, model):
+        clone = self._clone_model(model)
+        for original, copy in self._clones.values():
+            _copy_weights(original, copy)
+        return clone
+
+    def _clone_model(self, model):
+        if not _is_graph_model(model):
+            raise TypeError(
+                f"replace_batchnorm_layers cannot rebuild model {model.name!r} of type "
+                f"{type(model).__name__}: only Functional and Sequential models can be rebuilt "
+                "layer by layer. Build the model with ga_tfx.AccumBatchNormalization layers "
+                "directly instead of keras.layers.BatchNormalization.")
+        clone = keras.models.clone_model(model, clone_function=self._clone_layer)
+        if model.built and not clone.built and model.inputs:
+            clone.build(model.input_shape)
+        return clone
+
+    def _clone_layer(self, layer):
+        known = self._clones.get(id(layer))
+        if known is not None:
+            return known[1]  # a layer shared between nested models stays shared
+        if isinstance(layer, keras.Model) and _is_graph_model(layer):
+            return self._clone_model(layer)
+        if isinstance(layer, keras.layers.BatchNormalization):
+            clone = _to_accum_batchnorm(layer, self._accum_steps)
+        else:
+            _check_holds_no_batchnorm(layer)
+            clone = layer.__class__.from_config(layer.get_config())
+        self._clones[id(layer)] = (layer, clone)
+        return clone
+
+
+def _is_graph_model(model):
+    return isinstance(model, keras.Sequential) or (
+        isinstance(model, keras.Model) and getattr(model, "_is_graph_network", False))
+
+
+def _to_accum_batchnorm(layer, accum_steps):
+    config = layer.get_config()
+    config["accum_steps"] = accum_steps
+    # Not part of Keras' config, but they decide the numerics: keep them.
+    config["synchronized"] = layer.synchronized
+    config["fused"] = layer.fused
+    try:
+        return AccumBatchNormalization.from_config(config)
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"Cannot turn layer {layer.name!r} ({type(layer).__name__}) into an "
+            f"AccumBatchNormalization: {error}") from error
+
+
+def _check_holds_no_batchnorm(layer):
+    nested = [inner.name for inner in layer._flatten_layers(include_self=False)
+              if isinstance(inner, keras.layers.BatchNormalization)]
+    if nested:
+        raise TypeError(
+            f"Layer {layer.name!r} of type {type(layer).__name__} holds BatchNormalization "
+            f"layers {nested} that replace_batchnorm_layers cannot reach (it is neither a "
+            "Functional nor a Sequential model). Build it with ga_tfx.AccumBatchNormalization "
+            "directly.")
+
+
+def _copy_weights(original, clone):
+    values = original.get_weights()
+    if not values:
+        return
+    targets = clone.weights
+    if len(targets) != len(values):
+        raise ValueError(
+            f"Cannot copy the weights of layer {original.name!r}: it has {len(values)} "
+            f"weights, its copy {len(targets)}.")
+    for value, target in zip(values, targets):
+        if tuple(target.shape) != value.shape:
+            raise ValueError(
+                f"Cannot copy weight {target.name!r} of layer {original.name!r}: shape "
+                f"{value.shape} vs {tuple(target.shape)} in the copy.")
+    clone.set_weights(values)

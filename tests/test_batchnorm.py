@@ -1,0 +1,460 @@
+"""AccumBatchNormalization and replace_batchnorm_layers, checked at the level of statistics.
+
+The reference for the moving statistics is always a plain ``keras.layers.BatchNormalization``
+making one update per window on the concatenated window (same momentum and initial values).
+"""
+
+import ga_tfx  # noqa: I001  (first import: selects Keras 2)
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from ga_tfx._keras import keras, tf
+
+EXACT = 1e-7  # accum_steps=1 is Keras itself
+TOLERANCE = 1e-5  # the contract for window statistics (relative to max(1, |value|))
+OUTPUT_TOLERANCE = 1e-6  # replace_batchnorm_layers keeps inference outputs
+
+# (input shape without the batch axis, axis): rank 2 and rank 4 (fused), channels last/first.
+LAYOUTS = {
+    "rank2_last": ((3,), -1),
+    "rank2_first": ((3,), 1),
+    "rank4_last": ((2, 2, 3), -1),
+    "rank4_first": ((3, 2, 2), 1),
+}
+
+
+def _data(n, shape, seed=0, offset_step=0.0, micro=None):
+    """``n`` samples; with ``offset_step``, micro-batch ``i`` (of ``micro``) is shifted by
+    ``offset_step * i`` (micro-batch means far apart)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n,) + shape).astype("float32")
+    if offset_step:
+        shifts = offset_step * (np.arange(n) // micro)
+        x += shifts.reshape((n,) + (1,) * len(shape)).astype("float32")
+    return x
+
+
+def _rel_err(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
+
+
+def _keras_window_updates(windows, axis=-1, momentum=0.5):
+    """Moving statistics of a Keras BN updated once per window (list of arrays)."""
+    ref = keras.layers.BatchNormalization(axis=axis, momentum=momentum)
+    for window in windows:
+        ref(tf.constant(window), training=True)
+    return ref.moving_mean.numpy(), ref.moving_variance.numpy()
+
+
+def _bn_model(shape, accum_steps, axis=-1, momentum=0.5, seed=0):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape, name="x")
+    h = ga_tfx.AccumBatchNormalization(accum_steps, axis=axis, momentum=momentum,
+                                       name="bn")(inputs)
+    outputs = keras.layers.Dense(1, name="head")(keras.layers.Flatten()(h))
+    return keras.Model(inputs, outputs, name="bn_model")
+
+
+def _fit_engine(model, x, micro, accum_steps, partial_window="apply", strategy=None):
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        acc = ga_tfx.wrap_model(model, accum_steps=accum_steps, partial_window=partial_window)
+        acc.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    y = np.zeros((len(x), 1), "float32")
+    acc.fit(x, y, batch_size=micro, epochs=1, shuffle=False, verbose=0)
+    return acc
+
+
+def _randomize_batchnorm(model, seed=0):
+    """Non-trivial gamma, beta and moving statistics in every BN layer of ``model``."""
+    rng = np.random.default_rng(seed)
+    count = 0
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.BatchNormalization):
+            shapes = [w.shape for w in layer.get_weights()]
+            layer.set_weights([
+                rng.uniform(0.8, 1.2, shapes[0]).astype("float32"),   # gamma
+                rng.normal(0, 0.1, shapes[1]).astype("float32"),      # beta
+                rng.normal(0, 0.1, shapes[2]).astype("float32"),      # moving mean
+                rng.uniform(0.5, 1.5, shapes[3]).astype("float32"),   # moving variance
+            ])
+            count += 1
+    return count
+
+
+def _batchnorm_layers(model):
+    return [layer for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, keras.layers.BatchNormalization)]
+
+
+def _max_diff(a, b):
+    return max(float(np.max(np.abs(np.asarray(u) - np.asarray(v)))) for u, v in
+               zip(tf.nest.flatten(a), tf.nest.flatten(b)))
+
+
+# --------------------------------------------------------------------------- the layer alone
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_accum_steps_1_standalone_is_keras_batchnorm(layout):
+    shape, axis = LAYOUTS[layout]
+    keras_bn = keras.layers.BatchNormalization(axis=axis, momentum=0.8)
+    accum_bn = ga_tfx.AccumBatchNormalization(1, axis=axis, momentum=0.8)
+    for step in range(4):
+        x = tf.constant(_data(6, shape, seed=step) * (step + 1) + step)
+        assert _max_diff(keras_bn(x, training=True), accum_bn(x, training=True)) <= EXACT
+    assert _max_diff(keras_bn.get_weights(), accum_bn.get_weights()) <= EXACT
+    assert float(np.max(np.abs(accum_bn.moving_mean.numpy()))) > 0.5  # statistics moved
+    x = tf.constant(_data(5, shape, seed=9))
+    assert _max_diff(keras_bn(x, training=False), accum_bn(x, training=False)) <= EXACT
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_standalone_updates_once_per_window_with_window_statistics(layout):
+    shape, axis = LAYOUTS[layout]
+    k, micro = 3, 4
+    x = _data(2 * k * micro, shape, offset_step=100.0, micro=micro)
+    batches = np.split(x, 2 * k)
+    keras_bn = keras.layers.BatchNormalization(axis=axis, momentum=0.5)
+    layer = ga_tfx.AccumBatchNormalization(k, axis=axis, momentum=0.5)
+    for i, batch in enumerate(batches):
+        # Ghost batch norm: each micro-batch is normalised with its own statistics, as Keras.
+        out = layer(tf.constant(batch), training=True)
+        assert _max_diff(out, keras_bn(tf.constant(batch), training=True)) <= EXACT
+        if i < k - 1:  # no update before the window is complete
+            np.testing.assert_array_equal(layer.moving_mean.numpy(), np.zeros(3, "float32"))
+    mean, var = _keras_window_updates([np.concatenate(batches[:k]),
+                                       np.concatenate(batches[k:])], axis)
+    assert _rel_err(layer.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(layer.moving_variance.numpy(), var) <= TOLERANCE
+    assert int(layer.window_moments.micro_steps.numpy()) == 0
+
+
+def test_standalone_in_plain_keras_fit():
+    k, micro = 2, 4
+    x = _data(4 * micro, (3,), offset_step=50.0, micro=micro)
+    model = _bn_model((3,), k)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    model.fit(x, np.zeros((len(x), 1), "float32"), batch_size=micro, shuffle=False, verbose=0)
+    mean, var = _keras_window_updates([x[:8], x[8:]])
+    bn = model.get_layer("bn")
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+
+
+def test_trainable_false_is_inference_mode_and_accumulates_nothing():
+    x = tf.constant(_data(6, (3,)) * 3 + 2)
+    layer = ga_tfx.AccumBatchNormalization(2, momentum=0.5)
+    layer.build(x.shape)
+    layer.trainable = False
+    for _ in range(2):
+        out = layer(x, training=True)
+    assert _max_diff(out, layer(x, training=False)) <= EXACT
+    np.testing.assert_array_equal(layer.moving_mean.numpy(), np.zeros(3, "float32"))
+    np.testing.assert_array_equal(layer.window_moments.count.numpy(), np.zeros(3, "float32"))
+
+
+def test_masked_micro_batches_count_only_unmasked_steps():
+    x = _data(4, (5, 3), seed=1) + 10.0
+    mask = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]], bool)
+    layer = ga_tfx.AccumBatchNormalization(2, momentum=0.0)
+    layer(tf.constant(x[:2]), training=True, mask=tf.constant(mask[:2]))
+    layer(tf.constant(x[2:]), training=True, mask=tf.constant(mask[2:]))
+    kept = x[mask].astype(np.float64)  # (kept steps, 3)
+    assert _rel_err(layer.moving_mean.numpy(), kept.mean(0)) <= TOLERANCE
+    assert _rel_err(layer.moving_variance.numpy(), kept.var(0)) <= TOLERANCE
+
+
+# --------------------------------------------------------------------------- with the engine
+@pytest.mark.parametrize("layout", ["rank2_last", "rank4_first"])
+def test_engine_window_statistics_equal_one_keras_update_per_window(layout):
+    shape, axis = LAYOUTS[layout]
+    k, micro = 3, 4
+    x = _data(2 * k * micro, shape, offset_step=100.0, micro=micro)
+    acc = _fit_engine(_bn_model(shape, k, axis), x, micro, k)
+    bn = acc.get_layer("bn")
+    mean, var = _keras_window_updates([x[:k * micro], x[k * micro:]], axis)
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+    # The between-micro-batch variance is in: averaging micro-batch variances is far off.
+    chan = 1 if axis == 1 else -1
+    per_batch = [np.moveaxis(b, chan, -1).reshape(-1, 3).var(0) for b in np.split(x, 2 * k)]
+    naive = 0.25 * np.mean(per_batch[:k], 0) + 0.5 * np.mean(per_batch[k:], 0) + 0.25
+    assert np.min(np.abs(bn.moving_variance.numpy() - naive)) > 100.0
+    # Inference uses the moving statistics.
+    gamma, beta, moving_mean, moving_var = bn.get_weights()
+    bshape = [1] * (len(shape) + 1)
+    bshape[axis] = 3
+    expected_h = (x - moving_mean.reshape(bshape)) / np.sqrt(moving_var.reshape(bshape) + 1e-3)
+    expected_h = expected_h * gamma.reshape(bshape) + beta.reshape(bshape)
+    kernel, bias = acc.get_layer("head").get_weights()
+    expected = expected_h.reshape(len(x), -1) @ kernel + bias
+    predicted = acc.predict(x, verbose=0)
+    assert _max_diff(predicted, expected) <= TOLERANCE * max(1.0, float(np.abs(expected).max()))
+    assert int(bn.window_moments.micro_steps.numpy()) == 0
+
+
+def test_engine_uneven_micro_batches_are_weighted_by_size_and_model_window_wins():
+    k, micro = 3, 4
+    x = _data(10, (3,), offset_step=100.0, micro=micro)  # micro-batches of 4, 4, 2
+    model = _bn_model((3,), 1)  # the layer says 1, the model's K=3 wins
+    with pytest.warns(UserWarning, match="accum_steps=3"):
+        acc = _fit_engine(model, x, micro, k)
+    bn = acc.get_layer("bn")
+    mean, var = _keras_window_updates([x])
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+    unweighted = 0.5 * np.mean([b.mean(0) for b in (x[:4], x[4:8], x[8:])], 0)
+    assert np.min(np.abs(bn.moving_mean.numpy() - unweighted)) > 5.0
+
+
+def test_engine_drop_discards_the_short_window():
+    k, micro = 2, 4
+    x = _data(10, (3,), offset_step=100.0, micro=micro)  # windows [4, 4] and [2]
+    acc = _fit_engine(_bn_model((3,), k), x, micro, k, partial_window="drop")
+    bn = acc.get_layer("bn")
+    mean, var = _keras_window_updates([x[:8]])
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+    np.testing.assert_array_equal(bn.window_moments.count.numpy(), np.zeros(3, "float32"))
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    """One MirroredStrategy (2 replicas) for this module, with its own collective key range.
+
+    Two MirroredStrategy objects in one process start their collective keys at the same value,
+    so a second strategy's in-replica all-reduce can be matched with the first one's (``Shape
+    mismatch in the collective instance``). TensorFlow's own tests avoid it the same way.
+    """
+    cls = tf.distribute.MirroredStrategy
+    base = cls._collective_key_base
+    cls._collective_key_base = base + 1_000_000
+    try:
+        strategy = cls(["/cpu:0", "/cpu:1"])
+    finally:
+        cls._collective_key_base = base
+    assert strategy.num_replicas_in_sync == 2
+    return strategy
+
+
+def test_mirrored_strategy_two_replicas_equals_single_device(strategy):
+    k, micro = 2, 4
+    x = _data(2 * k * micro, (3,), offset_step=100.0, micro=micro)
+    x[np.arange(len(x)) % micro < micro // 2] += 30.0  # the two replicas' halves differ too
+    with strategy.scope():
+        model = _bn_model((3,), 1)  # standalone, accum_steps=1 would update per micro-batch
+    with pytest.warns(UserWarning, match="follow the model's windows"):
+        acc = _fit_engine(model, x, micro, k, strategy=strategy)
+    bn = acc.get_layer("bn")
+    mean, var = _keras_window_updates([x[:k * micro], x[k * micro:]])
+    for replica_mean, replica_var in zip(bn.moving_mean.values, bn.moving_variance.values):
+        assert _rel_err(replica_mean.numpy(), mean) <= TOLERANCE
+        assert _rel_err(replica_var.numpy(), var) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+
+
+def test_mirrored_strategy_standalone_keras_fit_equals_single_device(strategy):
+    k, micro = 2, 4
+    x = _data(2 * k * micro, (3,), offset_step=100.0, micro=micro)
+    x[np.arange(len(x)) % micro < micro // 2] += 30.0
+    with strategy.scope():
+        model = _bn_model((3,), k)
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    model.fit(x, np.zeros((len(x), 1), "float32"), batch_size=micro, shuffle=False, verbose=0)
+    bn = model.get_layer("bn")
+    mean, var = _keras_window_updates([x[:k * micro], x[k * micro:]])
+    for replica_mean, replica_var in zip(bn.moving_mean.values, bn.moving_variance.values):
+        assert _rel_err(replica_mean.numpy(), mean) <= TOLERANCE
+        assert _rel_err(replica_var.numpy(), var) <= TOLERANCE
+
+
+# --------------------------------------------------------------------------- state and saving
+def test_buffers_are_not_weights_but_are_checkpointed_mid_window(tmp_path):
+    k = 3
+    batches = np.split(_data(12, (3,), offset_step=20.0, micro=4), 3)
+    model = _bn_model((3,), k)
+    bn = model.get_layer("bn")
+    assert len(model.get_weights()) == 6  # gamma, beta, moving mean/variance, kernel, bias
+    assert [w.name.split("/")[-1] for w in bn.weights] == [
+        "gamma:0", "beta:0", "moving_mean:0", "moving_variance:0"]
+    assert not any("window_moments" in v.name for v in model.variables)
+
+    model(batches[0], training=True)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    for batch in batches[1:]:
+        model(batch, training=True)
+    uninterrupted = bn.get_weights()
+    assert float(np.max(np.abs(uninterrupted[2]))) > 1.0  # the window was applied
+
+    restored = _bn_model((3,), k, seed=1)
+    tf.train.Checkpoint(model=restored).restore(path).assert_consumed()
+    assert int(restored.get_layer("bn").window_moments.micro_steps.numpy()) == 1
+    for batch in batches[1:]:
+        restored(batch, training=True)
+    assert _max_diff(restored.get_layer("bn").get_weights(), uninterrupted) <= EXACT
+
+
+def test_get_config_round_trip():
+    layer = ga_tfx.AccumBatchNormalization(
+        4, axis=1, momentum=0.9, epsilon=1e-4, center=False,
+        gamma_regularizer=keras.regularizers.l2(1e-3),
+        moving_variance_initializer="zeros", name="abn")
+    config = layer.get_config()
+    assert config["accum_steps"] == 4 and config["momentum"] == 0.9 and config["axis"] == 1
+    clone = ga_tfx.AccumBatchNormalization.from_config(config)
+    assert clone.get_config() == config
+    revived = keras.layers.deserialize(keras.layers.serialize(layer))
+    assert isinstance(revived, ga_tfx.AccumBatchNormalization)
+    assert revived.get_config() == config
+
+
+def test_savedmodel_export_same_inference_outputs_and_inputs(tmp_path):
+    model = _bn_model((3,), 2)
+    _randomize_batchnorm(model)
+    x = _data(5, (3,), seed=3)
+    expected = model(x, training=False).numpy()
+
+    tf.saved_model.save(model, str(tmp_path / "tf"))
+    loaded = tf.saved_model.load(str(tmp_path / "tf"))
+    serving = loaded.signatures["serving_default"]
+    args, kwargs = serving.structured_input_signature
+    assert not args and list(kwargs) == ["x"]
+    outputs = serving(x=tf.constant(x))
+    assert _max_diff(list(outputs.values())[0], expected) <= EXACT
+
+    model.save(str(tmp_path / "keras"))
+    revived = keras.models.load_model(str(tmp_path / "keras"))
+    assert isinstance(revived.get_layer("bn"), ga_tfx.AccumBatchNormalization)
+    assert revived.get_layer("bn").accum_steps == 2
+    assert _max_diff(revived(x, training=False), expected) <= EXACT
+
+
+# --------------------------------------------------------------------------- replace_batchnorm
+def _functional_with_bn():
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((4, 4, 2), name="image")
+    h = keras.layers.Conv2D(3, 3, padding="same", name="conv")(inputs)
+    h = keras.layers.BatchNormalization(name="bn_conv")(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.Dense(5, name="dense")(h)
+    h = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-2, name="bn_dense")(h)
+    return keras.Model(inputs, keras.layers.Dense(2, name="out")(h), name="func")
+
+
+def _assert_replaced(original, replaced, x, n_bn, accum_steps=4):
+    new_bns = _batchnorm_layers(replaced)
+    assert len(new_bns) == n_bn == len(_batchnorm_layers(original))
+    assert all(isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in new_bns)
+    assert all(layer.accum_steps == accum_steps for layer in new_bns)
+    assert not any(isinstance(layer, ga_tfx.AccumBatchNormalization)
+                   for layer in _batchnorm_layers(original))
+    assert _max_diff(replaced.get_weights(), original.get_weights()) == 0.0
+    assert _max_diff(replaced(x, training=False), original(x, training=False)) \
+        <= OUTPUT_TOLERANCE
+    original_ids = {id(v) for v in original.variables}
+    assert not any(id(v) in original_ids for v in replaced.variables)
+
+
+def test_replace_functional_keeps_weights_statistics_and_outputs():
+    model = _functional_with_bn()
+    assert _randomize_batchnorm(model) == 2
+    before = [w.copy() for w in model.get_weights()]
+    x = _data(3, (4, 4, 2), seed=4)
+    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    _assert_replaced(model, replaced, x, 2)
+    assert replaced.get_layer("bn_dense").momentum == 0.9
+    assert replaced.get_layer("bn_dense").epsilon == 1e-2
+    assert _max_diff(model.get_weights(), before) == 0.0  # the original is unmodified
+    assert type(model.get_layer("bn_conv")) is keras.layers.BatchNormalization
+
+
+def test_replace_nested_mobilenet_v2():
+    keras.utils.set_random_seed(5)
+    backbone = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3),
+                                              alpha=0.35, include_top=False)
+    inputs = keras.Input((32, 32, 3), name="image")
+    h = keras.layers.GlobalAveragePooling2D()(backbone(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3, name="logits")(h), name="classifier")
+    n_bn = _randomize_batchnorm(model, seed=1)
+    assert n_bn > 30
+    x = _data(2, (32, 32, 3), seed=6)
+    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    _assert_replaced(model, replaced, x, n_bn)
+    assert isinstance(replaced.layers[1], keras.Model)
+    assert replaced.layers[1].name == backbone.name
+
+
+def test_replace_sequential():
+    keras.utils.set_random_seed(6)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                              keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+    _randomize_batchnorm(model)
+    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    assert isinstance(replaced, keras.Sequential)
+    _assert_replaced(model, replaced, _data(3, (4,)), 1)
+
+
+def test_replace_multi_input_multi_output_keeps_names():
+    keras.utils.set_random_seed(7)
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    h = keras.layers.Concatenate()([keras.layers.BatchNormalization(name="bn_a")(a), b])
+    out1 = keras.layers.Dense(1, name="score")(h)
+    out2 = keras.layers.BatchNormalization(name="bn_out")(keras.layers.Dense(2, name="d")(h))
+    model = keras.Model([a, b], {"score": out1, "features": out2}, name="multi")
+    _randomize_batchnorm(model)
+    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    assert replaced.input_names == model.input_names == ["a", "b"]
+    assert replaced.output_names == model.output_names
+    x = [_data(3, (3,), seed=1), _data(3, (2,), seed=2)]
+    _assert_replaced(model, replaced, x, 2)
+    assert set(replaced(x)) == {"score", "features"}
+
+
+def test_replace_model_without_batchnorm_is_an_equivalent_copy():
+    keras.utils.set_random_seed(8)
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(3)(inputs)))
+    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=2)
+    _assert_replaced(model, replaced, _data(3, (4,)), 0)
+
+
+def test_replace_accumulation_model_stays_one():
+    acc = ga_tfx.wrap_model(_functional_with_bn(), accum_steps=3, partial_window="drop")
+    replaced = ga_tfx.replace_batchnorm_layers(acc, accum_steps=3)
+    assert isinstance(replaced, ga_tfx.GradientAccumulateModel)
+    assert (replaced.accum_steps, replaced.partial_window) == (3, "drop")
+    assert len(_batchnorm_layers(replaced)) == 2
+    assert all(isinstance(layer, ga_tfx.AccumBatchNormalization)
+               for layer in _batchnorm_layers(replaced))
+
+
+def test_replace_subclassed_model_explains_what_to_do():
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.bn = keras.layers.BatchNormalization()
+
+        def call(self, x):
+            return self.bn(x)
+
+    net = Net()
+    net(np.zeros((1, 3), "float32"))
+    with pytest.raises(TypeError, match="AccumBatchNormalization layers directly"):
+        ga_tfx.replace_batchnorm_layers(net, accum_steps=2)
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("bad", [0, -1, 2.5, None])
+def test_bad_accum_steps_is_rejected_with_the_value(bad):
+    with pytest.raises((TypeError, ValueError), match=repr(bad).replace(".", r"\.")):
+        ga_tfx.AccumBatchNormalization(bad)
+    with pytest.raises((TypeError, ValueError), match=repr(bad).replace(".", r"\.")):
+        ga_tfx.replace_batchnorm_layers(_functional_with_bn(), accum_steps=bad)
+
+
+@pytest.mark.parametrize("option", [{"renorm": True}, {"virtual_batch_size": 2}])
+def test_unsupported_batchnorm_options_are_rejected(option):
+    with pytest.raises(ValueError, match=list(option)[0]):
+        ga_tfx.AccumBatchNormalization(2, **option)
