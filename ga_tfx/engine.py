@@ -52,10 +52,28 @@ def _is_loss_scale_optimizer(optimizer):
 
 
 def apply_aggregated_gradients(optimizer, grads_and_vars):
-    """``optimizer.apply_gradients`` for gradients that are already summed over replicas."""
+    """``optimizer.apply_gradients`` for gradients that are already summed over replicas.
+
+    Under a dynamic ``LossScaleOptimizer`` a non-finite window is skipped as one unit (no weight
+    or slot changes, the loss scale decreases once) and, unlike Keras' own skipped steps, does
+    not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
+    applied updates only.
+    """
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        return optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
-    return optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
+        result = optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+    else:
+        result = optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
+    if _is_loss_scale_optimizer(optimizer) and getattr(optimizer, "dynamic", False):
+        # The same decision the LossScaleOptimizer takes: all gradients finite.
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in grads_and_vars])
+        with tf.control_dependencies(_as_dependencies(result)):
+            result = optimizer.iterations.assign_sub(1 - tf.cast(finite, tf.int64))
+    return result
+
+
+def _as_dependencies(result):
+    # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
+    return [] if result is None else [result]
 
 
 def _batch_size(x):
@@ -254,7 +272,7 @@ class AccumulationEngine:
         if self._agc is not None:
             grads_and_vars = self._agc(grads_and_vars)
         applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
-        with tf.control_dependencies([applied]):
+        with tf.control_dependencies(_as_dependencies(applied)):
             ends = [layer.ga_window_end(apply=True) for layer in self._window_layers()]
             with tf.control_dependencies(ends):
                 return acc.reset()

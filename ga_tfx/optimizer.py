@@ -16,7 +16,7 @@ from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
-from ga_tfx.engine import apply_aggregated_gradients
+from ga_tfx.engine import _as_dependencies, apply_aggregated_gradients
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
@@ -105,7 +105,7 @@ class GradientAccumulateOptimizer(tf.Module):
         if self._agc is not None:
             grads_and_vars = self._agc(grads_and_vars)
         applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
-        with tf.control_dependencies([applied]):
+        with tf.control_dependencies(_as_dependencies(applied)):
             with tf.control_dependencies([acc.reset(), acc.micro_steps.assign(0)]):
                 return tf.constant(True)
 
