@@ -12,6 +12,7 @@ with one batched all-reduce per optimizer update.
 """
 
 from ga_tfx._keras import tf
+from ga_tfx._state import Untracked
 
 _ON_READ = tf.VariableSynchronization.ON_READ
 _SUM = tf.VariableAggregation.SUM
@@ -62,7 +63,7 @@ class GradientAccumulator(tf.Module):
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name="micro_steps",
             )
         self._variable_refs = [v.ref() for v in variables]
-        self._connected = _PythonState(None)
+        self._connected = Untracked()  # trace-time Python state, not a dependency
 
     def record_connected(self, variables, gradients):
         """Remembers (at trace time) which variables receive a gradient at all."""
@@ -129,13 +130,6 @@ def _local_component(buffer):
     support ``scatter_add`` themselves; their per-device components do)."""
     get_local = getattr(buffer, "_get_on_device_or_primary", None)
     return get_local() if get_local is not None else buffer
-
-
-class _PythonState:
-    """A plain holder, so that trace-time Python state is not tracked as a dependency."""
-
-    def __init__(self, value):
-        self.value = value
 
 
 def _static_shape(variable):

@@ -47,6 +47,7 @@ import warnings
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
+from ga_tfx._state import Untracked, attach_state
 from ga_tfx.engine import AccumulationEngine
 from ga_tfx.models import unwrap_model, wrap_model
 
@@ -152,7 +153,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         self._keras_updates_deferred = False
         # Held outside Keras' attribute tracking, so the buffers are not layer weights; the
         # checkpoint dependency is added in `build` (see `_set_window_moments`).
-        self._window_holder = _Holder()
+        self._window_holder = Untracked()
 
     # ------------------------------------------------------------------ state
     @property
@@ -166,9 +167,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             WindowMoments(self._param_shape, self._stats_dtype, name="window_moments"))
 
     def _set_window_moments(self, moments):
-        self._window_holder.value = moments
-        # A checkpoint dependency (tf.train.Checkpoint, BackupAndRestore), not a Keras weight.
-        self._track_trackable(moments, name="ga_window_moments", overwrite=True)
+        attach_state(self, self._window_holder, moments, "ga_window_moments")
 
     @property
     def _stats_dtype(self):
@@ -387,12 +386,6 @@ def _check_supported_options(kwargs):
         raise ValueError(
             "AccumBatchNormalization does not support virtual_batch_size: the micro-batches "
             "already are the ghost batches. Choose the micro-batch size instead.")
-
-
-class _Holder:
-    """Plain attribute holder: Keras does not track what it holds as layer weights."""
-
-    value = None
 
 
 # ---------------------------------------------------------------------- model conversion

@@ -38,6 +38,7 @@ norm); use :class:`ga_tfx.AccumBatchNormalization` for moving statistics of whol
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
+from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
 
@@ -100,7 +101,7 @@ class AccumulationEngine:
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
         # Held outside Keras' attribute tracking, so the buffers never appear in
         # `model.weights` / `get_weights()`; checkpoints still see them (see _set_accumulator).
-        self._accumulator_holder = _Holder()
+        self._accumulator_holder = Untracked()
 
     # ------------------------------------------------------------------ public properties
     @property
@@ -128,9 +129,7 @@ class AccumulationEngine:
         return self._accumulator_holder.value
 
     def _set_accumulator(self, accumulator):
-        self._accumulator_holder.value = accumulator
-        # A checkpoint dependency (tf.train.Checkpoint, BackupAndRestore), not a Keras weight.
-        self._track_trackable(accumulator, name="ga_gradient_accumulator", overwrite=True)
+        attach_state(self, self._accumulator_holder, accumulator, "ga_gradient_accumulator")
 
     def accumulation_config(self):
         config = {"accum_steps": self._accum_steps, "partial_window": self._partial_window,
@@ -326,12 +325,6 @@ class AccumulationEngine:
 
         train_function._flush = finish  # used by _CarryAlignment at the end of fit
         return train_function
-
-
-class _Holder:
-    """Plain attribute holder: Keras does not track what it holds as layer weights."""
-
-    value = None
 
 
 class _CarryAlignment(keras.callbacks.Callback):

@@ -1,0 +1,23 @@
+"""Accumulation state kept beside Keras' weights: in checkpoints, never in ``get_weights()``."""
+
+
+class Untracked:
+    """A plain holder: Keras does not track what it holds as layer weights.
+
+    Assigning a ``tf.Module`` (or a variable) to a Keras layer attribute makes its variables
+    layer weights: they would appear in ``get_weights()``, in ``save_weights`` files and in
+    exported models. Holding the module through this object avoids that.
+    """
+
+    def __init__(self, value=None):
+        self.value = value
+
+
+def attach_state(owner, holder, module, name):
+    """Puts ``module`` in ``holder`` and makes it a checkpoint dependency of ``owner``.
+
+    ``tf.train.Checkpoint`` and Keras' ``BackupAndRestore`` then save and restore it (deferred
+    restoration included), while ``owner.weights`` stays unchanged.
+    """
+    holder.value = module
+    owner._track_trackable(module, name=name, overwrite=True)
