@@ -38,6 +38,8 @@ class GradientAccumulator(tf.Module):
         variables). Replica-local under a multi-replica strategy.
       sample_count: float32 scalar, ``Σ_i w_i`` of the current window on this replica.
       micro_steps: int64 scalar, micro-steps in the current window (replica-independent).
+      samples_seen: int64 scalar, sum of all weights ever added (never reset): the number of
+        training samples for the model engine, whose weights are micro-batch sizes.
     """
 
     def __init__(self, variables, name="gradient_accumulator"):
@@ -57,6 +59,10 @@ class GradientAccumulator(tf.Module):
             self.sample_count = tf.Variable(
                 0.0, trainable=False, synchronization=_ON_READ, aggregation=_SUM,
                 name="sample_count",
+            )
+            self.samples_seen = tf.Variable(
+                0, dtype=tf.int64, trainable=False, synchronization=_ON_READ, aggregation=_SUM,
+                name="samples_seen",
             )
             self.micro_steps = tf.Variable(
                 0, dtype=tf.int64, trainable=False,
@@ -102,6 +108,7 @@ class GradientAccumulator(tf.Module):
             else:
                 ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
         ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))
+        ops.append(self.samples_seen.assign_add(tf.cast(tf.round(weight), tf.int64)))
         return tf.group(ops)
 
     def reduce_window(self):

@@ -125,6 +125,12 @@ class AccumulationEngine:
         return self._accumulator_holder.value
 
     @property
+    def samples_seen(self):
+        """Training samples this model has accumulated so far (all replicas, all fits)."""
+        acc = self._gradient_accumulator
+        return 0 if acc is None else int(acc.samples_seen.numpy())
+
+    @property
     def _gradient_accumulator(self):
         return self._accumulator_holder.value
 
@@ -193,7 +199,10 @@ class AccumulationEngine:
 
     # ------------------------------------------------------------------ the engine
     def _engine_active(self):
-        return self._accum_steps > 1 or self._agc is not None
+        # accum_steps=1 without AGC is plain Keras training, unless a caller inside ga_tfx
+        # (the tuner plugin, which counts samples through the engine) asks for the engine.
+        return (self._accum_steps > 1 or self._agc is not None
+                or getattr(self, "_ga_always_use_engine", False))
 
     def _build_gradient_accumulator(self):
         variables = self.trainable_variables

@@ -1,0 +1,231 @@
+"""Keras Tuner plugin: search over effective batch size (``accum_steps``) and AGC.
+
+``AccumulationHyperModel`` wraps a user's Keras Tuner build function. Per trial it declares the
+accumulation hyperparameters, builds the user's (compiled) model, replaces its BatchNormalization
+layers, wraps it for gradient accumulation, re-compiles it with the same loss, metrics and
+optimizer (learning rate optionally searched and/or scaled with the effective batch size), and
+fits it on micro-batches.
+
+Hyperparameters it adds (all visible in ``tuner.search_space_summary()`` before the search):
+
+========================  ==============================================================
+``accum_steps``           ``Choice`` of integers >= 1
+``agc``                   ``Boolean``, only when AGC may be off (``agc_optional=True``)
+``agc_clip_factor``       ``Float`` with log sampling (conditional on ``agc`` when optional)
+``micro_batch_size``      ``Choice``, only when several micro-batch sizes are given
+``learning_rate``         ``Float`` with log sampling, only when a range is given
+========================  ==============================================================
+
+Budgets are counted in samples: ``fit`` runs the given epochs (or ``steps_per_epoch``
+micro-batches) whatever ``accum_steps`` is, so a trial with ``accum_steps=4`` sees as many
+samples as one with ``accum_steps=1`` (and makes 4 times fewer updates). Every epoch's logs, and
+so the trial's metrics, carry ``effective_batch_size`` and ``samples_seen``. Hyperband's epoch
+budget keeps its meaning.
+
+Learning-rate scaling with the effective batch ``B`` (relative to ``base_batch_size``):
+``"none"`` (default) keeps the rate, ``"linear"`` multiplies it by ``B / base_batch_size``
+(Goyal et al. 2017), ``"sqrt"`` by ``sqrt(B / base_batch_size)`` (Krizhevsky 2014, Adam-type
+optimizers).
+
+A trial whose loss becomes NaN or that runs out of memory fails (``FailedTrialError``, the
+error reported) without stopping the search.
+
+This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
+"""
+
+import math
+import numbers
+
+import keras_tuner
+
+from ga_tfx import _validation
+from ga_tfx._keras import keras, tf
+from ga_tfx.batchnorm import replace_batchnorm_layers
+from ga_tfx.models import wrap_model
+
+LR_SCALING_RULES = ("none", "linear", "sqrt")
+_SPACE_KEYS = ("accum_steps", "agc_clip_factor", "agc_optional", "micro_batch_size",
+               "learning_rate", "lr_scaling", "base_batch_size")
+
+
+def _check_choices(name, values):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of integers, got {values!r}.")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must list at least one value, got an empty list.")
+    checked = [_validation.check_accum_steps(v, name=f"each {name} value") for v in values]
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"{name} has duplicate values: {values!r}.")
+    return checked
+
+
+def _check_range(name, bounds):
+    if bounds is None:
+        return None
+    if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
+        raise ValueError(f"{name} must be a (min, max) pair of positive numbers, got {bounds!r}.")
+    low = _validation.check_positive_float(bounds[0], f"{name} min")
+    high = _validation.check_positive_float(bounds[1], f"{name} max")
+    if low > high:
+        raise ValueError(f"{name} must have min <= max, got {bounds!r}.")
+    return (low, high)
+
+
+class AccumulationSearchSpace:
+    """The accumulation hyperparameters of a search, validated when created.
+
+    Args:
+      accum_steps: candidate ``accum_steps`` values (default ``(1, 2, 4)``).
+      agc_clip_factor: ``(min, max)`` of the AGC clip factor (log sampling), or ``None`` for no
+        AGC in the search.
+      agc_optional: whether "AGC off" is part of the search (default True).
+      micro_batch_size: one micro-batch size (default 32) or a list to search over.
+      learning_rate: ``(min, max)`` to search the learning rate (log sampling), or ``None`` to
+        keep the optimizer's.
+      lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"`` in the effective batch size.
+      base_batch_size: the effective batch size at which the learning rate is unscaled
+        (default: the smallest micro-batch size, i.e. ``accum_steps=1``).
+    """
+
+    def __init__(self, accum_steps=(1, 2, 4), agc_clip_factor=None, agc_optional=True,
+                 micro_batch_size=32, learning_rate=None, lr_scaling="none",
+                 base_batch_size=None):
+        self.accum_steps = _check_choices("accum_steps", accum_steps)
+        self.agc_clip_factor = _check_range("agc_clip_factor", agc_clip_factor)
+        self.agc_optional = bool(agc_optional)
+        if isinstance(micro_batch_size, numbers.Integral):
+            micro_batch_size = [micro_batch_size]
+        self.micro_batch_size = _check_choices("micro_batch_size", micro_batch_size)
+        self.learning_rate = _check_range("learning_rate", learning_rate)
+        if lr_scaling not in LR_SCALING_RULES:
+            raise ValueError(f"lr_scaling must be one of {LR_SCALING_RULES}, got {lr_scaling!r}.")
+        self.lr_scaling = lr_scaling
+        self.base_batch_size = (min(self.micro_batch_size) if base_batch_size is None else
+                                _validation.check_accum_steps(base_batch_size, "base_batch_size"))
+
+    @classmethod
+    def from_config(cls, config):
+        """From a plain dict (e.g. a TFX ``custom_config`` entry); unknown keys are errors."""
+        unknown = sorted(set(config) - set(_SPACE_KEYS))
+        if unknown:
+            raise ValueError(f"Unknown search space keys {unknown}; allowed: {list(_SPACE_KEYS)}.")
+        return cls(**config)
+
+    def declare(self, hp):
+        """Declares the hyperparameters on ``hp``; returns this trial's values as a dict."""
+        values = {"accum_steps": hp.Choice("accum_steps", self.accum_steps)}
+        values["micro_batch_size"] = (
+            hp.Choice("micro_batch_size", self.micro_batch_size)
+            if len(self.micro_batch_size) > 1 else self.micro_batch_size[0])
+        values["agc_clip_factor"] = None
+        if self.agc_clip_factor is not None:
+            low, high = self.agc_clip_factor
+            if self.agc_optional:
+                if hp.Boolean("agc", default=True):
+                    with hp.conditional_scope("agc", [True]):
+                        values["agc_clip_factor"] = hp.Float(
+                            "agc_clip_factor", low, high, sampling="log")
+            else:
+                values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high,
+                                                     sampling="log")
+        values["learning_rate"] = None
+        if self.learning_rate is not None:
+            values["learning_rate"] = hp.Float("learning_rate", *self.learning_rate,
+                                               sampling="log")
+        return values
+
+    def scaled_learning_rate(self, learning_rate, effective_batch_size):
+        ratio = effective_batch_size / self.base_batch_size
+        factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
+        return learning_rate * factor
+
+
+class AccumulationHyperModel(keras_tuner.HyperModel):
+    """A ``keras_tuner.HyperModel`` searching accumulation settings around a build function.
+
+    Args:
+      build_model: ``build_model(hp) -> keras.Model``, compiled (loss, metrics, optimizer), as
+        for any Keras Tuner search. It may declare its own hyperparameters.
+      search_space: an :class:`AccumulationSearchSpace` or a dict of its arguments.
+      replace_batchnorm: replace BatchNormalization layers by AccumBatchNormalization (default).
+      partial_window: the accumulation models' partial-window policy.
+
+    ``fit`` takes NumPy inputs (batched here at the trial's micro-batch size) or an *unbatched*
+    ``tf.data.Dataset`` (batched here), plus the usual ``fit`` arguments.
+    """
+
+    def __init__(self, build_model, search_space=None, replace_batchnorm=True,
+                 partial_window="apply", name=None, tunable=True):
+        super().__init__(name=name, tunable=tunable)
+        if not callable(build_model):
+            raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}.")
+        if search_space is None:
+            search_space = AccumulationSearchSpace()
+        elif isinstance(search_space, dict):
+            search_space = AccumulationSearchSpace.from_config(search_space)
+        self.search_space = search_space
+        self.build_model = build_model
+        self.replace_batchnorm = replace_batchnorm
+        self.partial_window = _validation.check_partial_window(partial_window)
+
+    def build(self, hp):
+        values = self.search_space.declare(hp)
+        model = self.build_model(hp)
+        if not isinstance(model, keras.Model) or getattr(model, "optimizer", None) is None:
+            raise TypeError("build_model(hp) must return a compiled tf.keras Model, got "
+                            f"{model!r}.")
+        compile_config = model.get_compile_config()
+        learning_rate = float(keras.backend.get_value(model.optimizer.learning_rate))
+        if self.replace_batchnorm:
+            model = replace_batchnorm_layers(model, accum_steps=values["accum_steps"])
+        wrapped = wrap_model(model, accum_steps=values["accum_steps"],
+                             partial_window=self.partial_window,
+                             agc_clip_factor=values["agc_clip_factor"])
+        wrapped._ga_always_use_engine = True  # every trial counts its samples the same way
+        wrapped.compile_from_config(compile_config)
+        if values["learning_rate"] is not None:
+            learning_rate = values["learning_rate"]
+        effective = values["accum_steps"] * values["micro_batch_size"]
+        wrapped.optimizer.learning_rate = self.search_space.scaled_learning_rate(
+            learning_rate, effective)
+        wrapped.ga_trial_values = dict(values, effective_batch_size=effective)
+        return wrapped
+
+    def fit(self, hp, model, x=None, y=None, callbacks=None, **kwargs):
+        values = model.ga_trial_values
+        micro = values["micro_batch_size"]
+        if isinstance(x, tf.data.Dataset):
+            x = x.batch(micro)
+        else:
+            kwargs["batch_size"] = micro
+        callbacks = [_TrialRecorder(values["effective_batch_size"])] + list(
+            callbacks or [])
+        try:
+            return model.fit(x, y, callbacks=callbacks, **kwargs)
+        except tf.errors.ResourceExhaustedError as error:
+            raise keras_tuner.errors.FailedTrialError(
+                f"Trial ran out of memory at effective batch size "
+                f"{values['effective_batch_size']} (micro-batch {micro}): {error.message}"
+            ) from error
+
+
+class _TrialRecorder(keras.callbacks.Callback):
+    """Adds ``effective_batch_size`` and ``samples_seen`` to each epoch's logs (so to the
+    trial's metrics) and fails the trial when the loss stops being finite."""
+
+    def __init__(self, effective_batch_size):
+        super().__init__()
+        self.effective_batch_size = effective_batch_size
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise keras_tuner.errors.FailedTrialError(
+                f"Loss became {float(loss)} at micro-batch {batch} (effective batch size "
+                f"{self.effective_batch_size}).")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["effective_batch_size"] = float(self.effective_batch_size)
+            logs["samples_seen"] = float(self.model.samples_seen)
