@@ -25,7 +25,7 @@ setup(
     description="Gradient accumulation as a first-class citizen of TensorFlow Extended",
     packages=find_packages(include=["ga_tfx", "ga_tfx.*", "components", "components.*",
                                     "pipelines", "pipelines.*"]),
-    include_package_data=True,
+    package_data={"pipelines": ["data/digits/*.csv"]},  # the shipped pipeline data
     python_requires=">=3.10,<3.11",  # TFX 1.16 supports 3.9-3.10; the stack is proven on 3.10
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": ["pytest==9.2.0"]},
