@@ -1,0 +1,101 @@
+"""``GradientAccumulationTrainer``: a drop-in ``tfx.components.Trainer`` with ga-tfx training.
+
+Same inputs (examples, transform_graph, schema, base_model, hyperparameters) and outputs
+(model, model_run) as the stock Trainer; the module file defines ``build_model(hparams)``
+instead of ``run_fn`` (see :mod:`components.trainer.run_fn`). The accumulation settings are
+primitive execution properties, so the component compiles for Kubeflow.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+
+from typing import Any, Dict, Optional, Union
+
+from tfx import types
+from tfx.components.util import udf_utils
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.orchestration import data_types
+from tfx.proto import trainer_pb2
+from tfx.types import standard_artifacts
+from tfx.types import standard_component_specs as specs
+from tfx.types.component_spec import ExecutionParameter
+from tfx.utils import json_utils
+
+from components.trainer import executor
+from components.trainer import settings as settings_lib
+
+_SETTING_TYPES = {"accum_steps": int, "micro_batch_size": int, "label_key": str,
+                  "raw_label_key": str, "agc_clip_factor": float, "replace_batchnorm": int,
+                  "mixed_precision": str, "strategy": str, "partial_window": str,
+                  "shuffle": int, "updates_per_epoch": int}
+assert set(_SETTING_TYPES) == set(settings_lib.field_names())
+
+
+class GradientAccumulationTrainerSpec(specs.TrainerSpec):
+    """TrainerSpec plus the accumulation settings (required ones are not optional)."""
+
+    PARAMETERS = dict(
+        specs.TrainerSpec.PARAMETERS,
+        **{name: ExecutionParameter(
+            type=kind, optional=name not in ("accum_steps", "micro_batch_size", "label_key"))
+           for name, kind in _SETTING_TYPES.items()})
+
+
+class GradientAccumulationTrainer(base_component.BaseComponent):
+    """Trains ``build_model(hparams)`` from ``module_file`` with exact gradient accumulation.
+
+    ``train_args.num_steps`` counts optimizer updates of ``accum_steps * micro_batch_size``
+    samples. Settings are checked here: a bad value raises ``ValueError`` naming the field.
+    """
+
+    SPEC_CLASS = GradientAccumulationTrainerSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+    def __init__(
+            self,
+            examples: types.BaseChannel,
+            module_file: Union[str, data_types.RuntimeParameter],
+            accum_steps: int,
+            micro_batch_size: int,
+            label_key: str,
+            *,
+            transform_graph: Optional[types.BaseChannel] = None,
+            schema: Optional[types.BaseChannel] = None,
+            base_model: Optional[types.BaseChannel] = None,
+            hyperparameters: Optional[types.BaseChannel] = None,
+            train_args: Optional[trainer_pb2.TrainArgs] = None,
+            eval_args: Optional[trainer_pb2.EvalArgs] = None,
+            custom_config: Optional[Dict[str, Any]] = None,
+            raw_label_key: Optional[str] = None,
+            agc_clip_factor: Optional[float] = None,
+            replace_batchnorm: bool = True,
+            mixed_precision: str = "float32",
+            strategy: str = "auto",
+            partial_window: str = "apply",
+            shuffle: bool = True,
+            updates_per_epoch: Optional[int] = None):
+        if not module_file:
+            raise ValueError("module_file (the module defining build_model) is required.")
+        settings = settings_lib.AccumulationSettings(
+            accum_steps=accum_steps, micro_batch_size=micro_batch_size, label_key=label_key,
+            raw_label_key=raw_label_key, agc_clip_factor=agc_clip_factor,
+            replace_batchnorm=replace_batchnorm, mixed_precision=mixed_precision,
+            strategy=strategy, partial_window=partial_window, shuffle=shuffle,
+            updates_per_epoch=updates_per_epoch)
+        train_args = train_args or trainer_pb2.TrainArgs()
+        if (isinstance(train_args, trainer_pb2.TrainArgs) and updates_per_epoch
+                and train_args.num_steps % updates_per_epoch):
+            raise ValueError(f"updates_per_epoch={updates_per_epoch} must divide "
+                             f"train_args.num_steps={train_args.num_steps}.")
+        spec = GradientAccumulationTrainerSpec(
+            examples=examples, transform_graph=transform_graph, schema=schema,
+            base_model=base_model, hyperparameters=hyperparameters,
+            train_args=train_args, eval_args=eval_args or trainer_pb2.EvalArgs(),
+            module_file=module_file,
+            custom_config=json_utils.dumps(custom_config),
+            model=types.Channel(type=standard_artifacts.Model),
+            model_run=types.Channel(type=standard_artifacts.ModelRun),
+            **settings.to_exec_properties())
+        super().__init__(spec=spec)
+        if udf_utils.should_package_user_modules():
+            udf_utils.add_user_module_dependency(self, specs.MODULE_FILE_KEY,
+                                                 specs.MODULE_PATH_KEY)

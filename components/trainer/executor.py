@@ -1,0 +1,38 @@
+"""Executor of :class:`GradientAccumulationTrainer`: TFX's GenericExecutor, ga-tfx training.
+
+Everything is checked before any data is read or model built: the settings (execution
+properties), ``train_args.num_steps`` and the user module's ``build_model``.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+
+from absl import logging
+from tfx.components.trainer import executor as trainer_executor
+from tfx.dsl.io import fileio
+
+from components.trainer import helpers
+from components.trainer import run_fn as run_fn_lib
+from components.trainer import settings as settings_lib
+
+
+class Executor(trainer_executor.GenericExecutor):
+    """Runs :func:`components.trainer.run_fn.train_and_export` with the component's settings.
+
+    The user's module (``module_file`` / ``module_path``) provides ``build_model(hparams)``;
+    the settings are also handed to it as ``fn_args.custom_config["ga_tfx"]``.
+    """
+
+    def Do(self, input_dict, output_dict, exec_properties):
+        self._log_startup(input_dict, output_dict, exec_properties)
+        settings = settings_lib.from_dict(
+            {name: exec_properties[name] for name in settings_lib.field_names()
+             if exec_properties.get(name) is not None})
+        build_model = helpers.load_build_model(exec_properties)
+        fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
+        fn_args.custom_config = dict(fn_args.custom_config or {},
+                                     ga_tfx=settings.to_exec_properties())
+        run_fn_lib.train_and_export(fn_args, settings, build_model)
+        if not fileio.exists(fn_args.serving_model_dir):
+            raise RuntimeError("ga-tfx run_fn failed to generate a model.")
+        logging.info("Training complete. Model written to %s. ModelRun written to %s",
+                     fn_args.serving_model_dir, fn_args.model_run_dir)

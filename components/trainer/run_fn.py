@@ -1,0 +1,95 @@
+"""The ga-tfx ``run_fn``: train a user's Keras model with exact gradient accumulation.
+
+The user's module defines ``build_model(hparams)`` (or ``build_keras_model``) returning a
+*compiled* tf.keras model whose inputs are the transformed features by name; ``hparams`` is a
+plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module does the rest:
+
+1. micro-batches of ``micro_batch_size`` from ``fn_args.data_accessor.tf_dataset_factory``
+   (transformed schema when there is a transform graph), repeated endlessly;
+2. BatchNormalization -> ``ga_tfx.AccumBatchNormalization`` (``replace_batchnorm``), then
+   ``ga_tfx.wrap_model(accum_steps=K)``, built under the chosen strategy and dtype policy;
+3. ``fit`` with ``steps_per_epoch = updates_per_epoch * K`` micro-batches, so that
+   ``train_args.num_steps`` counts **optimizer updates** (of ``K * micro_batch_size`` samples);
+   ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
+   datasets repeat endlessly);
+4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and a
+   ``BackupAndRestore`` backup in ``model_run_dir/backup``: a re-run after a crash resumes from
+   the last finished epoch (its data restarts from the first example);
+5. exports ``ga_tfx.unwrap_model(model)`` to ``serving_model_dir`` with ``serving_default``
+   (serialized raw tf.Example -> transform -> model) and ``transform_features``.
+
+Settings precedence, highest first: the Tuner's hyperparameters (only ``accum_steps`` and
+``agc_clip_factor``, when present in ``fn_args.hyperparameters``), then the component's
+settings (its execution properties, or ``custom_config["ga_tfx"]`` with the stock Trainer),
+then the defaults of :class:`~components.trainer.settings.AccumulationSettings`.
+
+With the stock ``tfx.components.Trainer``, pass ``run_fn="components.trainer.run_fn.run_fn"``
+and ``custom_config={"ga_tfx": {...settings...}, "model_fn": "my_pkg.my_module"}``.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._keras import keras
+
+import os
+
+from absl import logging
+
+from components.trainer import helpers
+from components.trainer import settings as settings_lib
+
+
+def run_fn(fn_args):
+    """TFX entry point for the stock Trainer: settings from ``custom_config``."""
+    config = fn_args.custom_config or {}
+    if "ga_tfx" not in config or "model_fn" not in config:
+        raise ValueError('custom_config needs "ga_tfx" (the settings) and "model_fn" (the '
+                         f'module defining build_model), got keys {sorted(config)}.')
+    settings = settings_lib.from_dict(config["ga_tfx"])
+    build_model = helpers.load_build_model(dotted_path=config["model_fn"])
+    train_and_export(fn_args, settings, build_model)
+
+
+def train_and_export(fn_args, settings, build_model):
+    """Trains ``build_model``'s model as described in the module docstring; returns it
+    (the plain, unwrapped Keras model that was exported)."""
+    settings = settings.with_hyperparameters(fn_args.hyperparameters)
+    hparams = settings_lib.hyperparameter_values(fn_args.hyperparameters)
+    updates = fn_args.train_steps
+    if not updates:
+        raise ValueError("train_args.num_steps (optimizer updates) must be set and > 0.")
+    per_epoch = settings.updates_per_epoch or updates
+    if updates % per_epoch:
+        raise ValueError(f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
+                         f"{updates} (optimizer updates).")
+    strategy = helpers.make_strategy(settings.strategy)
+    if settings.micro_batch_size < strategy.num_replicas_in_sync:
+        raise ValueError(f"micro_batch_size={settings.micro_batch_size} is smaller than the "
+                         f"{strategy.num_replicas_in_sync} replicas of the strategy: every "
+                         "replica needs at least one example per micro-batch.")
+    logging.info("ga_tfx: %s, %d replicas, %d updates of %d samples", settings,
+                 strategy.num_replicas_in_sync, updates, settings.effective_batch_size)
+
+    schema, transform_output = helpers.schema_and_transform(fn_args)
+    train = helpers.micro_batches(fn_args, fn_args.train_files, settings, schema,
+                                  settings.shuffle)
+    evaluation = helpers.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
+    with helpers.mixed_precision_policy(settings.mixed_precision):
+        with strategy.scope():
+            model = helpers.accumulation_model(build_model, hparams, settings)
+        model.fit(
+            train, epochs=updates // per_epoch,
+            steps_per_epoch=per_epoch * settings.accum_steps,
+            validation_data=evaluation if fn_args.eval_steps else None,
+            validation_steps=fn_args.eval_steps or None,
+            verbose=2,
+            callbacks=[
+                keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+                helpers.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
+                                           settings),
+                keras.callbacks.BackupAndRestore(os.path.join(fn_args.model_run_dir,
+                                                              "backup")),
+            ])
+        plain = ga_tfx.unwrap_model(model)
+        helpers.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
+                                     schema, settings.serving_label_key)
+    return plain

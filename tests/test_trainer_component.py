@@ -1,0 +1,339 @@
+"""GradientAccumulationTrainer and the ga-tfx run_fn on the testdata shipped in the TFX wheel.
+
+TFX 1.16 ships a transform graph only for the Chicago taxi data
+(``tfx/components/testdata/transform``: transformed examples + transform graph; raw examples
+in ``csv_example_gen``), so that is the data here (label ``tips_xf``, raw ``tips``).
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._keras import keras, tf
+
+import glob
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow_transform as tft
+import tfx
+from tfx.components.trainer import executor as tfx_trainer_executor
+from tfx.proto import trainer_pb2
+from tfx.types import artifact_utils, standard_artifacts
+from tfx.types import standard_component_specs as specs
+from tfx.utils import io_utils, proto_utils
+
+from components.trainer import AccumulationSettings, Executor, GradientAccumulationTrainer
+from components.trainer import helpers
+from components.trainer import settings as settings_lib
+
+TESTDATA = os.path.join(os.path.dirname(tfx.__file__), "components", "testdata")
+
+MODEL_MODULE = '''
+import ga_tfx  # noqa: F401
+from ga_tfx._keras import keras, tf
+
+FEATURES = ("fare_xf", "trip_miles_xf", "trip_seconds_xf")
+
+
+def build_model(hparams):
+    keras.utils.set_random_seed(7)
+    inputs = {name: keras.Input(shape=(1,), name=name, dtype=tf.float32) for name in FEATURES}
+    x = keras.layers.Concatenate()([inputs[name] for name in FEATURES])
+    x = keras.layers.Dense(8, name="hidden")(x)
+    if hparams.get("batchnorm", True):
+        x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.Activation("relu")(x)
+    outputs = keras.layers.Dense(2, name="logits")(x)
+    model = keras.Model(inputs, outputs)
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+'''
+
+BASE_SETTINGS = dict(label_key="tips_xf", raw_label_key="tips", strategy="none",
+                     shuffle=0)
+
+
+def _module(tmp_path, source=MODEL_MODULE, name="model_module.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return str(path)
+
+
+def _artifacts(out, hyperparameters=None):
+    examples = standard_artifacts.Examples()
+    examples.uri = os.path.join(TESTDATA, "transform", "transformed_examples")
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    graph = standard_artifacts.TransformGraph()
+    graph.uri = os.path.join(TESTDATA, "transform", "transform_graph")
+    schema = standard_artifacts.Schema()
+    schema.uri = os.path.join(TESTDATA, "schema_gen")
+    inputs = {specs.EXAMPLES_KEY: [examples], specs.TRANSFORM_GRAPH_KEY: [graph],
+              specs.SCHEMA_KEY: [schema]}
+    if hyperparameters is not None:
+        hp = standard_artifacts.HyperParameters()
+        hp.uri = os.path.join(out, "hyperparameters")
+        io_utils.write_string_file(os.path.join(hp.uri, "hyperparameters.txt"),
+                                   json.dumps(hyperparameters))
+        inputs[specs.HYPERPARAMETERS_KEY] = [hp]
+    model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
+    model.uri, model_run.uri = os.path.join(out, "model"), os.path.join(out, "model_run")
+    return inputs, {specs.MODEL_KEY: [model], specs.MODEL_RUN_KEY: [model_run]}
+
+
+def _exec_properties(module_file, num_steps=3, eval_steps=1, **settings):
+    return dict(
+        {specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(trainer_pb2.TrainArgs(
+            num_steps=num_steps)),
+         specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(trainer_pb2.EvalArgs(
+             num_steps=eval_steps)),
+         specs.MODULE_FILE_KEY: module_file},
+        **dict(BASE_SETTINGS, **settings))
+
+
+def _run(tmp_path, name, hyperparameters=None, module_file=None, **kwargs):
+    out = str(tmp_path / name)
+    inputs, outputs = _artifacts(out, hyperparameters)
+    Executor().Do(inputs, outputs, _exec_properties(module_file or _module(tmp_path), **kwargs))
+    return os.path.join(out, "model", "Format-Serving"), os.path.join(out, "model_run")
+
+
+def _scalars(log_dir):
+    """{tag: [(step, value), ...]} of every event file under log_dir (or of that file)."""
+    found = {}
+    paths = [log_dir] if os.path.isfile(log_dir) else glob.glob(
+        os.path.join(log_dir, "**", "events.out.tfevents.*"), recursive=True)
+    for path in paths:
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                array = tf.make_ndarray(value.tensor) if value.HasField("tensor") else None
+                if array is not None and (array.ndim or array.dtype.kind not in "fiu"):
+                    continue  # not a scalar (e.g. Keras' model-config text summary)
+                number = value.simple_value if array is None else float(array)
+                found.setdefault(value.tag, []).append((event.step, number))
+    return found
+
+
+def _raw_examples(n=20):
+    path = sorted(glob.glob(os.path.join(TESTDATA, "csv_example_gen", "Split-eval", "*.gz")))[0]
+    dataset = tf.data.TFRecordDataset(path, compression_type="GZIP").take(n)
+    return tf.stack(list(dataset))
+
+
+def _saved_variables(serving_dir):
+    """{checkpoint key: value} of the exported model's variables (weights and optimizer)."""
+    reader = tf.train.load_checkpoint(os.path.join(serving_dir, "variables", "variables"))
+    return {key: reader.get_tensor(key) for key, dtype in
+            reader.get_variable_to_dtype_map().items()
+            if key.endswith("VARIABLE_VALUE") and dtype.is_floating}
+
+
+# ---------------------------------------------------------------------- construction
+def test_component_carries_settings_as_primitive_exec_properties():
+    examples = tfx.types.Channel(type=standard_artifacts.Examples)
+    trainer = GradientAccumulationTrainer(
+        examples=examples, module_file="m.py", accum_steps=4, micro_batch_size=8,
+        label_key="y", agc_clip_factor=0.02, replace_batchnorm=False, strategy="mirrored",
+        train_args=trainer_pb2.TrainArgs(num_steps=10))
+    props = trainer.exec_properties
+    assert props["accum_steps"] == 4 and props["micro_batch_size"] == 8
+    assert props["agc_clip_factor"] == 0.02 and props["replace_batchnorm"] == 0
+    assert props["strategy"] == "mirrored" and props["partial_window"] == "apply"
+    assert all(isinstance(v, (int, float, str)) for v in props.values())
+    assert set(trainer.outputs) == {"model", "model_run"}
+    assert set(trainer.spec.INPUTS) == {"examples", "transform_graph", "schema", "base_model",
+                                        "hyperparameters"}
+
+
+@pytest.mark.parametrize("field,value", [
+    ("accum_steps", 0), ("accum_steps", 2.0), ("micro_batch_size", -1),
+    ("agc_clip_factor", 0.0), ("strategy", "tpu"), ("partial_window", "keep"),
+    ("mixed_precision", "float16"), ("replace_batchnorm", "yes"), ("label_key", ""),
+    ("updates_per_epoch", 3),
+])
+def test_component_rejects_bad_settings_naming_the_field(field, value):
+    kwargs = dict(examples=tfx.types.Channel(type=standard_artifacts.Examples),
+                  module_file="m.py", accum_steps=2, micro_batch_size=4, label_key="y",
+                  train_args=trainer_pb2.TrainArgs(num_steps=10))
+    kwargs[field] = value
+    with pytest.raises(ValueError, match=field):
+        GradientAccumulationTrainer(**kwargs)
+
+
+def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
+    with pytest.raises(ValueError, match="acum_steps"):
+        settings_lib.from_dict({"acum_steps": 2, "micro_batch_size": 4, "label_key": "y"})
+    base = settings_lib.from_dict({"accum_steps": 2, "micro_batch_size": 4, "label_key": "y",
+                                   "shuffle": 0})
+    assert base == AccumulationSettings(2, 4, "y", shuffle=False)
+    tuner_config = {"space": [], "values": {"accum_steps": 8, "agc_clip_factor": 0.1,
+                                            "units": 3}}
+    tuned = base.with_hyperparameters(tuner_config)
+    assert (tuned.accum_steps, tuned.agc_clip_factor, tuned.micro_batch_size) == (8, 0.1, 4)
+    with pytest.raises(ValueError, match="accum_steps"):
+        base.with_hyperparameters({"accum_steps": 0})
+
+
+# ---------------------------------------------------------------------- training
+def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
+    serving_dir, run_dir = _run(tmp_path, "run", accum_steps=2, micro_batch_size=8,
+                                num_steps=3, agc_clip_factor=0.05)
+    assert os.path.exists(os.path.join(serving_dir, "saved_model.pb"))
+
+    loaded = tf.saved_model.load(serving_dir)
+    assert {"serving_default", "transform_features"} <= set(loaded.signatures)
+    examples = _raw_examples()
+    (served,) = loaded.signatures["serving_default"](examples=examples).values()
+
+    # The same weights in Keras, fed the transform of the raw examples computed independently.
+    model = keras.models.load_model(serving_dir)
+    assert any(isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in model.layers)
+    transform_output = tft.TFTransformOutput(os.path.join(TESTDATA, "transform",
+                                                          "transform_graph"))
+    raw_spec = transform_output.raw_feature_spec()
+    raw_spec.pop("tips")
+    transformed = transform_output.transform_features_layer()(
+        tf.io.parse_example(examples, raw_spec))
+    expected = model({k: transformed[k] for k in ("fare_xf", "trip_miles_xf",
+                                                  "trip_seconds_xf")}, training=False)
+    assert served.shape == (20, 2)
+    print(f"max |served - keras| = {np.max(np.abs(served.numpy() - expected.numpy())):.3g}")
+    np.testing.assert_allclose(served.numpy(), expected.numpy(), atol=1e-5)
+    features = loaded.signatures["transform_features"](examples=examples)
+    assert "tips_xf" in features and "fare_xf" in features
+
+    scalars = _scalars(os.path.join(run_dir, "ga_tfx"))
+    assert [v for _, v in scalars["ga_tfx/effective_batch_size"]] == [16.0] * 3
+    assert [v for _, v in scalars["ga_tfx/updates"]] == [1.0, 2.0, 3.0]
+    assert all(v > 0 for _, v in scalars["ga_tfx/samples_per_second"])
+    assert all(np.isfinite(v) and v > 0 for _, v in scalars["ga_tfx/loss_per_update"])
+    assert "epoch_loss" in _scalars(os.path.join(run_dir, "train"))  # Keras' own logs
+
+
+def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path):
+    # (b=4, K=4, K coming from the Tuner's hyperparameters) vs (b=16, K=1), same data order
+    # (shuffle off). No BatchNormalization here: it normalises each micro-batch on its own.
+    accumulated, acc_run = _run(tmp_path, "acc", micro_batch_size=4, accum_steps=1,
+                                num_steps=3, hyperparameters={"accum_steps": 4,
+                                                              "batchnorm": False})
+    big, _ = _run(tmp_path, "big", micro_batch_size=16, accum_steps=1, num_steps=3,
+                  hyperparameters={"batchnorm": False})
+    acc_vars, big_vars = _saved_variables(accumulated), _saved_variables(big)
+    assert set(acc_vars) == set(big_vars) and len(acc_vars) >= 4
+    diff = max(float(np.max(np.abs(acc_vars[k] - big_vars[k]))) for k in acc_vars)
+    print(f"max |w_acc - w_big| = {diff:.3g}")
+    assert diff <= 1e-5, diff
+    assert [v for _, v in _scalars(os.path.join(acc_run, "ga_tfx"))[
+        "ga_tfx/effective_batch_size"]] == [16.0] * 3
+    # The same under MirroredStrategy on conftest's 2 logical CPUs (b=8 split 4+4, K=2).
+    mirrored, _ = _run(tmp_path, "mirrored", micro_batch_size=8, accum_steps=2, num_steps=3,
+                       strategy="mirrored", hyperparameters={"batchnorm": False})
+    mirrored_vars = _saved_variables(mirrored)
+    assert set(mirrored_vars) == set(big_vars)
+    diff = max(float(np.max(np.abs(mirrored_vars[k] - big_vars[k]))) for k in big_vars)
+    print(f"max |w_mirrored - w_big| = {diff:.3g}")
+    assert diff <= 1e-5, diff
+    # ...and training did move the weights (the comparison is not between initial weights).
+    namespace = {}
+    exec(MODEL_MODULE, namespace)
+    initial = namespace["build_model"]({"batchnorm": False}).get_weights()
+    assert sorted(w.size for w in initial) == sorted(v.size for v in big_vars.values())
+    moved = min(float(np.max(np.abs(a - b))) for a, b in zip(
+        sorted(initial, key=lambda w: (w.size, w.shape)),
+        sorted(big_vars.values(), key=lambda w: (w.size, w.shape))))
+    print(f"least max |w_trained - w_initial| over tensors = {moved:.3g}")
+    assert moved > 1e-3
+
+
+def test_rerun_after_a_crash_resumes_from_the_backup_in_model_run(tmp_path, monkeypatch):
+    class CrashAtSecondEpoch(helpers.AccumulationLogger):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                raise RuntimeError("preempted")
+            super().on_epoch_begin(epoch, logs)
+
+    settings = dict(accum_steps=2, micro_batch_size=8, num_steps=2, updates_per_epoch=1,
+                    eval_steps=0)
+    monkeypatch.setattr(helpers, "AccumulationLogger", CrashAtSecondEpoch)
+    with pytest.raises(RuntimeError, match="preempted"):
+        _run(tmp_path, "job", **settings)
+    monkeypatch.undo()
+    serving_dir, run_dir = _run(tmp_path, "job", **settings)  # same model_run: resumes
+    assert os.path.exists(os.path.join(serving_dir, "saved_model.pb"))
+    # One event file per run: update 1 by the crashed run, only update 2 by the re-run
+    # (without the backup the re-run would redo update 1).
+    per_run = sorted([step for step, _ in _scalars(path)["ga_tfx/updates"]]
+                     for path in glob.glob(os.path.join(run_dir, "ga_tfx", "events.*")))
+    assert per_run == [[1], [2]]
+
+
+# ---------------------------------------------------------------------- errors before training
+def test_module_without_build_model_is_rejected(tmp_path):
+    module = _module(tmp_path, "def something_else(hparams):\n    return None\n", "bad.py")
+    with pytest.raises(ValueError, match="build_model"):
+        _run(tmp_path, "bad", module_file=module, accum_steps=2, micro_batch_size=4)
+    assert not os.path.exists(tmp_path / "bad" / "model_run" / "ga_tfx")
+
+
+def test_bad_exec_properties_are_rejected_before_training(tmp_path):
+    with pytest.raises(ValueError, match="accum_steps"):
+        _run(tmp_path, "zero", accum_steps=0, micro_batch_size=4)
+    with pytest.raises(ValueError, match="updates_per_epoch"):
+        _run(tmp_path, "epochs", accum_steps=2, micro_batch_size=4, num_steps=3,
+             updates_per_epoch=2)
+    # "mirrored" on the two logical CPUs of conftest: a micro-batch of 1 cannot be split.
+    with pytest.raises(ValueError, match="micro_batch_size=1 is smaller than the 2 replicas"):
+        _run(tmp_path, "mirrored", accum_steps=2, micro_batch_size=1, strategy="mirrored")
+    for name in ("zero", "epochs", "mirrored"):
+        assert not os.path.exists(tmp_path / name / "model_run" / "ga_tfx")
+
+
+def test_stock_trainer_route_rejects_unknown_settings(tmp_path):
+    out = str(tmp_path / "stock")
+    inputs, outputs = _artifacts(out)
+    props = _exec_properties(None)
+    props = {k: props[k] for k in (specs.TRAIN_ARGS_KEY, specs.EVAL_ARGS_KEY)}
+    props[specs.RUN_FN_KEY] = "components.trainer.run_fn.run_fn"
+    props[specs.CUSTOM_CONFIG_KEY] = json.dumps(
+        {"ga_tfx": {"accum_steps": 2, "micro_batch_size": 4, "label_key": "tips_xf",
+                    "acum_step": 2},
+         "model_fn": "no.such.module"})
+    with pytest.raises(ValueError, match="acum_step"):
+        tfx_trainer_executor.GenericExecutor().Do(inputs, outputs, props)
+
+
+def test_pipeline_with_the_trainer_compiles_for_kubeflow_v2(tmp_path):
+    from tfx import v1 as tfx_v1
+    examples = tfx_v1.dsl.Importer(
+        source_uri=os.path.join(TESTDATA, "transform", "transformed_examples"),
+        artifact_type=standard_artifacts.Examples).with_id("examples")
+    trainer = GradientAccumulationTrainer(
+        examples=examples.outputs["result"], module_file=_module(tmp_path),
+        accum_steps=4, micro_batch_size=8, label_key="tips_xf", agc_clip_factor=0.01,
+        strategy="auto", train_args=trainer_pb2.TrainArgs(num_steps=8))
+    pipeline = tfx_v1.dsl.Pipeline(pipeline_name="ga-tfx-trainer",
+                                   pipeline_root=str(tmp_path / "root"),
+                                   components=[examples, trainer])
+    runner = tfx_v1.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx_v1.orchestration.experimental.KubeflowV2DagRunnerConfig(
+            default_image="ga-tfx:test"))
+    job = runner.run(pipeline, write_out=False)
+    text = json.dumps(job)
+    assert "components.trainer.executor.Executor" in text
+    parameters = job["pipelineSpec"]["root"]["dag"]["tasks"]["GradientAccumulationTrainer"][
+        "inputs"]["parameters"]
+    assert {"accum_steps", "micro_batch_size", "agc_clip_factor", "strategy",
+            "replace_batchnorm", "partial_window", "mixed_precision"} <= set(parameters)
+
+
+def test_mixed_precision_policy_trains_and_is_restored(tmp_path):
+    before = keras.mixed_precision.global_policy().name
+    serving_dir, run_dir = _run(tmp_path, "bf16", accum_steps=2, micro_batch_size=8,
+                                num_steps=2, mixed_precision="mixed_bfloat16")
+    assert keras.mixed_precision.global_policy().name == before
+    model = keras.models.load_model(serving_dir)
+    assert model.get_layer("hidden").compute_dtype == "bfloat16"
+    assert model.get_layer("hidden").kernel.dtype == tf.float32  # float32 master weights
+    losses = [v for _, v in _scalars(os.path.join(run_dir, "ga_tfx"))["ga_tfx/loss_per_update"]]
+    assert len(losses) == 2 and all(np.isfinite(losses))
