@@ -507,6 +507,9 @@ def measure_throughput(args):
         for name in names:
             ratios = [times["plain_b"][i] / times[name][i] for i in range(args.repeats)]
             results[name]["paired_ratio_median"] = statistics.median(ratios)
+            if len(ratios) >= 2:
+                q1, _, q3 = statistics.quantiles(ratios, n=4)
+                results[name]["paired_ratio_iqr"] = (q1, q3)
     return results
 
 
@@ -630,7 +633,8 @@ def render(args, facts, throughput, memory, checks, command, started, elapsed, p
     out("- Throughput: per configuration one warm-up epoch (tracing included) is discarded; "
         f"then {args.repeats} rounds, each timing one epoch of every configuration "
         "(epoch-begin to epoch-end callback), the order rotated each round. Median samples/s; "
-        "ratio = median / median of (a); paired = median over rounds of time(a)/time(x).")
+        "ratio = median / median of (a); paired = median (interquartile range) over rounds of "
+        "time(a)/time(x), which cancels load drift shared by a round.")
     out(f"- Memory: each configuration in a fresh subprocess ({args.memory_jobs} at a time; "
         f"peak memory is per process), {mem_n} samples "
         "(2 epochs; the first includes tracing). RSS: `pre-train` = ru_maxrss after data, "
@@ -645,7 +649,7 @@ def render(args, facts, throughput, memory, checks, command, started, elapsed, p
     out("## 1. Throughput and peak memory (model with BatchNormalization)")
     out("")
     out("| configuration | updates/epoch | samples/s (median) | min–max | ratio vs (a) | paired "
-        "| peak RSS MiB | RSS increment MiB | ratio vs (a) | TF tensor peak MiB | ratio vs (a) |")
+        "(IQR) | peak RSS MiB | RSS increment MiB | ratio vs (a) | TF tensor peak MiB | ratio vs (a) |")
     out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     base_tp = throughput.get("plain_b", {}).get("median")
     base_mem = memory.get("plain_b", {})
@@ -663,7 +667,9 @@ def render(args, facts, throughput, memory, checks, command, started, elapsed, p
             cells += [str(tp["updates_per_epoch"]), f"{tp['median']:.0f}",
                       f"{tp['min']:.0f}–{tp['max']:.0f}",
                       f"{tp['median'] / base_tp:.2f}" if base_tp else "n/a",
-                      fmt(tp.get("paired_ratio_median"), ".2f")]
+                      fmt(tp.get("paired_ratio_median"), ".2f") + (
+                          " ({:.2f}–{:.2f})".format(*tp["paired_ratio_iqr"])
+                          if name != "plain_b" and tp.get("paired_ratio_iqr") else "")]
         else:
             cells += ["—", "FAILED", "—", "—", "—"]
             failures.append(f"{label} (throughput): `{tp.get('error', 'not run')}`")
@@ -788,12 +794,16 @@ def interpret(throughput, memory, checks, b, k):
     peak = {n: r.get("peak_maxrss_mib") for n, r in memory.items() if r.get("status") == "ok"}
     spreads = {n: (r["max"] - r["min"]) / r["median"] for n, r in throughput.items()
                if r.get("status") == "ok"}
-    if spreads:
+    iqrs = {n: r["paired_ratio_iqr"] for n, r in throughput.items()
+            if r.get("status") == "ok" and r.get("paired_ratio_iqr") and n != "plain_b"}
+    if spreads and iqrs:
+        widest = max(q3 - q1 for q1, q3 in iqrs.values())
         notes.append(
-            f"Noise: per configuration, the round-to-round spread (max − min)/median was "
-            f"{min(spreads.values()):.0%}–{max(spreads.values()):.0%} on this shared machine; "
-            "read throughput ratio differences smaller than that as noise (the paired ratio, "
-            "taken round by round, is the more robust of the two).")
+            f"Noise: absolute samples/s varied by {min(spreads.values()):.0%}–"
+            f"{max(spreads.values()):.0%} (max − min)/median per configuration over the rounds "
+            "(shared machine; load changes between rounds). Rounds are paired, so the paired "
+            f"ratio cancels most of that; its interquartile ranges are at most {widest:.2f} "
+            "wide here. Treat ratio differences within the IQR as noise.")
     if "plain_b" in tp and "ga_tfx" in tp:
         ratio = tp["ga_tfx"] / tp["plain_b"]
         paired = throughput["ga_tfx"].get("paired_ratio_median")
@@ -835,6 +845,15 @@ def interpret(throughput, memory, checks, b, k):
             + f"); absolute RSS peaks {peak['plain_b']:.0f} / {peak['ga_tfx']:.0f} / "
             f"{peak['plain_Kb']:.0f} MiB are dominated by the TensorFlow runtime and traced "
             "graphs, which activations only add to.")
+        ga_mem = memory["ga_tfx"]
+        first = ga_mem["after_first_epoch_maxrss_mib"] - ga_mem["pre_train_maxrss_mib"]
+        if mem["ga_tfx"] > mem["plain_b"] and tfm["ga_tfx"] <= 1.1 * tfm["plain_b"]:
+            notes.append(
+                f"ga_tfx's RSS increment is {mem['ga_tfx'] - mem['plain_b']:.0f} MiB above "
+                f"plain-at-b although its tensor peak is not higher; {first:.0f} of its "
+                f"{mem['ga_tfx']:.0f} MiB were reached in the first epoch, which includes "
+                "tracing. So the extra RSS is not tensor (activation) memory; it is consistent "
+                "with the larger traced graph (the window loop) and tracing overhead.")
     corr = [r for r in checks.get("correctness", []) if r.get("status") == "ok"]
     for kind, name in (("ga_tfx", "ga_tfx"), ("anchor_model",
                                               "gradient-accumulator GradientAccumulateModel"),
