@@ -11,6 +11,9 @@ from ga_tfx._keras import keras, tf
 import glob
 import json
 import os
+import signal
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -150,7 +153,7 @@ def test_component_carries_settings_as_primitive_exec_properties():
     ("accum_steps", 0), ("accum_steps", 2.0), ("micro_batch_size", -1),
     ("agc_clip_factor", 0.0), ("strategy", "tpu"), ("partial_window", "keep"),
     ("mixed_precision", "float16"), ("replace_batchnorm", "yes"), ("label_key", ""),
-    ("updates_per_epoch", 3),
+    ("updates_per_epoch", 3), ("shuffle_seed", -1), ("shuffle_seed", 1.5),
 ])
 def test_component_rejects_bad_settings_naming_the_field(field, value):
     kwargs = dict(examples=tfx.types.Channel(type=standard_artifacts.Examples),
@@ -159,6 +162,16 @@ def test_component_rejects_bad_settings_naming_the_field(field, value):
     kwargs[field] = value
     with pytest.raises(ValueError, match=field):
         GradientAccumulationTrainer(**kwargs)
+
+
+def test_component_takes_exactly_one_of_module_file_and_model_fn():
+    examples = tfx.types.Channel(type=standard_artifacts.Examples)
+    common = dict(examples=examples, accum_steps=2, micro_batch_size=4, label_key="y")
+    trainer = GradientAccumulationTrainer(model_fn="pipelines.digits", **common)
+    assert trainer.exec_properties["model_fn"] == "pipelines.digits"
+    for kwargs in ({}, {"module_file": "m.py", "model_fn": "pipelines.digits"}):
+        with pytest.raises(ValueError, match="exactly one of module_file"):
+            GradientAccumulationTrainer(**kwargs, **common)
 
 
 def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
@@ -246,26 +259,86 @@ def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path):
     assert moved > 1e-3
 
 
-def test_rerun_after_a_crash_resumes_from_the_backup_in_model_run(tmp_path, monkeypatch):
-    class CrashAtSecondEpoch(helpers.AccumulationLogger):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1:
-                raise RuntimeError("preempted")
-            super().on_epoch_begin(epoch, logs)
+KILLED_TRAINER = """
+import json, os, pathlib, signal, sys
+import ga_tfx
+from ga_tfx._keras import tf
+from components.trainer import helpers
+from tests import test_trainer_component as t
 
-    settings = dict(accum_steps=2, micro_batch_size=8, num_steps=2, updates_per_epoch=1,
-                    eval_steps=0)
-    monkeypatch.setattr(helpers, "AccumulationLogger", CrashAtSecondEpoch)
-    with pytest.raises(RuntimeError, match="preempted"):
-        _run(tmp_path, "job", **settings)
-    monkeypatch.undo()
-    serving_dir, run_dir = _run(tmp_path, "job", **settings)  # same model_run: resumes
-    assert os.path.exists(os.path.join(serving_dir, "saved_model.pb"))
-    # One event file per run: update 1 by the crashed run, only update 2 by the re-run
-    # (without the backup the re-run would redo update 1).
-    per_run = sorted([step for step, _ in _scalars(path)["ga_tfx/updates"]]
-                     for path in glob.glob(os.path.join(run_dir, "ga_tfx", "events.*")))
-    assert per_run == [[1], [2]]
+tf.config.experimental.enable_op_determinism()
+save = helpers.EpochCheckpoint.on_epoch_end
+
+def save_then_die(self, epoch, logs=None):
+    save(self, epoch, logs)
+    if epoch == 1:  # two epochs (updates) checkpointed: the machine goes away, no clean-up
+        os.kill(os.getpid(), signal.SIGKILL)
+
+helpers.EpochCheckpoint.on_epoch_end = save_then_die
+t._run(pathlib.Path(sys.argv[1]), "killed", **json.loads(sys.argv[2]))
+"""
+
+
+def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(tmp_path):
+    # Shuffled data, AccumBN, Adam: the re-run must restore weights, slots, iterations and
+    # BN statistics, and skip exactly the micro-batches the killed attempt trained on.
+    settings = dict(accum_steps=2, micro_batch_size=8, num_steps=4, updates_per_epoch=1,
+                    eval_steps=0, shuffle=1, shuffle_seed=3)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_TRAINER, str(tmp_path), json.dumps(settings)],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not os.path.exists(tmp_path / "killed" / "model" / "Format-Serving")
+    (resume_dir,) = glob.glob(str(tmp_path / ".ga_tfx_resume" / "*"))
+    assert tf.train.latest_checkpoint(resume_dir).endswith("ckpt-2")
+
+    # The re-run: a new execution with new output URIs, as TFX gives it.
+    resumed, resumed_run = _run(tmp_path, "rerun", **settings)
+    assert not os.path.exists(resume_dir)  # cleaned up once the model is exported
+    uninterrupted, _ = _run(tmp_path, "uninterrupted", **settings)
+    got, want = _saved_variables(resumed), _saved_variables(uninterrupted)
+    assert set(got) == set(want) and len(want) >= 8  # weights, BN statistics, Adam slots
+    diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    print(f"max |w_resumed - w_uninterrupted| = {diff:.3g}")
+    assert diff == 0.0
+    # The re-run made updates 3 and 4 only; without the checkpoint it would redo 1 and 2.
+    steps = [step for step, _ in _scalars(os.path.join(resumed_run, "ga_tfx"))["ga_tfx/updates"]]
+    assert steps == [3, 4]
+    # A different training (another seed) does not pick up someone else's checkpoints.
+    assert helpers.resume_directory("r/T/model_run/1", {"seed": 1}) != helpers.resume_directory(
+        "r/T/model_run/2", {"seed": 2})
+
+
+def test_base_model_warm_starts_the_new_training(tmp_path):
+    first, _ = _run(tmp_path, "first", accum_steps=2, micro_batch_size=8, num_steps=6)
+    namespace = {}
+    exec(MODEL_MODULE, namespace)
+    model = ga_tfx.replace_batchnorm_layers(namespace["build_model"]({}), 2)
+    assert helpers.warm_start(model, first) == ["hidden", "bn", "logits"]
+    trained = keras.models.load_model(first, compile=False)
+    for layer in ("hidden", "bn", "logits"):
+        for got, want in zip(model.get_layer(layer).weights, trained.get_layer(layer).weights):
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+    # Through the executor: the base model's weights are where training starts.
+    out = str(tmp_path / "warm")
+    inputs, outputs = _artifacts(out)
+    base = standard_artifacts.Model()
+    base.uri = os.path.dirname(first)
+    inputs[specs.BASE_MODEL_KEY] = [base]
+    Executor().Do(inputs, outputs, _exec_properties(
+        _module(tmp_path), num_steps=1, **dict(accum_steps=2, micro_batch_size=8)))
+    cold, cold_run = _run(tmp_path, "cold", accum_steps=2, micro_batch_size=8, num_steps=1)
+    first_loss = {name: _scalars(os.path.join(run, "ga_tfx"))["ga_tfx/loss_per_update"][0][1]
+                  for name, run in (("warm", os.path.join(out, "model_run")),
+                                    ("cold", cold_run))}
+    print(f"first-update loss: {first_loss}")
+    assert first_loss["warm"] < first_loss["cold"]
+
+    other = keras.Sequential([keras.layers.Dense(3, name="hidden", input_shape=(2,))])
+    with pytest.raises(ValueError, match="Cannot warm-start layer 'hidden'"):
+        helpers.warm_start(other, first)
 
 
 # ---------------------------------------------------------------------- errors before training

@@ -26,7 +26,7 @@ from components.trainer import settings as settings_lib
 _SETTING_TYPES = {"accum_steps": int, "micro_batch_size": int, "label_key": str,
                   "raw_label_key": str, "agc_clip_factor": float, "replace_batchnorm": int,
                   "mixed_precision": str, "strategy": str, "partial_window": str,
-                  "shuffle": int, "updates_per_epoch": int}
+                  "shuffle": int, "shuffle_seed": int, "updates_per_epoch": int}
 assert set(_SETTING_TYPES) == set(settings_lib.field_names())
 
 
@@ -37,11 +37,17 @@ class GradientAccumulationTrainerSpec(specs.TrainerSpec):
         specs.TrainerSpec.PARAMETERS,
         **{name: ExecutionParameter(
             type=kind, optional=name not in ("accum_steps", "micro_batch_size", "label_key"))
-           for name, kind in _SETTING_TYPES.items()})
+           for name, kind in _SETTING_TYPES.items()},
+        # Dotted path of the module (or function) defining build_model, instead of module_file.
+        model_fn=ExecutionParameter(type=str, optional=True))
 
 
 class GradientAccumulationTrainer(base_component.BaseComponent):
-    """Trains ``build_model(hparams)`` from ``module_file`` with exact gradient accumulation.
+    """Trains ``build_model(hparams)`` with exact gradient accumulation.
+
+    The model comes from ``module_file`` (a file, packaged like the stock Trainer's) or from
+    ``model_fn``, the dotted path of an installed module defining ``build_model`` (or of the
+    function itself): exactly one of them.
 
     ``train_args.num_steps`` counts optimizer updates of ``accum_steps * micro_batch_size``
     samples. Settings are checked here: a bad value raises ``ValueError`` naming the field.
@@ -53,11 +59,12 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
     def __init__(
             self,
             examples: types.BaseChannel,
-            module_file: Union[str, data_types.RuntimeParameter],
+            *,
             accum_steps: int,
             micro_batch_size: int,
             label_key: str,
-            *,
+            module_file: Optional[Union[str, data_types.RuntimeParameter]] = None,
+            model_fn: Optional[str] = None,
             transform_graph: Optional[types.BaseChannel] = None,
             schema: Optional[types.BaseChannel] = None,
             base_model: Optional[types.BaseChannel] = None,
@@ -72,15 +79,18 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             strategy: str = "auto",
             partial_window: str = "apply",
             shuffle: bool = True,
+            shuffle_seed: int = 0,
             updates_per_epoch: Optional[int] = None):
-        if not module_file:
-            raise ValueError("module_file (the module defining build_model) is required.")
+        if bool(module_file) == bool(model_fn):
+            raise ValueError("Give exactly one of module_file (a file defining build_model) and "
+                             f"model_fn (a dotted path), got module_file={module_file!r}, "
+                             f"model_fn={model_fn!r}.")
         settings = settings_lib.AccumulationSettings(
             accum_steps=accum_steps, micro_batch_size=micro_batch_size, label_key=label_key,
             raw_label_key=raw_label_key, agc_clip_factor=agc_clip_factor,
             replace_batchnorm=replace_batchnorm, mixed_precision=mixed_precision,
             strategy=strategy, partial_window=partial_window, shuffle=shuffle,
-            updates_per_epoch=updates_per_epoch)
+            shuffle_seed=shuffle_seed, updates_per_epoch=updates_per_epoch)
         train_args = train_args or trainer_pb2.TrainArgs()
         if (isinstance(train_args, trainer_pb2.TrainArgs) and updates_per_epoch
                 and train_args.num_steps % updates_per_epoch):
@@ -94,8 +104,9 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             custom_config=json_utils.dumps(custom_config),
             model=types.Channel(type=standard_artifacts.Model),
             model_run=types.Channel(type=standard_artifacts.ModelRun),
+            **({"model_fn": model_fn} if model_fn else {}),
             **settings.to_exec_properties())
         super().__init__(spec=spec)
-        if udf_utils.should_package_user_modules():
+        if module_file and udf_utils.should_package_user_modules():
             udf_utils.add_user_module_dependency(self, specs.MODULE_FILE_KEY,
                                                  specs.MODULE_PATH_KEY)

@@ -18,7 +18,8 @@ from components.trainer import settings as settings_lib
 class Executor(trainer_executor.GenericExecutor):
     """Runs :func:`components.trainer.run_fn.train_and_export` with the component's settings.
 
-    The user's module (``module_file`` / ``module_path``) provides ``build_model(hparams)``;
+    The user's module (``module_file`` / ``module_path``, or the dotted ``model_fn``) provides
+    ``build_model(hparams)``;
     the settings are also handed to it as ``fn_args.custom_config["ga_tfx"]``.
     """
 
@@ -27,11 +28,16 @@ class Executor(trainer_executor.GenericExecutor):
         settings = settings_lib.from_dict(
             {name: exec_properties[name] for name in settings_lib.field_names()
              if exec_properties.get(name) is not None})
-        build_model = helpers.load_build_model(exec_properties)
+        if exec_properties.get("model_fn"):
+            build_model = helpers.load_build_model(dotted_path=exec_properties["model_fn"])
+        else:
+            build_model = helpers.load_build_model(exec_properties)
         fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
         fn_args.custom_config = dict(fn_args.custom_config or {},
                                      ga_tfx=settings.to_exec_properties())
-        run_fn_lib.train_and_export(fn_args, settings, build_model)
+        model_identity = {key: exec_properties.get(key)
+                          for key in ("module_file", "module_path", "model_fn")}
+        run_fn_lib.train_and_export(fn_args, settings, build_model, model_identity)
         if not fileio.exists(fn_args.serving_model_dir):
             raise RuntimeError("ga-tfx run_fn failed to generate a model.")
         logging.info("Training complete. Model written to %s. ModelRun written to %s",

@@ -6,15 +6,19 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
 
 1. micro-batches of ``micro_batch_size`` from ``fn_args.data_accessor.tf_dataset_factory``
    (transformed schema when there is a transform graph), repeated endlessly;
-2. BatchNormalization -> ``ga_tfx.AccumBatchNormalization`` (``replace_batchnorm``), then
+2. BatchNormalization -> ``ga_tfx.AccumBatchNormalization`` (``replace_batchnorm``), weights
+   copied from ``base_model`` by layer name when the Trainer has one (warm start), then
    ``ga_tfx.wrap_model(accum_steps=K)``, built under the chosen strategy and dtype policy;
 3. ``fit`` with ``steps_per_epoch = updates_per_epoch * K`` micro-batches, so that
    ``train_args.num_steps`` counts **optimizer updates** (of ``K * micro_batch_size`` samples);
    ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
    datasets repeat endlessly);
 4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and a
-   ``BackupAndRestore`` backup in ``model_run_dir/backup``: a re-run after a crash resumes from
-   the last finished epoch (its data restarts from the first example);
+   checkpoint at the end of every epoch (``updates_per_epoch`` updates) in a directory shared
+   by all attempts of the same training (:func:`~components.trainer.helpers.resume_directory`):
+   a Trainer re-run after a crash restores the latest one (weights, optimizer, accumulation
+   state) and skips the micro-batches it had trained on, so it ends with the weights an
+   uninterrupted run would have had; the checkpoints are deleted once the model is exported;
 5. exports ``ga_tfx.unwrap_model(model)`` to ``serving_model_dir`` with ``serving_default``
    (serialized raw tf.Example -> transform -> model) and ``transform_features``.
 
@@ -33,6 +37,7 @@ from ga_tfx._keras import keras
 import os
 
 from absl import logging
+from tfx.dsl.io import fileio
 
 from components.trainer import helpers
 from components.trainer import settings as settings_lib
@@ -46,12 +51,16 @@ def run_fn(fn_args):
                          f'module defining build_model), got keys {sorted(config)}.')
     settings = settings_lib.from_dict(config["ga_tfx"])
     build_model = helpers.load_build_model(dotted_path=config["model_fn"])
-    train_and_export(fn_args, settings, build_model)
+    train_and_export(fn_args, settings, build_model, model_identity=config["model_fn"])
 
 
-def train_and_export(fn_args, settings, build_model):
+def train_and_export(fn_args, settings, build_model, model_identity=""):
     """Trains ``build_model``'s model as described in the module docstring; returns it
-    (the plain, unwrapped Keras model that was exported)."""
+    (the plain, unwrapped Keras model that was exported).
+
+    ``model_identity`` names the model code (module path, packaged module, ...): with the
+    inputs and settings it decides which earlier attempt's checkpoints a run resumes from.
+    """
     settings = settings.with_hyperparameters(fn_args.hyperparameters)
     hparams = settings_lib.hyperparameter_values(fn_args.hyperparameters)
     updates = fn_args.train_steps
@@ -75,10 +84,23 @@ def train_and_export(fn_args, settings, build_model):
     evaluation = helpers.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
     with helpers.mixed_precision_policy(settings.mixed_precision):
         with strategy.scope():
-            model = helpers.accumulation_model(build_model, hparams, settings)
+            model = helpers.accumulation_model(build_model, hparams, settings,
+                                               base_model_dir=fn_args.base_model)
+        resume_dir = helpers.resume_directory(fn_args.model_run_dir, dict(
+            model=model_identity, settings=settings.to_exec_properties(), hparams=hparams,
+            train_files=fn_args.train_files, eval_files=fn_args.eval_files,
+            transform_graph=fn_args.transform_graph_path, schema=fn_args.schema_path,
+            base_model=fn_args.base_model, updates=updates, eval_steps=fn_args.eval_steps))
+        checkpoint = helpers.EpochCheckpoint(model, resume_dir)
+        epochs_done = checkpoint.restore()
+        if epochs_done:
+            logging.info("ga_tfx: resuming after %d of %d epochs (%d updates done)",
+                         epochs_done, updates // per_epoch, epochs_done * per_epoch)
+        micro_per_epoch = per_epoch * settings.accum_steps
         model.fit(
-            train, epochs=updates // per_epoch,
-            steps_per_epoch=per_epoch * settings.accum_steps,
+            train.skip(epochs_done * micro_per_epoch),  # the data order resumes too
+            initial_epoch=epochs_done, epochs=updates // per_epoch,
+            steps_per_epoch=micro_per_epoch,
             validation_data=evaluation if fn_args.eval_steps else None,
             validation_steps=fn_args.eval_steps or None,
             verbose=2,
@@ -86,10 +108,11 @@ def train_and_export(fn_args, settings, build_model):
                 keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
                 helpers.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
                                            settings),
-                keras.callbacks.BackupAndRestore(os.path.join(fn_args.model_run_dir,
-                                                              "backup")),
+                checkpoint,
             ])
         plain = ga_tfx.unwrap_model(model)
         helpers.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
                                      schema, settings.serving_label_key)
+    if helpers.is_chief(strategy):  # multi-worker: the other workers never wrote there
+        fileio.rmtree(resume_dir)  # exported: a later run of the same training starts over
     return plain

@@ -11,7 +11,7 @@ import dataclasses
 import numbers
 from typing import Any, Dict, Mapping, Optional
 
-STRATEGIES = ("auto", "mirrored", "none")
+STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
 PARTIAL_WINDOW_POLICIES = ("apply", "drop", "carry")
 MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 # Settings a Tuner's best hyperparameters may override (see run_fn's docstring).
@@ -35,10 +35,15 @@ class AccumulationSettings:
       mixed_precision: Keras global policy while the model is built and trained.
       strategy: ``"auto"`` (MirroredStrategy when more than one GPU is visible, else none),
         ``"mirrored"`` (MirroredStrategy over all GPUs, or over all logical CPUs without
-        GPUs) or ``"none"``.
+        GPUs), ``"none"`` or ``"multi_worker"`` (MultiWorkerMirroredStrategy over the
+        cluster in the ``TF_CONFIG`` environment variable, every worker running the Trainer
+        with the same inputs and outputs; ``micro_batch_size`` is then global, split across
+        all replicas of all workers, and only the chief writes the outputs).
       partial_window: what happens to a window of fewer than ``K`` micro-batches.
-      shuffle: shuffle the training examples (``False`` keeps file order: reproducible).
-      updates_per_epoch: optimizer updates between two backups/evaluations; must divide
+      shuffle: shuffle the training examples (``False`` keeps file order).
+      shuffle_seed: seed of the shuffle. Training data order is a function of it, so a
+        resumed run skips exactly the micro-batches it had already trained on.
+      updates_per_epoch: optimizer updates between two checkpoints/evaluations; must divide
         ``train_args.num_steps`` (default: all of them, one epoch).
     """
 
@@ -52,6 +57,7 @@ class AccumulationSettings:
     strategy: str = "auto"
     partial_window: str = "apply"
     shuffle: bool = True
+    shuffle_seed: int = 0
     updates_per_epoch: Optional[int] = None
 
     def __post_init__(self):
@@ -68,6 +74,7 @@ class AccumulationSettings:
                                  f"got {value!r}.")
         _bool(self.replace_batchnorm, "replace_batchnorm")
         _bool(self.shuffle, "shuffle")
+        _positive_int(self.shuffle_seed, "shuffle_seed", minimum=0)
         _choice(self.mixed_precision, "mixed_precision", MIXED_PRECISION_POLICIES)
         _choice(self.strategy, "strategy", STRATEGIES)
         _choice(self.partial_window, "partial_window", PARTIAL_WINDOW_POLICIES)
@@ -133,9 +140,9 @@ def hyperparameter_values(hyperparameters: Optional[Mapping[str, Any]]) -> Dict[
     return dict(hyperparameters)
 
 
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+def _positive_int(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
 def _non_empty_str(value, name):
