@@ -38,7 +38,8 @@ class Executor(trainer_executor.GenericExecutor):
         model_identity = {key: exec_properties.get(key)
                           for key in ("module_file", "module_path", "model_fn")}
         run_fn_lib.train_and_export(fn_args, settings, build_model, model_identity)
-        if not fileio.exists(fn_args.serving_model_dir):
+        if helpers.is_chief() and not fileio.exists(fn_args.serving_model_dir):
+            # (multi-worker: only the chief writes the serving model)
             raise RuntimeError("ga-tfx run_fn failed to generate a model.")
         logging.info("Training complete. Model written to %s. ModelRun written to %s",
                      fn_args.serving_model_dir, fn_args.model_run_dir)
