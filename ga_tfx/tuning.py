@@ -17,10 +17,11 @@ Hyperparameters it adds (all visible in ``tuner.search_space_summary()`` before 
 ========================  ==============================================================
 
 Budgets are counted in samples: ``fit`` runs the given epochs (or ``steps_per_epoch``
-micro-batches) whatever ``accum_steps`` is, so a trial with ``accum_steps=4`` sees as many
-samples as one with ``accum_steps=1`` (and makes 4 times fewer updates). Every epoch's logs, and
-so the trial's metrics, carry ``effective_batch_size`` and ``samples_seen``. Hyperband's epoch
-budget keeps its meaning.
+micro-batches, or ``samples_per_epoch`` samples) whatever ``accum_steps`` is, so a trial with
+``accum_steps=4`` sees as many samples as one with ``accum_steps=1`` (and makes 4 times fewer
+updates). Every epoch's logs, and so the trial's metrics, carry ``effective_batch_size``,
+``samples_seen`` and ``updates`` (optimizer updates so far). Hyperband's epoch budget keeps its
+meaning.
 
 Learning-rate scaling with the effective batch ``B`` (relative to ``base_batch_size``):
 ``"none"`` (default) keeps the rate, ``"linear"`` multiplies it by ``B / base_batch_size``
@@ -135,6 +136,14 @@ class AccumulationSearchSpace:
                                                sampling="log")
         return values
 
+    @property
+    def max_effective_batch_size(self):
+        """The largest effective batch of the space: ``max(accum_steps) * max(micro_batch)``."""
+        return max(self.accum_steps) * max(self.micro_batch_size)
+
+    def searches_agc(self):
+        return self.agc_clip_factor is not None
+
     def scaled_learning_rate(self, learning_rate, effective_batch_size):
         ratio = effective_batch_size / self.base_batch_size
         factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
@@ -150,13 +159,18 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
       search_space: an :class:`AccumulationSearchSpace` or a dict of its arguments.
       replace_batchnorm: replace BatchNormalization layers by AccumBatchNormalization (default).
       partial_window: the accumulation models' partial-window policy.
+      agc_clip_factor: a fixed AGC clip factor for every trial, only when ``search_space``
+        does not search one (default ``None``: no AGC).
 
-    ``fit`` takes NumPy inputs (batched here at the trial's micro-batch size) or an *unbatched*
-    ``tf.data.Dataset`` (batched here), plus the usual ``fit`` arguments.
+    ``fit`` takes NumPy inputs (batched here at the trial's micro-batch size), an *unbatched*
+    ``tf.data.Dataset`` (batched here), or a callable ``micro_batch_size -> dataset`` returning
+    micro-batches of that size (e.g. a TFX ``data_accessor`` dataset), plus the usual ``fit``
+    arguments and ``samples_per_epoch=`` (an epoch of that many samples:
+    ``samples_per_epoch / micro_batch_size`` micro-batches, which must be an integer).
     """
 
     def __init__(self, build_model, search_space=None, replace_batchnorm=True,
-                 partial_window="apply", name=None, tunable=True):
+                 partial_window="apply", name=None, tunable=True, agc_clip_factor=None):
         super().__init__(name=name, tunable=tunable)
         if not callable(build_model):
             raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}.")
@@ -168,9 +182,18 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.build_model = build_model
         self.replace_batchnorm = replace_batchnorm
         self.partial_window = _validation.check_partial_window(partial_window)
+        if agc_clip_factor is not None:
+            agc_clip_factor = _validation.check_positive_float(agc_clip_factor,
+                                                               "agc_clip_factor")
+            if search_space.searches_agc():
+                raise ValueError("agc_clip_factor (a fixed factor) and a search space that "
+                                 "searches agc_clip_factor exclude each other.")
+        self.agc_clip_factor = agc_clip_factor
 
     def build(self, hp):
         values = self.search_space.declare(hp)
+        if not self.search_space.searches_agc():
+            values["agc_clip_factor"] = self.agc_clip_factor
         model = self.build_model(hp)
         if not isinstance(model, keras.Model) or getattr(model, "optimizer", None) is None:
             raise TypeError("build_model(hp) must return a compiled tf.keras Model, got "
@@ -192,11 +215,23 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         wrapped.ga_trial_values = dict(values, effective_batch_size=effective)
         return wrapped
 
-    def fit(self, hp, model, x=None, y=None, callbacks=None, **kwargs):
+    def fit(self, hp, model, x=None, y=None, callbacks=None, samples_per_epoch=None,
+            **kwargs):
         values = model.ga_trial_values
         micro = values["micro_batch_size"]
+        if samples_per_epoch is not None:
+            if kwargs.get("steps_per_epoch") is not None:
+                raise ValueError("Give steps_per_epoch or samples_per_epoch, not both.")
+            samples_per_epoch = _validation.check_accum_steps(samples_per_epoch,
+                                                              "samples_per_epoch")
+            if samples_per_epoch % micro:
+                raise ValueError(f"samples_per_epoch={samples_per_epoch} is not a whole number "
+                                 f"of micro-batches of {micro}.")
+            kwargs["steps_per_epoch"] = samples_per_epoch // micro
         if isinstance(x, tf.data.Dataset):
             x = x.batch(micro)
+        elif callable(x):
+            x = x(micro)  # already micro-batches
         else:
             kwargs["batch_size"] = micro
         callbacks = [_TrialRecorder(values["effective_batch_size"])] + list(
@@ -229,3 +264,4 @@ class _TrialRecorder(keras.callbacks.Callback):
         if logs is not None:
             logs["effective_batch_size"] = float(self.effective_batch_size)
             logs["samples_seen"] = float(self.model.samples_seen)
+            logs["updates"] = float(keras.backend.get_value(self.model.optimizer.iterations))

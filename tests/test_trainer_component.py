@@ -8,6 +8,7 @@ in ``csv_example_gen``), so that is the data here (label ``tips_xf``, raw ``tips
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
 
+import dataclasses
 import glob
 import json
 import os
@@ -186,6 +187,12 @@ def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
     assert (tuned.accum_steps, tuned.agc_clip_factor, tuned.micro_batch_size) == (8, 0.1, 4)
     with pytest.raises(ValueError, match="accum_steps"):
         base.with_hyperparameters({"accum_steps": 0})
+    # A searched micro-batch size is taken too; a search that turned AGC off turns it off.
+    with_agc = dataclasses.replace(base, agc_clip_factor=0.05)
+    off = with_agc.with_hyperparameters({"accum_steps": 4, "agc": False, "micro_batch_size": 16})
+    assert (off.accum_steps, off.agc_clip_factor, off.micro_batch_size) == (4, None, 16)
+    assert with_agc.with_hyperparameters({"agc": True, "agc_clip_factor": 0.2}
+                                         ).agc_clip_factor == 0.2
 
 
 # ---------------------------------------------------------------------- training

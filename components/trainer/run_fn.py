@@ -22,8 +22,9 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
 5. exports ``ga_tfx.unwrap_model(model)`` to ``serving_model_dir`` with ``serving_default``
    (serialized raw tf.Example -> transform -> model) and ``transform_features``.
 
-Settings precedence, highest first: the Tuner's hyperparameters (only ``accum_steps`` and
-``agc_clip_factor``, when present in ``fn_args.hyperparameters``), then the component's
+Settings precedence, highest first: the Tuner's hyperparameters (only ``accum_steps``,
+``agc_clip_factor`` -- ``agc=False`` turns AGC off -- and ``micro_batch_size``, when present in
+``fn_args.hyperparameters``), then the component's
 settings (its execution properties, or ``custom_config["ga_tfx"]`` with the stock Trainer),
 then the defaults of :class:`~components.trainer.settings.AccumulationSettings`.
 

@@ -15,7 +15,7 @@ STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
 PARTIAL_WINDOW_POLICIES = ("apply", "drop", "carry")
 MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 # Settings a Tuner's best hyperparameters may override (see run_fn's docstring).
-TUNABLE = ("accum_steps", "agc_clip_factor")
+TUNABLE = ("accum_steps", "agc_clip_factor", "micro_batch_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,9 +95,15 @@ class AccumulationSettings:
                 for name, value in dataclasses.asdict(self).items() if value is not None}
 
     def with_hyperparameters(self, hyperparameters: Optional[Mapping[str, Any]]):
-        """These settings with the ``TUNABLE`` ones a Tuner chose (they take precedence)."""
+        """These settings with the ``TUNABLE`` ones a Tuner chose (they take precedence).
+
+        A search that turned AGC off (the plugin's ``agc`` hyperparameter is False) turns it
+        off here too, whatever the component's ``agc_clip_factor``.
+        """
         values = hyperparameter_values(hyperparameters)
         overrides = {name: values[name] for name in TUNABLE if name in values}
+        if values.get("agc") is False:
+            overrides["agc_clip_factor"] = None
         return dataclasses.replace(self, **overrides) if overrides else self
 
 

@@ -1,0 +1,299 @@
+"""``tuner_fn`` for the stock ``tfx.components.Tuner``: search accumulation settings.
+
+Use it with TFX's own Tuner component (no custom component needed)::
+
+    tuner = tfx.components.Tuner(
+        tuner_fn="components.tuner.tuner_fn.tuner_fn",   # or a module_file re-exporting it
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        train_args=tfx.proto.TrainArgs(num_steps=100),   # optimizer updates, see below
+        eval_args=tfx.proto.EvalArgs(num_steps=10),      # evaluation batches
+        custom_config={
+            "model_fn": "my_pkg.my_model",               # same module as the ga-tfx Trainer's
+            "ga_tfx": {"micro_batch_size": 32, "label_key": "tips_xf"},
+            "ga_tfx_search": {"accum_steps": [1, 2, 4, 8], "agc_clip_factor": [0.01, 0.1]},
+            "tuner": {"kind": "random", "max_trials": 8, "objective": "val_loss"},
+        })
+    trainer = GradientAccumulationTrainer(..., hyperparameters=tuner.outputs[
+        "best_hyperparameters"])
+
+``custom_config`` keys (any other key is a ``ValueError`` naming it, raised before any trial):
+
+``model_fn``       (required) dotted path of the module the ga-tfx Trainer also uses. If it
+                   defines ``build_tunable_model(hp)`` that is called with the Keras Tuner
+                   ``hp`` (it may declare its own hyperparameters); otherwise its
+                   ``build_model(hparams)`` (or ``build_keras_model``) is called with the plain
+                   ``{name: value}`` dict of the trial's values, exactly what the Trainer hands
+                   it from the best hyperparameters. ``"pkg.module.build_model"`` also works.
+``ga_tfx``         (required) the Trainer's settings dict (stock-Trainer ``custom_config``
+                   route), checked the same way: ``label_key`` is required; ``accum_steps``
+                   may be left out (it is searched). Used here: ``label_key``,
+                   ``micro_batch_size`` (the search's micro-batch size unless
+                   ``ga_tfx_search`` gives one), ``agc_clip_factor`` (a fixed factor for every
+                   trial when AGC is not searched), ``replace_batchnorm``, ``partial_window``,
+                   ``mixed_precision``, ``strategy`` and ``shuffle``.
+``ga_tfx_search``  (optional) :class:`ga_tfx.tuning.AccumulationSearchSpace` arguments
+                   (default: ``accum_steps`` in 1, 2, 4).
+``tuner``          (optional) ``kind`` (``"random"`` (default), ``"bayesian"``,
+                   ``"hyperband"``), ``objective`` (default ``"val_loss"`` when
+                   ``eval_args.num_steps`` is set, else ``"loss"``), ``max_trials`` (random and
+                   bayesian, default 10), ``max_epochs`` (hyperband, default 3), ``seed``.
+
+The budget rule (``train_args.num_steps``)
+------------------------------------------
+As for the Trainer, ``train_args.num_steps`` counts **optimizer updates**; here they are the
+updates of the trial with the *largest* effective batch of the search space,
+``B_max = max(accum_steps) * max(micro_batch_size)``. Every trial gets the same budget in
+samples, ``S = num_steps * B_max`` per epoch (one epoch, or Hyperband's epochs): a trial with
+micro-batch ``b`` trains ``S / b`` micro-batches and so makes ``S / (accum_steps * b)``
+updates (``num_steps`` for the largest effective batch, ``4 * num_steps`` for one four times
+smaller). ``S`` must be a whole number of micro-batches for every micro-batch size searched, a
+``ValueError`` otherwise; when ``accum_steps`` does not divide ``S / b`` the trial's last
+window is partial and follows ``partial_window``. Trials record ``effective_batch_size``,
+``samples_seen`` and ``updates`` in their metrics.
+
+``eval_args.num_steps`` counts evaluation batches of the largest micro-batch size searched
+(the Trainer's evaluation micro-batches when one size is searched), the same examples for
+every trial; without it there is no evaluation (the datasets repeat endlessly).
+
+Data: micro-batches from ``fn_args.data_accessor.tf_dataset_factory`` with the transformed
+schema when there is a ``transform_graph`` (else the ``schema`` input), built per trial at the
+trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
+``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner works
+as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` / ``KERASTUNER_ORACLE_PORT``.
+
+The ga-tfx Trainer takes ``accum_steps``, ``agc_clip_factor`` (and "AGC off" when the search
+chose it) and ``micro_batch_size`` from the best hyperparameters (see
+:mod:`components.trainer.run_fn`); every value, ``learning_rate`` included, also reaches its
+``build_model(hparams)``. ``lr_scaling`` is not re-applied by the Trainer: scale the rate in
+``build_model`` if you search with it.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+
+import dataclasses
+import importlib
+import numbers
+from typing import Any, Dict, Mapping, Optional
+
+import keras_tuner
+from tfx.components.tuner.component import TunerFnResult
+from tfx_bsl.public import tfxio
+
+from components.trainer import helpers
+from components.trainer import settings as settings_lib
+from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
+
+CONFIG_KEYS = ("model_fn", "ga_tfx", "ga_tfx_search", "tuner")
+TUNER_KEYS = ("kind", "objective", "max_trials", "max_epochs", "seed")
+TUNER_KINDS = ("random", "bayesian", "hyperband")
+PROJECT_NAME = "ga_tfx_tuner"
+DEFAULT_MAX_TRIALS = 10
+DEFAULT_MAX_EPOCHS = 3
+TUNABLE_MODEL_FN = "build_tunable_model"
+
+
+@dataclasses.dataclass(frozen=True)
+class TunerConfig:
+    """``custom_config``, checked (see the module docstring)."""
+
+    model_fn: str
+    settings: settings_lib.AccumulationSettings
+    search_space: AccumulationSearchSpace
+    kind: str = "random"
+    objective: str = "loss"
+    max_trials: Optional[int] = None
+    max_epochs: Optional[int] = None
+    seed: Optional[int] = None
+
+
+def parse_config(custom_config: Optional[Mapping[str, Any]],
+                 eval_steps: Optional[int] = None) -> TunerConfig:
+    """Checks ``custom_config``; every problem is a ``ValueError`` (or ``TypeError``) naming
+    the key."""
+    if not isinstance(custom_config, Mapping):
+        raise ValueError('The ga-tfx tuner_fn needs custom_config with "model_fn" and "ga_tfx", '
+                         f"got {custom_config!r}.")
+    unknown = sorted(set(custom_config) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"Unknown custom_config key(s) {unknown}; allowed: {list(CONFIG_KEYS)}.")
+    missing = [key for key in ("model_fn", "ga_tfx") if custom_config.get(key) is None]
+    if missing:
+        raise ValueError(f"custom_config is missing {missing} (model_fn: the module defining "
+                         "build_model; ga_tfx: the settings, at least label_key).")
+    model_fn = custom_config["model_fn"]
+    if not isinstance(model_fn, str) or not model_fn:
+        raise ValueError(f"custom_config model_fn must be a dotted module path, got "
+                         f"{model_fn!r}.")
+    settings = dict(_mapping(custom_config["ga_tfx"], "ga_tfx"))
+    search = dict(_mapping(custom_config.get("ga_tfx_search") or {}, "ga_tfx_search"))
+    if "micro_batch_size" not in search and settings.get("micro_batch_size") is not None:
+        search["micro_batch_size"] = settings["micro_batch_size"]
+    try:
+        space = AccumulationSearchSpace.from_config(search)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"custom_config ga_tfx_search: {error}") from error
+    settings.setdefault("accum_steps", space.accum_steps[0])  # searched: a placeholder
+    settings.setdefault("micro_batch_size", space.micro_batch_size[0])
+    settings = settings_lib.from_dict(settings)
+
+    tuner = dict(_mapping(custom_config.get("tuner") or {}, "tuner"))
+    unknown = sorted(set(tuner) - set(TUNER_KEYS))
+    if unknown:
+        raise ValueError(f"Unknown custom_config tuner key(s) {unknown}; allowed: "
+                         f"{list(TUNER_KEYS)}.")
+    kind = tuner.get("kind", "random")
+    if kind not in TUNER_KINDS:
+        raise ValueError(f"custom_config tuner kind must be one of {TUNER_KINDS}, got {kind!r}.")
+    objective = tuner.get("objective", "val_loss" if eval_steps else "loss")
+    if not isinstance(objective, str) or not objective:
+        raise ValueError(f"custom_config tuner objective must be a metric name, got "
+                         f"{objective!r}.")
+    if objective.startswith("val_") and not eval_steps:
+        raise ValueError(f"custom_config tuner objective {objective!r} needs evaluation: set "
+                         "eval_args.num_steps.")
+    if kind == "hyperband":
+        if "max_trials" in tuner:
+            raise ValueError('custom_config tuner max_trials does not apply to kind '
+                             '"hyperband" (give max_epochs).')
+        max_trials, max_epochs = None, _positive_int(tuner.get("max_epochs", DEFAULT_MAX_EPOCHS),
+                                                     "tuner max_epochs")
+    else:
+        if "max_epochs" in tuner:
+            raise ValueError(f"custom_config tuner max_epochs only applies to kind "
+                             f'"hyperband", not {kind!r}.')
+        max_trials, max_epochs = _positive_int(tuner.get("max_trials", DEFAULT_MAX_TRIALS),
+                                               "tuner max_trials"), None
+    seed = tuner.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"custom_config tuner seed must be an integer, got {seed!r}.")
+    return TunerConfig(model_fn=model_fn, settings=settings, search_space=space, kind=kind,
+                       objective=objective, max_trials=max_trials, max_epochs=max_epochs,
+                       seed=seed)
+
+
+def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace) -> int:
+    """Samples per epoch of every trial: ``num_steps * max effective batch`` (module docstring).
+
+    ``num_steps`` (``train_args.num_steps``) is the number of updates of the trial with the
+    largest effective batch. Raises ``ValueError`` when it is unset or the budget is not a
+    whole number of micro-batches for every micro-batch size searched.
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or (
+            num_steps < 1):
+        raise ValueError("train_args.num_steps (optimizer updates of the trial with the "
+                         f"largest effective batch) must be set and > 0, got {num_steps!r}.")
+    samples = int(num_steps) * search_space.max_effective_batch_size
+    uneven = [b for b in search_space.micro_batch_size if samples % b]
+    if uneven:
+        raise ValueError(f"The trial budget of {samples} samples (train_args.num_steps="
+                         f"{num_steps} x largest effective batch "
+                         f"{search_space.max_effective_batch_size}) is not a whole number of "
+                         f"micro-batches of {uneven}: trials would not see equal samples. "
+                         "Change num_steps or the micro-batch sizes.")
+    return samples
+
+
+def load_hp_build_model(model_fn: str):
+    """``build(hp) -> compiled keras.Model`` from the ``model_fn`` module (docstring)."""
+    module_name, _, attr = model_fn.rpartition(".")
+    if attr == TUNABLE_MODEL_FN:
+        return _import(module_name, attr)
+    if attr not in helpers.MODEL_FN_NAMES:
+        try:
+            module = importlib.import_module(model_fn)
+        except ImportError as error:
+            raise ValueError(f"custom_config model_fn {model_fn!r} cannot be imported: "
+                             f"{error}") from error
+        if hasattr(module, TUNABLE_MODEL_FN):
+            return getattr(module, TUNABLE_MODEL_FN)
+    build_model = helpers.load_build_model(dotted_path=model_fn)
+
+    def build_from_values(hp):
+        return build_model(dict(hp.values))  # what the Trainer passes: {name: value}
+
+    return build_from_values
+
+
+def tuner_fn(fn_args) -> TunerFnResult:
+    """The TFX Tuner entry point: a Keras Tuner over :class:`AccumulationHyperModel`."""
+    config = parse_config(fn_args.custom_config, fn_args.eval_steps)
+    space, settings = config.search_space, config.settings
+    samples = trial_budget(fn_args.train_steps, space)
+    build = load_hp_build_model(config.model_fn)
+    strategy = helpers.make_strategy(settings.strategy)
+    replicas = strategy.num_replicas_in_sync
+    if min(space.micro_batch_size) < replicas:
+        raise ValueError(f"micro_batch_size={min(space.micro_batch_size)} is smaller than the "
+                         f"{replicas} replicas of the strategy.")
+    schema, _ = helpers.schema_and_transform(fn_args)
+
+    hypermodel = _PolicyHyperModel(
+        build, space, replace_batchnorm=settings.replace_batchnorm,
+        partial_window=settings.partial_window,
+        agc_clip_factor=None if space.searches_agc() else settings.agc_clip_factor,
+        mixed_precision=settings.mixed_precision)
+    common = dict(objective=config.objective, seed=config.seed,
+                  directory=fn_args.working_dir, project_name=PROJECT_NAME, overwrite=False,
+                  distribution_strategy=strategy if replicas > 1 else None)
+    if config.kind == "random":
+        tuner = keras_tuner.RandomSearch(hypermodel, max_trials=config.max_trials, **common)
+    elif config.kind == "bayesian":
+        tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=config.max_trials,
+                                                 **common)
+    else:
+        tuner = keras_tuner.Hyperband(hypermodel, max_epochs=config.max_epochs, **common)
+
+    def train_micro_batches(micro_batch_size):
+        return _micro_batches(fn_args, fn_args.train_files, schema, micro_batch_size,
+                              settings.label_key, settings.shuffle)
+
+    fit_kwargs: Dict[str, Any] = dict(x=train_micro_batches, samples_per_epoch=samples,
+                                      epochs=1, verbose=2)
+    if fn_args.eval_steps:
+        fit_kwargs.update(
+            validation_data=_micro_batches(fn_args, fn_args.eval_files, schema,
+                                           max(space.micro_batch_size), settings.label_key,
+                                           False),
+            validation_steps=fn_args.eval_steps)
+    return TunerFnResult(tuner=tuner, fit_kwargs=fit_kwargs)
+
+
+class _PolicyHyperModel(AccumulationHyperModel):
+    """Builds each trial's model under the settings' Keras dtype policy."""
+
+    def __init__(self, *args, mixed_precision="float32", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mixed_precision = mixed_precision
+
+    def build(self, hp):
+        with helpers.mixed_precision_policy(self.mixed_precision):
+            return super().build(hp)
+
+
+def _micro_batches(fn_args, files, schema, batch_size, label_key, shuffle):
+    """Endless (features, label) batches of ``batch_size`` (repeated before batching)."""
+    options = tfxio.TensorFlowDatasetOptions(batch_size=batch_size, label_key=label_key,
+                                             shuffle=shuffle, num_epochs=None,
+                                             sloppy_ordering=False)
+    return fn_args.data_accessor.tf_dataset_factory(files, options, schema)
+
+
+def _mapping(value, name):
+    if not isinstance(value, Mapping):
+        raise ValueError(f"custom_config {name} must be a dict, got {value!r}.")
+    return value
+
+
+def _import(module_name, attr):
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"custom_config model_fn: cannot load {attr} from {module_name!r}: "
+                         f"{error}") from error
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"custom_config {name} must be an integer >= 1, got {value!r}.")
+    return int(value)

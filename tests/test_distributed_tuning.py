@@ -1,0 +1,92 @@
+"""Distributed Keras Tuner over ``AccumulationHyperModel``: a chief oracle and two workers on
+127.0.0.1 (``tests/distributed_tuning_worker.py``), compared with a single-process search."""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from tests import distributed_tuning_worker as worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 240
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tuner_id, port, tmp_path, log):
+    env = dict(os.environ, KERASTUNER_TUNER_ID=tuner_id, KERASTUNER_ORACLE_IP="127.0.0.1",
+               KERASTUNER_ORACLE_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2",
+               TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
+               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "tests.distributed_tuning_worker",
+               "--directory", str(tmp_path / tuner_id), "--out",
+               str(tmp_path / f"{tuner_id}.json"), "--barrier", str(tmp_path / "barrier"),
+               "--workers", "2"]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_chief_and_two_workers_search_accum_steps_like_a_single_process(tmp_path):
+    (tmp_path / "barrier").mkdir()
+    port = _free_port()
+    processes, logs = {}, {}
+    try:
+        for tuner_id in ("chief", "tuner0", "tuner1"):
+            logs[tuner_id] = open(tmp_path / f"{tuner_id}.log", "w")
+            processes[tuner_id] = _start(tuner_id, port, tmp_path, logs[tuner_id])
+
+        # Meanwhile, the same search in this process (no KERASTUNER_* variables here).
+        assert not any(name.startswith("KERASTUNER_") for name in os.environ)
+        single = worker.make_tuner(str(tmp_path / "single"))
+        x, y = worker.data()
+        single.search(x, y, epochs=1, verbose=0)
+        single_summary = worker.summary(single)
+
+        deadline = time.monotonic() + TIMEOUT_S
+        for tuner_id, process in processes.items():
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+        for log in logs.values():
+            log.close()
+
+    def tail(tuner_id):
+        return (tmp_path / f"{tuner_id}.log").read_text()[-3000:]
+
+    for tuner_id, process in processes.items():
+        assert process.returncode == 0, f"{tuner_id} failed:\n{tail(tuner_id)}"
+
+    chief = json.loads((tmp_path / "chief.json").read_text())
+    ran = {tuner_id: json.loads((tmp_path / f"{tuner_id}.json").read_text())["ran"]
+           for tuner_id in ("tuner0", "tuner1")}
+    # Both workers ran trials, and together exactly the chief oracle's trials.
+    assert all(ran.values()), ran
+    assert sorted(ran["tuner0"] + ran["tuner1"]) == sorted(t["trial_id"]
+                                                           for t in chief["trials"])
+    assert len(chief["trials"]) == worker.MAX_TRIALS
+    assert {t["status"] for t in chief["trials"]} == {"COMPLETED"}
+    assert {t["values"]["accum_steps"] for t in chief["trials"]} == {1, 2, 4}
+    for trial in chief["trials"]:
+        k = trial["values"]["accum_steps"]
+        assert trial["metrics"]["effective_batch_size"] == 8 * k
+        assert trial["metrics"]["samples_seen"] == worker.SAMPLES  # equal budgets
+        assert trial["metrics"]["updates"] == worker.SAMPLES // (8 * k)
+
+    # The same kind of result as the single-process search.
+    assert chief["space"] == single_summary["space"]
+    assert set(chief["best_values"]) == set(single_summary["best_values"])
+    assert chief["best_values"]["accum_steps"] in (1, 2, 4)
+    assert set(chief["best_metrics"]) == set(single_summary["best_metrics"]) >= {
+        "loss", "effective_batch_size", "samples_seen", "updates"}
+    assert {t["values"]["accum_steps"] for t in single_summary["trials"]} == {1, 2, 4}
