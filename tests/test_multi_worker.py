@@ -1,0 +1,131 @@
+"""strategy="multi_worker": 2 worker processes on 127.0.0.1 == 1 process, same global batch.
+
+Each worker runs the real run_fn (tests/multi_worker_script.py) with its own ``TF_CONFIG``;
+the reference runs the same training in this process with ``strategy="none"``. Unlike in a
+TFX job (where all workers get the same output URIs), each worker here gets its own outputs
+so that what each one wrote can be told apart; the resume checkpoints, derived from the
+component directory, are shared as in TFX.
+"""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from tests.multi_worker_script import train
+from tests.test_trainer_component import _module, _scalars
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MICRO, K, UPDATES = 8, 2, 3  # global micro-batch of 8 = 4 examples per worker
+TIMEOUT_S = 480  # about 4 minutes on 2 busy cores (3 TensorFlow processes)
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _start_workers(tmp_path, module_file):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    procs = []
+    for index in range(2):
+        temp_dir = tmp_path / f"tmp{index}"
+        temp_dir.mkdir()
+        env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+                   TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(temp_dir),
+                   TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                         "task": {"type": "worker", "index": index}}))
+        log = open(tmp_path / f"worker{index}.log", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tests.multi_worker_script", str(tmp_path / f"w{index}"),
+             module_file, "multi_worker", str(MICRO), str(K), str(UPDATES)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+        log.close()
+    return procs
+
+
+def _wait(procs, tmp_path, deadline):
+    """Waits for all workers; the first failure (or the deadline) ends the wait."""
+    while any(p.poll() is None for p in procs):
+        failed = [p for p in procs if p.returncode not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    codes = [p.poll() for p in procs]
+    if codes != [0, 0]:
+        tails = "\n".join(f"--- worker {i} (exit {code}):\n" + "".join(
+            open(tmp_path / f"worker{i}.log").readlines()[-25:])
+            for i, code in enumerate(codes))
+        raise AssertionError(f"multi-worker run failed, exit codes {codes}:\n{tails}")
+
+
+def _weights(path):
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def _updates(out):
+    """The ga_tfx/updates scalars the run logged (optimizer.iterations after each update)."""
+    return [value for _, value in _scalars(str(out / "model_run" / "ga_tfx")).get(
+        "ga_tfx/updates", [])]
+
+
+def _max_diff(a, b):
+    assert [w.shape for w in a] == [w.shape for w in b]
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+
+
+def test_two_workers_match_one_process_and_only_the_chief_writes(tmp_path):
+    module_file = _module(tmp_path)
+    start = time.monotonic()
+    procs = _start_workers(tmp_path, module_file)
+    try:
+        # The one-process reference trains while the workers start.
+        single = _weights(
+            train(str(tmp_path / "single"), module_file, "none", MICRO, K, UPDATES))
+        _wait(procs, tmp_path, start + TIMEOUT_S)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    print(f"two workers + reference: {time.monotonic() - start:.1f}s")
+
+    chief = _weights(tmp_path / "w0" / "weights.npz")
+    other = _weights(tmp_path / "w1" / "weights.npz")
+    assert _updates(tmp_path / "single") == _updates(tmp_path / "w0") == [
+        float(update) for update in range(1, UPDATES + 1)]
+    assert _max_diff(chief, other) == 0.0  # the workers hold one set of mirrored weights
+    diff = _max_diff(chief, single)
+    print(f"max |w_2workers - w_1process| = {diff:.3g}")
+    assert diff <= 1e-5, diff
+    # Training moved the weights: the comparison is not between initial weights.
+    namespace = {}
+    exec(open(module_file).read(), namespace)
+    initial = namespace["build_model"]({"batchnorm": False}).get_weights()
+    assert _max_diff(initial, single) > 1e-3
+
+    # Only the chief wrote the Trainer's outputs: its serving model and TensorBoard logs.
+    for index, writes in ((0, True), (1, False)):
+        out = tmp_path / f"w{index}"
+        serving_dir = out / "model" / "Format-Serving"
+        events = glob.glob(str(out / "model_run" / "**" / "events.out.tfevents.*"),
+                           recursive=True)
+        assert os.path.exists(serving_dir / "saved_model.pb") == writes, index
+        assert bool(os.path.exists(serving_dir) and os.listdir(serving_dir)) == writes, index
+        assert bool(events) == writes, (index, events)
+        assert any("/ga_tfx/" in path for path in events) == writes, index
+    # The non-chief's temporary copies are removed; the finished training's checkpoints too.
+    assert not glob.glob(str(tmp_path / "tmp*" / "ga_tfx_worker_*"))
+    assert not glob.glob(str(tmp_path / ".ga_tfx_resume" / "*" / "*"))
