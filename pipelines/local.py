@@ -1,0 +1,167 @@
+"""Runs the digits pipeline on this machine (LocalDagRunner, Beam DirectRunner) and sums it up.
+
+Everything is checked before anything runs: the data directory (see
+:func:`pipelines.digits.check_csv_dir`) and the options. The summary is read back from ML
+Metadata, from the artifacts of the latest run (cached ones included).
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._keras import tf
+
+import dataclasses
+import glob
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+from tfx import v1 as tfx
+from tfx.utils import io_utils
+
+from pipelines import digits
+from pipelines import pipeline as pipeline_lib
+
+
+def beam_args(direct_num_workers: int = 1) -> List[str]:
+    """DirectRunner flags: in-memory for 1 worker, multi-processing for more (0: one per core).
+
+    For more than one machine, pass e.g. ``--runner=FlinkRunner --flink_master=host:8081
+    --environment_type=EXTERNAL --environment_config=localhost:50000`` or
+    ``--runner=SparkRunner --spark_master_url=spark://host:7077`` instead.
+    """
+    if direct_num_workers == 1:
+        return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    return ["--direct_running_mode=multi_processing",
+            f"--direct_num_workers={direct_num_workers}"]
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """What a finished run produced (read from ML Metadata)."""
+
+    effective_batch_size: Optional[int]
+    updates: Optional[int]
+    hyperparameters: Dict[str, Any]
+    metrics: Dict[str, float]
+    blessed: bool
+    pushed_model: Optional[str]
+    serving_model: Optional[str]
+    cached_components: List[str]
+
+    def lines(self):
+        tuned = ", ".join(f"{k}={v}" for k, v in sorted(self.hyperparameters.items()))
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(self.metrics.items()))
+        return [
+            f"effective batch size: {self.effective_batch_size}",
+            f"optimizer updates:    {self.updates}",
+            f"tuned:                {tuned or 'no (Tuner off)'}",
+            f"evaluation (eval split): {metrics}",
+            f"blessed:              {'yes' if self.blessed else 'no'}",
+            f"pushed model:         {self.pushed_model or 'not pushed'}",
+            f"cached components:    {', '.join(self.cached_components) or 'none'}",
+        ]
+
+
+def run(pipeline_name: str, pipeline_root: str, data_root: str, serving_model_dir: str,
+        options: pipeline_lib.TrainingOptions, *, metadata_path: Optional[str] = None,
+        enable_cache: bool = True, direct_num_workers: int = 1) -> RunSummary:
+    """Checks the data, runs the pipeline with ``LocalDagRunner``, returns its summary.
+
+    ``metadata_path`` (default ``<pipeline_root>/metadata.db``) is the SQLite ML Metadata
+    store; re-running with the same store reuses cached outputs and resumes a failed Trainer.
+    Raises ``ValueError`` for bad data before any component runs; a failing component
+    raises (its error is TFX's), and nothing is pushed.
+    """
+    digits.check_csv_dir(data_root)
+    metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
+    config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
+    config.sqlite.filename_uri = metadata_path
+    config.sqlite.connection_mode = (
+        metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE)
+    pipeline = pipeline_lib.create_pipeline(  # checks the options: nothing is written before
+        pipeline_name, pipeline_root, os.path.abspath(data_root), serving_model_dir, options,
+        metadata_connection_config=config, enable_cache=enable_cache,
+        beam_pipeline_args=beam_args(direct_num_workers))
+    os.makedirs(os.path.dirname(os.path.abspath(metadata_path)), exist_ok=True)
+    tfx.orchestration.LocalDagRunner().run(pipeline)
+    return summarize(config)
+
+
+def summarize(connection_config) -> RunSummary:
+    """The summary of the latest pipeline run recorded in the store."""
+    store = metadata_store.MetadataStore(connection_config)
+    runs = store.get_contexts_by_type("pipeline_run")
+    if not runs:
+        raise RuntimeError("No pipeline run is recorded in the metadata store.")
+    latest = max(runs, key=lambda context: (context.create_time_since_epoch, context.id))
+    executions = store.get_executions_by_context(latest.id)
+    cached = sorted(_node_id(store, e) for e in executions
+                    if e.last_known_state == e.CACHED)
+    outputs = {}
+    events = store.get_events_by_execution_ids([e.id for e in executions])
+    output_ids = [ev.artifact_id for ev in events if ev.type == ev.OUTPUT]
+    for artifact in store.get_artifacts_by_id(output_ids):
+        type_name = store.get_artifact_types_by_id([artifact.type_id])[0].name
+        outputs[type_name] = artifact
+
+    scalars = _last_scalars(outputs["ModelRun"].uri) if "ModelRun" in outputs else {}
+    blessing = outputs.get("ModelBlessing")
+    pushed = outputs.get("PushedModel")
+    return RunSummary(
+        effective_batch_size=_int(scalars.get("ga_tfx/effective_batch_size")),
+        updates=_int(scalars.get("ga_tfx/updates")),
+        hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
+        metrics=_metrics(outputs.get("ModelEvaluation")),
+        blessed=bool(blessing and blessing.custom_properties["blessed"].int_value),
+        pushed_model=(pushed.custom_properties["pushed_destination"].string_value
+                      if pushed and pushed.custom_properties["pushed"].int_value else None),
+        serving_model=(os.path.join(outputs["Model"].uri, "Format-Serving")
+                       if "Model" in outputs else None),
+        cached_components=cached)
+
+
+def _node_id(store, execution):
+    for context in store.get_contexts_by_execution(execution.id):
+        if context.type_id == store.get_context_type("node").id:
+            return context.name.split(".")[-1]
+    return str(execution.id)
+
+
+def _int(value):
+    return None if value is None else int(round(value))
+
+
+def _last_scalars(model_run_dir):
+    """{tag: last value} of the ``ga_tfx/`` TensorBoard scalars the Trainer wrote."""
+    last = {}
+    for path in sorted(glob.glob(os.path.join(model_run_dir, "ga_tfx", "events.out.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.HasField("tensor"):
+                    last[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
+    return {tag: value for tag, (_, value) in last.items()}
+
+
+def _hyperparameters(artifact):
+    if artifact is None:
+        return {}
+    path = os.path.join(artifact.uri, "best_hyperparameters.txt")
+    config = json.loads(io_utils.read_string_file(path))
+    return dict(config.get("values", config))
+
+
+def _metrics(artifact):
+    """Overall-slice metrics of the evaluation (no slicing): ``{name: value}``."""
+    if artifact is None:
+        return {}
+    import tensorflow_model_analysis as tfma
+    result = tfma.load_eval_result(artifact.uri)
+    found = {}
+    for _, per_output in result.slicing_metrics:
+        for per_class in per_output.values():
+            for values in per_class.values():
+                for name, value in values.items():
+                    if "doubleValue" in value:
+                        found[name] = value["doubleValue"]
+    return found
