@@ -40,7 +40,9 @@ import tf_keras as keras  # noqa: E402
 def _check_tf_keras_is_keras_2():
     resolved = tf.keras
     module_name = getattr(resolved, "__name__", "")
-    if not module_name.startswith("tf_keras") or resolved.Model is not keras.Model:
+    # By identity, not by name: once something has run `import tensorflow.keras`, tf-keras'
+    # API module is also registered as `tensorflow.keras`.
+    if getattr(resolved, "Model", None) is not keras.Model:
         raise KerasVersionError(
             "ga_tfx needs Keras 2 (tf-keras), but tf.keras in this process is already bound to "
             f"{module_name or resolved!r} (Keras 3). Import ga_tfx (or set "
