@@ -23,37 +23,17 @@ import tensorflow_transform as tft
 import tfx
 from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.proto import trainer_pb2
-from tfx.types import artifact_utils, standard_artifacts
+from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 
 from components.trainer import AccumulationSettings, Executor, GradientAccumulationTrainer
 from components.trainer import helpers
+from components.trainer import run_fn as run_fn_lib
 from components.trainer import settings as settings_lib
+from tests import taxi
 
-TESTDATA = os.path.join(os.path.dirname(tfx.__file__), "components", "testdata")
-
-MODEL_MODULE = '''
-import ga_tfx  # noqa: F401
-from ga_tfx._keras import keras, tf
-
-FEATURES = ("fare_xf", "trip_miles_xf", "trip_seconds_xf")
-
-
-def build_model(hparams):
-    keras.utils.set_random_seed(7)
-    inputs = {name: keras.Input(shape=(1,), name=name, dtype=tf.float32) for name in FEATURES}
-    x = keras.layers.Concatenate()([inputs[name] for name in FEATURES])
-    x = keras.layers.Dense(8, name="hidden")(x)
-    if hparams.get("batchnorm", True):
-        x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.Activation("relu")(x)
-    outputs = keras.layers.Dense(2, name="logits")(x)
-    model = keras.Model(inputs, outputs)
-    model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-'''
+TESTDATA, MODEL_MODULE = taxi.TESTDATA, taxi.MODEL_MODULE
 
 BASE_SETTINGS = dict(label_key="tips_xf", raw_label_key="tips", strategy="none",
                      shuffle=0)
@@ -66,15 +46,7 @@ def _module(tmp_path, source=MODEL_MODULE, name="model_module.py"):
 
 
 def _artifacts(out, hyperparameters=None):
-    examples = standard_artifacts.Examples()
-    examples.uri = os.path.join(TESTDATA, "transform", "transformed_examples")
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-    graph = standard_artifacts.TransformGraph()
-    graph.uri = os.path.join(TESTDATA, "transform", "transform_graph")
-    schema = standard_artifacts.Schema()
-    schema.uri = os.path.join(TESTDATA, "schema_gen")
-    inputs = {specs.EXAMPLES_KEY: [examples], specs.TRANSFORM_GRAPH_KEY: [graph],
-              specs.SCHEMA_KEY: [schema]}
+    inputs = taxi.transform_inputs()
     if hyperparameters is not None:
         hp = standard_artifacts.HyperParameters()
         hp.uri = os.path.join(out, "hyperparameters")
@@ -175,6 +147,28 @@ def test_component_takes_exactly_one_of_module_file_and_model_fn():
             GradientAccumulationTrainer(**kwargs, **common)
 
 
+def test_effective_batch_size_instead_of_accum_steps():
+    examples = tfx.types.Channel(type=standard_artifacts.Examples)
+    common = dict(examples=examples, model_fn="pipelines.digits", label_key="y")
+    trainer = GradientAccumulationTrainer(micro_batch_size=16, effective_batch_size=128,
+                                          **common)
+    assert trainer.exec_properties["accum_steps"] == 8
+    with pytest.raises(ValueError, match="micro_batch_size=64 is larger than "
+                                         "effective_batch_size=32"):
+        GradientAccumulationTrainer(micro_batch_size=64, effective_batch_size=32, **common)
+    with pytest.raises(ValueError, match="effective_batch_size=100 is not a multiple"):
+        GradientAccumulationTrainer(micro_batch_size=16, effective_batch_size=100, **common)
+    with pytest.raises(ValueError, match="exactly one of accum_steps and effective_batch"):
+        GradientAccumulationTrainer(micro_batch_size=16, accum_steps=2,
+                                    effective_batch_size=32, **common)
+    # The stock-Trainer route (custom_config["ga_tfx"]) takes it too.
+    assert settings_lib.from_dict({"micro_batch_size": 8, "effective_batch_size": 64,
+                                   "label_key": "y"}).accum_steps == 8
+    with pytest.raises(ValueError, match="micro_batch_size=128 is larger"):
+        settings_lib.from_dict({"micro_batch_size": 128, "effective_batch_size": 64,
+                                "label_key": "y"})
+
+
 def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
     with pytest.raises(ValueError, match="acum_steps"):
         settings_lib.from_dict({"acum_steps": 2, "micro_batch_size": 4, "label_key": "y"})
@@ -229,6 +223,35 @@ def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
     assert all(v > 0 for _, v in scalars["ga_tfx/samples_per_second"])
     assert all(np.isfinite(v) and v > 0 for _, v in scalars["ga_tfx/loss_per_update"])
     assert "epoch_loss" in _scalars(os.path.join(run_dir, "train"))  # Keras' own logs
+
+
+def test_serving_signature_answers_like_the_trained_in_memory_model(tmp_path):
+    # train_and_export returns the model it trained and exported, still in memory.
+    out = str(tmp_path / "live")
+    inputs, outputs = _artifacts(out)
+    props = _exec_properties(_module(tmp_path), accum_steps=2, micro_batch_size=8,
+                             num_steps=3)
+    fn_args = Executor()._GetFnArgs(inputs, outputs, props)
+    settings = settings_lib.from_dict({k: props[k] for k in settings_lib.field_names()
+                                       if k in props})
+    namespace = {}
+    exec(MODEL_MODULE, namespace)
+    live = run_fn_lib.train_and_export(fn_args, settings, namespace["build_model"])
+    assert not any(v.name.startswith("ga_tfx") for v in live.variables)  # plain model
+
+    examples = _raw_examples()
+    served = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"](
+        examples=examples)
+    (served,) = served.values()
+    features = tft.TFTransformOutput(fn_args.transform_graph_path).transform_features_layer()(
+        tf.io.parse_example(examples, {k: v for k, v in tft.TFTransformOutput(
+            fn_args.transform_graph_path).raw_feature_spec().items() if k != "tips"}))
+    expected = live({k: features[k] for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")},
+                    training=False)
+    diff = float(np.max(np.abs(served.numpy() - expected.numpy())))
+    print(f"max |served - in-memory| = {diff:.3g}")
+    assert diff <= 1e-6
+    assert float(np.max(np.abs(expected.numpy()))) > 0  # real predictions, not zeros
 
 
 def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path):

@@ -14,41 +14,20 @@ import uuid
 
 import keras_tuner as kt
 import pytest
-import tfx
 from tfx.components.tuner import executor as tuner_executor
 from tfx.components.trainer import fn_args_utils
 from tfx.proto import trainer_pb2
-from tfx.types import artifact_utils, standard_artifacts
+from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import proto_utils
 
 import components.trainer
 from components.tuner import tuner_fn as tuner_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
+from tests import taxi
 
-TESTDATA = os.path.join(os.path.dirname(tfx.__file__), "components", "testdata")
 TUNER_FN = "components.tuner.tuner_fn.tuner_fn"
-
-MODEL_MODULE = '''
-import ga_tfx  # noqa: F401
-from ga_tfx._keras import keras, tf
-
-FEATURES = ("fare_xf", "trip_miles_xf", "trip_seconds_xf")
-
-
-def build_model(hparams):
-    keras.utils.set_random_seed(7)
-    inputs = {name: keras.Input(shape=(1,), name=name, dtype=tf.float32) for name in FEATURES}
-    x = keras.layers.Concatenate()([inputs[name] for name in FEATURES])
-    x = keras.layers.Dense(hparams.get("units", 8), name="hidden")(x)
-    x = keras.layers.BatchNormalization(name="bn")(x)
-    x = keras.layers.Activation("relu")(x)
-    outputs = keras.layers.Dense(2, name="logits")(x)
-    model = keras.Model(inputs, outputs)
-    model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-'''
+MODEL_MODULE = taxi.MODEL_MODULE
 
 TUNABLE_MODULE = MODEL_MODULE + '''
 
@@ -70,16 +49,7 @@ def model_module(tmp_path, monkeypatch):
     return write
 
 
-def _inputs():
-    examples = standard_artifacts.Examples()
-    examples.uri = os.path.join(TESTDATA, "transform", "transformed_examples")
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-    graph = standard_artifacts.TransformGraph()
-    graph.uri = os.path.join(TESTDATA, "transform", "transform_graph")
-    schema = standard_artifacts.Schema()
-    schema.uri = os.path.join(TESTDATA, "schema_gen")
-    return {specs.EXAMPLES_KEY: [examples], specs.TRANSFORM_GRAPH_KEY: [graph],
-            specs.SCHEMA_KEY: [schema]}
+_inputs = taxi.transform_inputs
 
 
 def _args(num_steps, eval_steps):

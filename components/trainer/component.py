@@ -49,8 +49,11 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
     ``model_fn``, the dotted path of an installed module defining ``build_model`` (or of the
     function itself): exactly one of them.
 
-    ``train_args.num_steps`` counts optimizer updates of ``accum_steps * micro_batch_size``
-    samples. Settings are checked here: a bad value raises ``ValueError`` naming the field.
+    The effective batch is ``accum_steps`` micro-batches of ``micro_batch_size``; give either
+    ``accum_steps`` or ``effective_batch_size`` (a multiple of ``micro_batch_size``, from which
+    ``accum_steps`` is derived). ``train_args.num_steps`` counts optimizer updates of
+    ``accum_steps * micro_batch_size`` samples. Settings are checked here: a bad value raises
+    ``ValueError`` naming the field.
     """
 
     SPEC_CLASS = GradientAccumulationTrainerSpec
@@ -60,9 +63,10 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             self,
             examples: types.BaseChannel,
             *,
-            accum_steps: int,
             micro_batch_size: int,
             label_key: str,
+            accum_steps: Optional[int] = None,
+            effective_batch_size: Optional[int] = None,
             module_file: Optional[Union[str, data_types.RuntimeParameter]] = None,
             model_fn: Optional[str] = None,
             transform_graph: Optional[types.BaseChannel] = None,
@@ -85,6 +89,12 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             raise ValueError("Give exactly one of module_file (a file defining build_model) and "
                              f"model_fn (a dotted path), got module_file={module_file!r}, "
                              f"model_fn={model_fn!r}.")
+        if (accum_steps is None) == (effective_batch_size is None):
+            raise ValueError("Give exactly one of accum_steps and effective_batch_size, got "
+                             f"accum_steps={accum_steps!r}, "
+                             f"effective_batch_size={effective_batch_size!r}.")
+        if effective_batch_size is not None:
+            accum_steps = settings_lib.accum_steps_for(effective_batch_size, micro_batch_size)
         settings = settings_lib.AccumulationSettings(
             accum_steps=accum_steps, micro_batch_size=micro_batch_size, label_key=label_key,
             raw_label_key=raw_label_key, agc_clip_factor=agc_clip_factor,

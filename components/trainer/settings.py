@@ -119,18 +119,44 @@ def from_dict(values: Mapping[str, Any]) -> AccumulationSettings:
     """
     if not isinstance(values, Mapping):
         raise ValueError(f"ga_tfx settings must be a dict, got {values!r}.")
-    unknown = sorted(set(values) - set(field_names()))
+    known = field_names() + ("effective_batch_size",)
+    unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ValueError(f"Unknown ga_tfx setting(s) {unknown}; known: {list(field_names())}.")
+        raise ValueError(f"Unknown ga_tfx setting(s) {unknown}; known: {list(known)}.")
+    values = dict(values)
+    if values.get("effective_batch_size") is not None:
+        if values.get("accum_steps") is not None:
+            raise ValueError("Give accum_steps or effective_batch_size, not both (got "
+                             f"{values['accum_steps']!r} and {values['effective_batch_size']!r}).")
+        values["accum_steps"] = accum_steps_for(values.pop("effective_batch_size"),
+                                                values.get("micro_batch_size"))
+    values.pop("effective_batch_size", None)
     missing = [name for name in ("accum_steps", "micro_batch_size", "label_key")
                if values.get(name) is None]
     if missing:
         raise ValueError(f"Missing required ga_tfx setting(s) {missing}.")
-    values = dict(values)
     for name in ("replace_batchnorm", "shuffle"):
         if values.get(name) in (0, 1) and not isinstance(values[name], float):
             values[name] = bool(values[name])
     return AccumulationSettings(**values)
+
+
+def accum_steps_for(effective_batch_size, micro_batch_size) -> int:
+    """``accum_steps`` that makes ``effective_batch_size`` out of micro-batches.
+
+    ``ValueError`` when the micro-batch is larger than the effective batch or does not divide
+    it (no partial windows are made up silently).
+    """
+    _positive_int(effective_batch_size, "effective_batch_size")
+    _positive_int(micro_batch_size, "micro_batch_size")
+    if micro_batch_size > effective_batch_size:
+        raise ValueError(f"micro_batch_size={micro_batch_size} is larger than "
+                         f"effective_batch_size={effective_batch_size}: a micro-batch is a part "
+                         "of the effective batch.")
+    if effective_batch_size % micro_batch_size:
+        raise ValueError(f"effective_batch_size={effective_batch_size} is not a multiple of "
+                         f"micro_batch_size={micro_batch_size}.")
+    return effective_batch_size // micro_batch_size
 
 
 def hyperparameter_values(hyperparameters: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
