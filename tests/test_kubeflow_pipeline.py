@@ -1,0 +1,358 @@
+"""The digits pipeline compiled for Kubeflow Pipelines v2 (``pipelines.kubeflow``), no Docker.
+
+1. The PipelineJob parses strictly as KFP protos and holds every step, the ga-tfx Trainer's
+   executor, the image and the accumulation settings as they were configured.
+2. It equals the committed golden ``tests/golden/digits_pipeline_job.json`` once volatile
+   fields are normalised (the TFX/Python version in ``sdkVersion`` and the labels, paths under
+   the temporary directory or this checkout); a changed ``accum_steps`` changes the normalised
+   job, so the comparison can fail. After an intended change, regenerate the golden with
+   ``GA_TFX_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_kubeflow_pipeline.py``
+   (the test then writes the file and passes; review and commit the diff).
+3. The compiled Trainer step runs: its container ``command`` + ``args`` from the compiled
+   deployment spec are executed here as a subprocess (``python`` -> this interpreter, the
+   ``{{$}}`` placeholder -> an ExecutorInput JSON as Kubeflow v2 passes it, with the compiled
+   constant parameters), on real transformed digits made by tf.Transform with the pipeline's
+   own ``preprocessing_fn``; it must exit 0, export a SavedModel and write the executor output.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._keras import tf
+
+import copy
+import csv
+import dataclasses
+import difflib
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
+from tfx import version as tfx_version
+
+from pipelines import digits, kubeflow
+from pipelines.cli import SHIPPED_DATA
+from pipelines.pipeline import MODEL_FN, TrainingOptions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN = os.path.join(ROOT, "tests", "golden", "digits_pipeline_job.json")
+IMAGE = "europe-docker.pkg.dev/example-project/ga-tfx/ga-tfx:test"
+NAME = "ga-tfx-digits"
+CLUSTER_PATHS = dict(pipeline_root="gs://example-bucket/root",
+                     data_root="gs://example-bucket/digits",
+                     serving_model_dir="gs://example-bucket/serving")
+ALL_STEPS = {"CsvExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator", "Transform",
+             "Tuner", "GradientAccumulationTrainer", "Evaluator", "Pusher"}
+TRAINER = "GradientAccumulationTrainer"
+# The golden's options: the defaults of `ga-tfx compile --tune`.
+GOLDEN_OPTIONS = TrainingOptions(tune=True)
+
+
+def compile_job(directory, options, name="job.json"):
+    return kubeflow.compile_pipeline(
+        os.path.join(directory, name), IMAGE, NAME, CLUSTER_PATHS["pipeline_root"],
+        CLUSTER_PATHS["data_root"], CLUSTER_PATHS["serving_model_dir"], options)
+
+
+@pytest.fixture(scope="module")
+def tuned_job(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("compiled")
+    job = compile_job(str(directory), GOLDEN_OPTIONS)
+    with open(directory / "job.json") as f:
+        assert json.load(f) == job  # what was written is what was returned
+    return job, str(directory)
+
+
+def parse_strictly(job):
+    """(PipelineJob, PipelineSpec) protos; an unknown field anywhere raises ParseError."""
+    spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec(),
+                                 ignore_unknown_fields=False)
+    whole = json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob(),
+                                  ignore_unknown_fields=False)
+    return whole, spec
+
+
+def trainer_parameters(spec):
+    """{name: python value} of the Trainer task's constant parameters."""
+    params = spec.root.dag.tasks[TRAINER].inputs.parameters
+    values = {}
+    for name, param in params.items():
+        constant = param.runtime_value.constant_value
+        values[name] = getattr(constant, constant.WhichOneof("value"))
+    return values
+
+
+# ------------------------------------------------------------------ 1. structure
+
+@pytest.mark.parametrize("tune", [True, False])
+def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp_path, tune):
+    options = GOLDEN_OPTIONS if tune else TrainingOptions(
+        accum_steps=3, micro_batch_size=24, train_updates=30, updates_per_epoch=10,
+        eval_steps=5, agc_clip_factor=None, strategy="mirrored")
+    job = tuned_job[0] if tune else compile_job(str(tmp_path), options)
+    whole, spec = parse_strictly(job)
+
+    assert whole.display_name == NAME and spec.pipeline_info.name == NAME
+    assert spec.schema_version == "2.0.0"
+    assert job["runtimeConfig"] == {"gcsOutputDirectory": CLUSTER_PATHS["pipeline_root"]}
+    tasks = spec.root.dag.tasks
+    expected = ALL_STEPS if tune else ALL_STEPS - {"Tuner"}
+    assert set(tasks) == expected
+    assert {task.component_ref.name for task in tasks.values()} == expected
+    assert set(spec.components) == expected
+    executors = spec.deployment_spec["executors"]
+    for step in expected:
+        container = executors[spec.components[step].executor_label]["container"]
+        assert container["image"] == IMAGE, step
+        assert list(container["command"]) == kubeflow.CONTAINER_COMMAND, step
+    trainer_container = executors[spec.components[TRAINER].executor_label]["container"]
+    args = list(trainer_container["args"])
+    assert args[args.index("--executor_class_path") + 1] == "components.trainer.executor.Executor"
+    assert args[args.index("--json_serialized_invocation_args") + 1] == "{{$}}"
+
+    trainer = tasks[TRAINER]
+    sources = {key: (a.task_output_artifact.producer_task,
+                     a.task_output_artifact.output_artifact_key)
+               for key, a in trainer.inputs.artifacts.items()}
+    expected_sources = {"examples": ("Transform", "transformed_examples"),
+                        "transform_graph": ("Transform", "transform_graph")}
+    if tune:
+        expected_sources["hyperparameters"] = ("Tuner", "best_hyperparameters")
+    assert sources == expected_sources
+
+    params = trainer_parameters(spec)
+    expected_params = dict(
+        accum_steps=options.accum_steps, micro_batch_size=options.micro_batch_size,
+        label_key=digits.LABEL_KEY, raw_label_key=digits.RAW_LABEL_KEY, model_fn=MODEL_FN,
+        strategy=options.strategy, updates_per_epoch=options.updates_per_epoch,
+        replace_batchnorm=1, mixed_precision="float32", partial_window="apply", shuffle=1,
+        shuffle_seed=0)
+    if options.agc_clip_factor is not None:
+        expected_params["agc_clip_factor"] = options.agc_clip_factor
+    for name, value in expected_params.items():
+        assert params.get(name) == value, name
+    assert ("agc_clip_factor" in params) == (options.agc_clip_factor is not None)
+    assert json.loads(params["train_args"]) == {"num_steps": options.train_updates}
+    assert json.loads(params["eval_args"]) == {"num_steps": options.eval_steps}
+    assert "module_file" not in params  # the model comes from the installed package
+    if tune:
+        tuner_config = json.loads(tasks["Tuner"].inputs.parameters["custom_config"]
+                                  .runtime_value.constant_value.string_value)
+        assert tuner_config["ga_tfx_search"]["accum_steps"] == list(options.search_accum_steps)
+        assert tuner_config["model_fn"] == MODEL_FN
+
+
+# ------------------------------------------------------------------ 2. golden
+
+def normalize(job, paths=()):
+    """The job without what changes between machines and TFX patch releases.
+
+    Checks first that the volatile fields hold what they should, so that normalising them
+    hides nothing else. ``paths``: local directories (temporary, this checkout) whose
+    occurrence in any string is replaced by a placeholder.
+    """
+    job = copy.deepcopy(job)
+    assert job["pipelineSpec"]["sdkVersion"] == f"tfx-{tfx_version.__version__}"
+    job["pipelineSpec"]["sdkVersion"] = "tfx-<version>"
+    labels = job.get("labels", {})
+    assert labels.get("tfx_version") == tfx_version.__version__.replace(".", "-")
+    assert labels.get("tfx_py_version") == "{}-{}".format(*sys.version_info[:2])
+    labels["tfx_version"] = labels["tfx_py_version"] = "<version>"
+    replacements = [(path, f"<path{i}>") for i, path in enumerate(paths)] + [(ROOT, "<checkout>")]
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {key: strip(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [strip(item) for item in value]
+        if isinstance(value, str):
+            for path, placeholder in replacements:
+                value = value.replace(path, placeholder)
+        return value
+
+    return strip(job)
+
+
+def dump(job):
+    return json.dumps(job, indent=2, sort_keys=True) + "\n"
+
+
+def leaf_differences(a, b, where=""):
+    """Paths of the leaves that differ between two JSON values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [path for key in sorted(set(a) | set(b))
+                for path in leaf_differences(a.get(key), b.get(key), f"{where}/{key}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [path for i, (x, y) in enumerate(zip(a, b))
+                for path in leaf_differences(x, y, f"{where}/{i}")]
+    return [] if a == b else [where]
+
+
+def test_compiled_job_matches_the_golden(tuned_job):
+    job, directory = tuned_job
+    normalized = dump(normalize(job, [directory]))
+    if os.environ.get("GA_TFX_UPDATE_GOLDEN") == "1":
+        os.makedirs(os.path.dirname(GOLDEN), exist_ok=True)
+        with open(GOLDEN, "w") as f:
+            f.write(normalized)
+    with open(GOLDEN) as f:
+        golden = f.read()
+    diff = "".join(difflib.unified_diff(golden.splitlines(True), normalized.splitlines(True),
+                                        "golden", "compiled", n=2))
+    assert normalized == golden, (
+        "The compiled Kubeflow job differs from tests/golden/digits_pipeline_job.json; if the "
+        "change is intended, re-run with GA_TFX_UPDATE_GOLDEN=1 and commit the golden:\n"
+        + diff[:6000])
+
+
+def test_the_golden_comparison_sees_a_changed_accum_steps(tuned_job, tmp_path):
+    job, directory = tuned_job
+    changed = compile_job(str(tmp_path), dataclasses.replace(
+        GOLDEN_OPTIONS, accum_steps=GOLDEN_OPTIONS.accum_steps + 1))
+    before, after = normalize(job, [directory]), normalize(changed, [str(tmp_path)])
+    assert dump(before) != dump(after)
+    differences = leaf_differences(before, after)
+    trainer_accum = ("/pipelineSpec/root/dag/tasks/GradientAccumulationTrainer/inputs/"
+                     "parameters/accum_steps/runtimeValue/constantValue/intValue")
+    tuner_config = ("/pipelineSpec/root/dag/tasks/Tuner/inputs/parameters/custom_config/"
+                    "runtimeValue/constantValue/stringValue")  # holds the ga_tfx settings
+    assert differences == [trainer_accum, tuner_config]
+
+
+# ------------------------------------------------------------------ 3. the Trainer step runs
+
+def write_transformed_digits(directory, train_rows=256, eval_rows=128):
+    """Transformed examples (Split-train/, Split-eval/) and a transform graph, as the
+    pipeline's Transform writes them, from the shipped digits and ``digits.preprocessing_fn``.
+
+    Returns (examples uri, transform graph uri).
+    """
+    with open(os.path.join(SHIPPED_DATA, "digits.csv"), newline="") as f:
+        rows = [{key: int(value) for key, value in row.items()} for row in csv.DictReader(f)]
+    splits = {"train": rows[:train_rows], "eval": rows[train_rows:train_rows + eval_rows]}
+    raw_metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(
+        {key: tf.io.FixedLenFeature([], tf.int64) for key in digits.COLUMNS}))
+    examples = os.path.join(directory, "transformed_examples")
+    graph = os.path.join(directory, "transform_graph")
+    options = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    with beam.Pipeline(argv=options) as pipeline, tft_beam.Context(
+            temp_dir=os.path.join(directory, "tft_tmp"), force_tf_compat_v1=False):
+        raw = {split: pipeline | f"Create {split}" >> beam.Create(data)
+               for split, data in splits.items()}
+        transform_fn = (raw["train"], raw_metadata) | tft_beam.AnalyzeDataset(
+            digits.preprocessing_fn)
+        _ = transform_fn | tft_beam.WriteTransformFn(graph)
+        for split, data in raw.items():
+            transformed, metadata = ((data, raw_metadata), transform_fn) | (
+                f"Transform {split}" >> tft_beam.TransformDataset())
+            coder = tft.coders.ExampleProtoCoder(metadata.schema)
+            _ = (transformed
+                 | f"Encode {split}" >> beam.Map(coder.encode)
+                 | f"Write {split}" >> beam.io.WriteToTFRecord(
+                     os.path.join(examples, f"Split-{split}", "transformed_examples"),
+                     file_name_suffix=".gz"))
+    metadata_io.write_metadata(raw_metadata, os.path.join(graph, "metadata"))  # raw schema
+    return examples, graph
+
+
+def executor_input(component, task, inputs, outputs, output_file):
+    """The ExecutorInput JSON that replaces ``{{$}}``: artifacts typed as the compiled
+    component declares them, the task's compiled constants as (schema 2.0.0) parameters."""
+    def artifacts(definitions, uris, metadata):
+        return {key: {"artifacts": [{
+            "name": f"projects/example/locations/europe-west4/metadataStores/default/"
+                    f"artifacts/{task['taskInfo']['name']}-{key}",
+            "type": definitions[key]["artifactType"], "uri": uri,
+            "metadata": metadata.get(key, {})}]} for key, uri in uris.items()}
+
+    value = {
+        "inputs": {
+            "artifacts": artifacts(component["inputDefinitions"]["artifacts"], inputs,
+                                   {"examples": {"split_names": '["train", "eval"]'}}),
+            "parameters": {name: param["runtimeValue"]["constantValue"]
+                           for name, param in task["inputs"]["parameters"].items()},
+        },
+        "outputs": {
+            "artifacts": artifacts(component["outputDefinitions"]["artifacts"], outputs, {}),
+            "outputFile": output_file,
+        },
+    }
+    # Strictly valid (the entry point parses leniently and would drop a misspelt field).
+    json_format.ParseDict(value, pipeline_spec_pb2.ExecutorInput(), ignore_unknown_fields=False)
+    return json.dumps(value)
+
+
+def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
+    options = TrainingOptions(accum_steps=2, micro_batch_size=16, train_updates=4,
+                              updates_per_epoch=2, eval_steps=2, agc_clip_factor=0.05)
+    job = compile_job(str(tmp_path), options)
+    spec = job["pipelineSpec"]
+    assert spec["schemaVersion"] == "2.0.0"  # parameters travel as inputs.parameters
+    task = spec["root"]["dag"]["tasks"][TRAINER]
+    component = spec["components"][task["componentRef"]["name"]]
+    container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+
+    examples, graph = write_transformed_digits(str(tmp_path / "transform"))
+    task_root = tmp_path / "root" / "123" / "job-1" / f"{TRAINER}_0001"  # as Vertex lays it out
+    model_uri, model_run_uri = str(task_root / "model"), str(task_root / "model_run")
+    output_file = str(task_root / "executor_output.json")
+    invocation = executor_input(component, task,
+                                {"examples": examples, "transform_graph": graph},
+                                {"model": model_uri, "model_run": model_run_uri}, output_file)
+    assert "{{$}}" in container["args"]
+    command = [sys.executable if part == "python" else part for part in container["command"]]
+    command += [invocation if arg == "{{$}}" else arg for arg in container["args"]]
+    assert command[1:3] == ["-m", "pipelines.kubeflow"]
+
+    # The image sets no TF_USE_LEGACY_KERAS: the entry point must select Keras 2 by itself
+    # (this test process has it set, as it imported ga_tfx).
+    env = {key: value for key, value in os.environ.items() if key != "TF_USE_LEGACY_KERAS"}
+    env.update({item["name"]: item["value"] for item in container.get("env", [])})
+    work_dir = tmp_path / "cwd"  # not the checkout: the code comes from the installed package
+    work_dir.mkdir()
+    result = subprocess.run(command, env=env, cwd=str(work_dir), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-8000:]
+
+    assert os.path.isfile(os.path.join(model_uri, "Format-Serving", "saved_model.pb"))
+    with open(output_file) as f:
+        output = json_format.Parse(f.read(), pipeline_spec_pb2.ExecutorOutput(),
+                                   ignore_unknown_fields=False)
+    assert {key: [a.uri for a in value.artifacts] for key, value in output.artifacts.items()} \
+        == {"model": [model_uri], "model_run": [model_run_uri]}
+    # The compiled settings reached the training: 4 updates of 2 x 16 examples.
+    scalars = {}
+    for path in glob.glob(os.path.join(model_run_uri, "ga_tfx", "events*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor))))
+    assert [step for step, _ in scalars["ga_tfx/updates"]] == [1, 2, 3, 4]
+    assert {value for _, value in scalars["ga_tfx/effective_batch_size"]} == {32.0}
+
+
+# ------------------------------------------------------------------ the image's definition
+
+def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
+    """docker/Dockerfile (not built here: no Docker engine) starts from TFX's image of the
+    installed TFX version, which is the lock's, and installs the lock and the three packages
+    the compiled steps import."""
+    with open(os.path.join(ROOT, "docker", "Dockerfile")) as f:
+        dockerfile = f.read()
+    with open(os.path.join(ROOT, "requirements", "lock.txt")) as f:
+        lock = f.read().splitlines()
+    version = tfx_version.__version__
+    assert f"tfx=={version}" in lock
+    froms = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    assert froms == [f"gcr.io/tfx-oss-public/tfx:{version}"]
+    for line in ("COPY requirements/lock.txt requirements/lock.txt", "COPY ga_tfx ga_tfx",
+                 "COPY components components", "COPY pipelines pipelines"):
+        assert line in dockerfile.splitlines(), line
+    assert "-r requirements/lock.txt" in dockerfile
