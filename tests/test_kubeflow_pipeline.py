@@ -356,3 +356,25 @@ def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
                  "COPY components components", "COPY pipelines pipelines"):
         assert line in dockerfile.splitlines(), line
     assert "-r requirements/lock.txt" in dockerfile
+
+
+def test_compile_command_writes_the_job_with_the_flags(tmp_path, capsys):
+    from pipelines import cli
+
+    output = tmp_path / "job.json"
+    assert cli.main(["compile", "--image", "registry/ga-tfx:1", "--pipeline-root", "gs://b/r",
+                     "--data-root", "gs://b/digits", "--serving-dir", "gs://b/serving",
+                     "--accum-steps", "8", "--micro-batch", "16", "--no-agc",
+                     "--output", str(output)]) == 0
+    assert "8 steps" in capsys.readouterr().out  # no Tuner without --tune
+    job = json.loads(output.read_text())
+    spec = pipeline_spec_pb2.PipelineSpec()
+    json_format.ParseDict(job["pipelineSpec"], spec, ignore_unknown_fields=False)
+    assert TRAINER in spec.root.dag.tasks and "Tuner" not in spec.root.dag.tasks
+    values = trainer_parameters(spec)
+    assert values["accum_steps"] == 8 and values["micro_batch_size"] == 16
+    assert "agc_clip_factor" not in values
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == "gs://b/r"
+    with pytest.raises(SystemExit):
+        cli.main(["compile", "--pipeline-root", "gs://b/r"])  # --image etc. are required
+    assert "required: --image" in capsys.readouterr().err
