@@ -84,6 +84,11 @@ class GradientAccumulator(tf.Module):
             return list(grads_and_vars)
         return [(g, v) for g, v in grads_and_vars if v.ref() in connected]
 
+    @property
+    def accumulated_variables(self):
+        """The model variables this accumulator sums gradients for, in order."""
+        return [ref.deref() for ref in self._variable_refs]
+
     def matches(self, variables):
         """True if this accumulator was built for exactly ``variables`` (same order)."""
         return [v.ref() for v in variables] == self._variable_refs

@@ -127,12 +127,8 @@ class AccumulationEngine:
     @property
     def samples_seen(self):
         """Training samples this model has accumulated so far (all replicas, all fits)."""
-        acc = self._gradient_accumulator
+        acc = self.gradient_accumulator
         return 0 if acc is None else int(acc.samples_seen.numpy())
-
-    @property
-    def _gradient_accumulator(self):
-        return self._accumulator_holder.value
 
     def _set_accumulator(self, accumulator):
         attach_state(self, self._accumulator_holder, accumulator, "ga_gradient_accumulator")
@@ -208,7 +204,7 @@ class AccumulationEngine:
         variables = self.trainable_variables
         if not variables:
             raise ValueError("The model has no trainable variables to accumulate gradients for.")
-        acc = self._gradient_accumulator
+        acc = self.gradient_accumulator
         if acc is None or not acc.matches(variables):
             if self._agc is not None:
                 self._agc.check_variables(variables)
@@ -233,10 +229,10 @@ class AccumulationEngine:
         if hasattr(self, "_validate_target_and_loss"):
             self._validate_target_and_loss(y, loss)
         grads = tape.gradient(loss_to_differentiate, variables)
-        self._gradient_accumulator.record_connected(variables, grads)
+        self.gradient_accumulator.record_connected(variables, grads)
         if _is_loss_scale_optimizer(optimizer):
             grads = optimizer.get_unscaled_gradients(grads)
-        with tf.control_dependencies([self._gradient_accumulator.add(grads, _batch_size(x))]):
+        with tf.control_dependencies([self.gradient_accumulator.add(grads, _batch_size(x))]):
             return self.compute_metrics(x, y, y_pred, sample_weight)
 
     def _run_micro_batch(self, data):
@@ -262,12 +258,12 @@ class AccumulationEngine:
             logs = self._run_micro_batch(optional.get_value())
             count += 1
         with tf.control_dependencies(tf.nest.flatten(logs)):
-            self._gradient_accumulator.micro_steps.assign_add(count)
+            self.gradient_accumulator.micro_steps.assign_add(count)
         return logs
 
     def _apply_window(self):
         """Replica context: one optimizer update with the window-mean gradient; resets."""
-        acc = self._gradient_accumulator
+        acc = self.gradient_accumulator
         sums, count = acc.reduce_window()
         ctx = tf.distribute.get_replica_context()
         # Keras divides each replica's loss by the number of replicas; undo that factor.
@@ -294,7 +290,7 @@ class AccumulationEngine:
     def _finish_window(self):
         """Cross-replica: apply, then count the update."""
         self.distribute_strategy.run(self._apply_window)
-        self._gradient_accumulator.micro_steps.assign(0)
+        self.gradient_accumulator.micro_steps.assign(0)
         self._train_counter.assign_add(1)
 
     def _train_window_and_apply(self, iterator):
@@ -307,10 +303,10 @@ class AccumulationEngine:
         def discard():
             ends = [layer.ga_window_end(apply=False) for layer in self._window_layers()]
             with tf.control_dependencies(ends):
-                return self._gradient_accumulator.reset()
+                return self.gradient_accumulator.reset()
 
         self.distribute_strategy.run(discard)
-        self._gradient_accumulator.micro_steps.assign(0)
+        self.gradient_accumulator.micro_steps.assign(0)
 
     def _make_policy_train_function(self):
         """``drop``/``carry``: the decision needs the window's size, read on the host."""
@@ -322,7 +318,7 @@ class AccumulationEngine:
 
         def train_function(iterator):
             logs = train_window(iterator)
-            pending = int(model._gradient_accumulator.micro_steps.numpy())
+            pending = int(model.gradient_accumulator.micro_steps.numpy())
             if pending >= model._accum_steps:
                 finish()
                 if model._steps_per_execution.numpy() != model._accum_steps:

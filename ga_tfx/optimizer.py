@@ -92,7 +92,7 @@ class GradientAccumulateOptimizer(tf.Module):
         """
         if self.accumulator is None:
             return tf.constant(False)
-        variables = [ref.deref() for ref in self.accumulator._variable_refs]
+        variables = self.accumulator.accumulated_variables
         return tf.cond(self.accumulator.micro_steps > 0,
                        lambda: self._apply_window(variables), lambda: tf.constant(False))
 
