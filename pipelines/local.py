@@ -96,14 +96,17 @@ def summarize(connection_config) -> RunSummary:
         raise RuntimeError("No pipeline run is recorded in the metadata store.")
     latest = max(runs, key=lambda context: (context.create_time_since_epoch, context.id))
     executions = store.get_executions_by_context(latest.id)
-    cached = sorted(_node_id(store, e) for e in executions
-                    if e.last_known_state == e.CACHED)
-    outputs = {}
+    node_type = store.get_context_type("node").id
+    cached = sorted(context.name.split(".")[-1]
+                    for e in executions if e.last_known_state == e.CACHED
+                    for context in store.get_contexts_by_execution(e.id)
+                    if context.type_id == node_type)
     events = store.get_events_by_execution_ids([e.id for e in executions])
-    output_ids = [ev.artifact_id for ev in events if ev.type == ev.OUTPUT]
-    for artifact in store.get_artifacts_by_id(output_ids):
-        type_name = store.get_artifact_types_by_id([artifact.type_id])[0].name
-        outputs[type_name] = artifact
+    artifacts = store.get_artifacts_by_id(
+        [event.artifact_id for event in events if event.type == event.OUTPUT])
+    type_names = {t.id: t.name for t in store.get_artifact_types_by_id(
+        sorted({artifact.type_id for artifact in artifacts}))}
+    outputs = {type_names[artifact.type_id]: artifact for artifact in artifacts}
 
     scalars = _last_scalars(outputs["ModelRun"].uri) if "ModelRun" in outputs else {}
     blessing = outputs.get("ModelBlessing")
@@ -119,13 +122,6 @@ def summarize(connection_config) -> RunSummary:
         serving_model=(os.path.join(outputs["Model"].uri, "Format-Serving")
                        if "Model" in outputs else None),
         cached_components=cached)
-
-
-def _node_id(store, execution):
-    for context in store.get_contexts_by_execution(execution.id):
-        if context.type_id == store.get_context_type("node").id:
-            return context.name.split(".")[-1]
-    return str(execution.id)
 
 
 def _int(value):
