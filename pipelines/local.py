@@ -19,6 +19,7 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 from tfx.utils import io_utils
 
+from components.trainer import settings as settings_lib
 from pipelines import digits
 from pipelines import pipeline as pipeline_lib
 
@@ -143,8 +144,7 @@ def _hyperparameters(artifact):
     if artifact is None:
         return {}
     path = os.path.join(artifact.uri, "best_hyperparameters.txt")
-    config = json.loads(io_utils.read_string_file(path))
-    return dict(config.get("values", config))
+    return settings_lib.hyperparameter_values(json.loads(io_utils.read_string_file(path)))
 
 
 def _metrics(artifact):

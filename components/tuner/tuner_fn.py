@@ -56,9 +56,10 @@ window is partial and follows ``partial_window``. Trials record ``effective_batc
 (the Trainer's evaluation micro-batches when one size is searched), the same examples for
 every trial; without it there is no evaluation (the datasets repeat endlessly).
 
-Data: micro-batches from ``fn_args.data_accessor.tf_dataset_factory`` with the transformed
-schema when there is a ``transform_graph`` (else the ``schema`` input), built per trial at the
-trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
+Data: micro-batches made exactly as the Trainer makes them
+(:func:`components.trainer.helpers.micro_batches`: ``fn_args.data_accessor.tf_dataset_factory``
+with the transformed schema when there is a ``transform_graph``, else the ``schema`` input; the
+order fixed by ``shuffle_seed``), built per trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
 ``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner works
 as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` / ``KERASTUNER_ORACLE_PORT``.
 
@@ -78,7 +79,6 @@ from typing import Any, Dict, Mapping, Optional
 
 import keras_tuner
 from tfx.components.tuner.component import TunerFnResult
-from tfx_bsl.public import tfxio
 
 from components.trainer import helpers
 from components.trainer import settings as settings_lib
@@ -244,17 +244,19 @@ def tuner_fn(fn_args) -> TunerFnResult:
     else:
         tuner = keras_tuner.Hyperband(hypermodel, max_epochs=config.max_epochs, **common)
 
+    def batches(files, micro_batch_size, shuffle):  # the Trainer's data path, any batch size
+        return helpers.micro_batches(
+            fn_args, files, dataclasses.replace(settings, micro_batch_size=micro_batch_size),
+            schema, shuffle)
+
     def train_micro_batches(micro_batch_size):
-        return _micro_batches(fn_args, fn_args.train_files, schema, micro_batch_size,
-                              settings.label_key, settings.shuffle)
+        return batches(fn_args.train_files, micro_batch_size, settings.shuffle)
 
     fit_kwargs: Dict[str, Any] = dict(x=train_micro_batches, samples_per_epoch=samples,
                                       epochs=1, verbose=2)
     if fn_args.eval_steps:
         fit_kwargs.update(
-            validation_data=_micro_batches(fn_args, fn_args.eval_files, schema,
-                                           max(space.micro_batch_size), settings.label_key,
-                                           False),
+            validation_data=batches(fn_args.eval_files, max(space.micro_batch_size), False),
             validation_steps=fn_args.eval_steps)
     return TunerFnResult(tuner=tuner, fit_kwargs=fit_kwargs)
 
@@ -269,14 +271,6 @@ class _PolicyHyperModel(AccumulationHyperModel):
     def build(self, hp):
         with helpers.mixed_precision_policy(self.mixed_precision):
             return super().build(hp)
-
-
-def _micro_batches(fn_args, files, schema, batch_size, label_key, shuffle):
-    """Endless (features, label) batches of ``batch_size`` (repeated before batching)."""
-    options = tfxio.TensorFlowDatasetOptions(batch_size=batch_size, label_key=label_key,
-                                             shuffle=shuffle, num_epochs=None,
-                                             sloppy_ordering=False)
-    return fn_args.data_accessor.tf_dataset_factory(files, options, schema)
 
 
 def _mapping(value, name):
