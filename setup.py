@@ -2,6 +2,19 @@
 
 from setuptools import find_packages, setup
 
+# The repository keeps three top-level folders (the library, the TFX components, the pipelines);
+# installed, all three live under the one `ga_tfx` namespace, so nothing named `components` or
+# `pipelines` lands in site-packages (tests/test_packaging.py checks the built wheel).
+NAMESPACED_FOLDERS = {"ga_tfx.components": "components", "ga_tfx.pipelines": "pipelines"}
+
+
+def _packages():
+    packages = find_packages(include=["ga_tfx", "ga_tfx.*"])
+    for namespace, folder in NAMESPACED_FOLDERS.items():
+        packages += [namespace] + [f"{namespace}.{sub}" for sub in find_packages(folder)]
+    return packages
+
+
 # Direct dependencies, pinned to the set proven to install and work together on Python 3.10
 # here; requirements/lock.txt pins the whole resolved tree (the set-up scripts install it).
 INSTALL_REQUIRES = [
@@ -23,11 +36,11 @@ setup(
     name="ga-tfx",
     version="0.1.0",
     description="Gradient accumulation as a first-class citizen of TensorFlow Extended",
-    packages=find_packages(include=["ga_tfx", "ga_tfx.*", "components", "components.*",
-                                    "pipelines", "pipelines.*"]),
-    package_data={"pipelines": ["data/digits/*.csv"]},  # the shipped pipeline data
+    packages=_packages(),
+    package_dir=dict(NAMESPACED_FOLDERS),
+    package_data={"ga_tfx.pipelines": ["data/digits/*.csv"]},  # the shipped pipeline data
     python_requires=">=3.10,<3.11",  # TFX 1.16 supports 3.9-3.10; the stack is proven on 3.10
     install_requires=INSTALL_REQUIRES,
     extras_require={"test": ["pytest==9.2.0"]},
-    entry_points={"console_scripts": ["ga-tfx=pipelines.cli:main"]},
+    entry_points={"console_scripts": ["ga-tfx=ga_tfx.pipelines.cli:main"]},
 )

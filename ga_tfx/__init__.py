@@ -1,29 +1,66 @@
 """ga-tfx: exact, distribution-safe gradient accumulation for Keras 2 and TFX.
 
-Importing ``ga_tfx`` selects Keras 2 (tf-keras) for this process (see ``ga_tfx._keras``); make it
-the first import of scripts and TFX module files. The library never imports TFX.
+Importing ``ga_tfx`` selects Keras 2 (tf-keras) for this process: it sets
+``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported (see :mod:`ga_tfx._keras`). Make it the
+first import of scripts and TFX module files. ``import ga_tfx`` itself is cheap: TensorFlow is
+loaded when a public name is first used (``ga_tfx.wrap_model``, ``ga_tfx.keras``, ...), so that
+``ga-tfx --help`` and the settings declaration stay instant. If TensorFlow is already imported,
+the Keras 2 check runs at once. The library never imports TFX.
+
+Public names: see ``__all__``; ``ga_tfx.keras`` and ``ga_tfx.tf`` are the documented way to get
+Keras 2 and TensorFlow.
 """
 
-from ga_tfx._keras import KerasVersionError  # noqa: F401  (first: decides Keras 2)
-from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients
-from ga_tfx.batchnorm import AccumBatchNormalization, replace_batchnorm_layers
-from ga_tfx.models import (AccumulatingModel, GradientAccumulateModel, unwrap_model,
-                           wrap_model)
-from ga_tfx.optimizer import GradientAccumulateOptimizer
+import importlib
+import os as _os
+import sys as _sys
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AccumBatchNormalization",
-    "AccumulatingModel",
-    "AdaptiveGradientClipping",
-    "GradientAccumulateModel",
-    "GradientAccumulateOptimizer",
-    "GradientAccumulator",
-    "KerasVersionError",
-    "adaptive_clip_gradients",
-    "replace_batchnorm_layers",
-    "unwrap_model",
-    "wrap_model",
-]
+# name -> module defining it (loaded on first access, PEP 562).
+_PUBLIC = {
+    "AccumBatchNormalization": "ga_tfx.batchnorm",
+    "AccumulatingModel": "ga_tfx.models",
+    "AdaptiveGradientClipping": "ga_tfx.agc",
+    "GradientAccumulateModel": "ga_tfx.models",
+    "GradientAccumulateOptimizer": "ga_tfx.optimizer",
+    "GradientAccumulator": "ga_tfx.accumulator",
+    "KerasVersionError": "ga_tfx._keras",
+    "adaptive_clip_gradients": "ga_tfx.agc",
+    "replace_batchnorm_layers": "ga_tfx.batchnorm",
+    "unwrap_model": "ga_tfx.models",
+    "wrap_model": "ga_tfx.models",
+    "keras": "ga_tfx._keras",
+    "tf": "ga_tfx._keras",
+}
+
+__all__ = sorted(_PUBLIC)
+
+if "tensorflow" not in _sys.modules:
+    # Before TensorFlow is first imported: tf.keras will resolve to tf-keras (Keras 2).
+    _os.environ["TF_USE_LEGACY_KERAS"] = "1"
+else:  # TensorFlow is loaded already: decide (and check) now, not at first use.
+    importlib.import_module("ga_tfx._keras")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ga_tfx' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+if TYPE_CHECKING:  # static checkers see the eager imports
+    from ga_tfx._keras import KerasVersionError, keras, tf  # noqa: F401
+    from ga_tfx.accumulator import GradientAccumulator  # noqa: F401
+    from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients  # noqa: F401
+    from ga_tfx.batchnorm import AccumBatchNormalization, replace_batchnorm_layers  # noqa: F401
+    from ga_tfx.models import (AccumulatingModel, GradientAccumulateModel,  # noqa: F401
+                               unwrap_model, wrap_model)
+    from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401

@@ -158,7 +158,7 @@ def build_parser():
 
 
 def training_options(args):
-    from pipelines.pipeline import TrainingOptions
+    from ga_tfx.pipelines.pipeline import TrainingOptions
 
     return TrainingOptions(
         accum_steps=args.accum_steps, micro_batch_size=args.micro_batch,
@@ -174,7 +174,7 @@ def training_options(args):
 
 def _run(args):
     from absl import logging
-    from pipelines import local
+    from ga_tfx.pipelines import local
 
     logging.set_verbosity(logging.INFO)  # LocalDagRunner's "Component X is running" lines
     output_dir = os.path.abspath(args.output_dir)
@@ -190,7 +190,7 @@ def _run(args):
 
 
 def _compile(args):
-    from pipelines import kubeflow
+    from ga_tfx.pipelines import kubeflow
 
     job = kubeflow.compile_pipeline(
         args.output, args.image, args.pipeline_name, args.pipeline_root, args.data_root,
@@ -207,7 +207,7 @@ def main(argv=None):
             return _run(args)
         if args.command == "compile":
             return _compile(args)
-        from pipelines.demo import run_demo
+        from ga_tfx.pipelines.demo import run_demo
 
         run_demo(accum_steps=args.accum_steps, micro_batch=args.micro_batch, epochs=args.epochs)
         return 0

@@ -2,7 +2,7 @@
 
 The shipped data (``pipelines/data/digits/digits.csv``) holds 1797 real 8x8 images as
 ``pixel_00`` .. ``pixel_63`` (integers 0-16) and ``label`` (0-9). Referenced by dotted path
-(``pipelines.digits.preprocessing_fn``, ``pipelines.digits``), so nothing is packaged at run time
+(``ga_tfx.pipelines.digits.preprocessing_fn``, ``ga_tfx.pipelines.digits``), so nothing is packaged at run time
 and the same names work in the Kubeflow image.
 """
 

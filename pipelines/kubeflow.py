@@ -1,9 +1,9 @@
 """Compiles the digits pipeline for Kubeflow Pipelines (v2 / Vertex AI Pipelines).
 
 ``KubeflowV2DagRunner`` writes a PipelineJob JSON whose every step runs ``python -m
-pipelines.kubeflow --executor_class_path ... --json_serialized_invocation_args {{$}}`` in
+ga_tfx.pipelines.kubeflow --executor_class_path ... --json_serialized_invocation_args {{$}}`` in
 ``image``; the image (``docker/Dockerfile``) holds TFX, ga-tfx and this package, so the dotted
-user code (``pipelines.digits``) and the ga-tfx Trainer executor import there as they do here.
+user code (``ga_tfx.pipelines.digits``) and the ga-tfx Trainer executor import there as they do here.
 
 Run as a program, this module is that entry point: it imports ``ga_tfx`` first (Keras 2 as
 ``tf.keras``), then runs TFX's own ``kubeflow_v2_run_executor`` unchanged (same flags, same
@@ -20,11 +20,11 @@ from typing import Any, Dict, List, Optional
 
 from tfx import v1 as tfx
 
-from pipelines import pipeline as pipeline_lib
+from ga_tfx.pipelines import pipeline as pipeline_lib
 
 TFX_ENTRY_POINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 # The command of every step's container (TFX adds the executor's flags as its args).
-CONTAINER_COMMAND = ["python", "-m", "pipelines.kubeflow"]
+CONTAINER_COMMAND = ["python", "-m", "ga_tfx.pipelines.kubeflow"]
 
 
 def compile_pipeline(output_file: str, image: str, pipeline_name: str, pipeline_root: str,

@@ -1,7 +1,7 @@
 """Runs the digits pipeline on this machine (LocalDagRunner, Beam DirectRunner) and sums it up.
 
 Everything is checked before anything runs: the data directory (see
-:func:`pipelines.digits.check_csv_dir`) and the options. The summary is read back from ML
+:func:`ga_tfx.pipelines.digits.check_csv_dir`) and the options. The summary is read back from ML
 Metadata, from the artifacts of the latest run (cached ones included).
 """
 
@@ -19,9 +19,9 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 from tfx.utils import io_utils
 
-from components.trainer import settings as settings_lib
-from pipelines import digits
-from pipelines import pipeline as pipeline_lib
+from ga_tfx.components.trainer import settings as settings_lib
+from ga_tfx.pipelines import digits
+from ga_tfx.pipelines import pipeline as pipeline_lib
 
 
 def beam_args(direct_num_workers: int = 1) -> List[str]:

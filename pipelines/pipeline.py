@@ -3,8 +3,8 @@
 CsvExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> Transform -> [Tuner] ->
 GradientAccumulationTrainer -> Evaluator (accuracy threshold -> blessing) -> Pusher.
 
-The user code is referenced by dotted path (``pipelines.digits``), so the same definition runs
-locally (:mod:`pipelines.local`) and in the Kubeflow image (:mod:`pipelines.kubeflow`).
+The user code is referenced by dotted path (``ga_tfx.pipelines.digits``), so the same definition runs
+locally (:mod:`ga_tfx.pipelines.local`) and in the Kubeflow image (:mod:`ga_tfx.pipelines.kubeflow`).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
@@ -15,13 +15,13 @@ from typing import List, Optional, Sequence
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from components.trainer import GradientAccumulationTrainer
-from components.tuner import tuner_fn
-from pipelines import digits
+from ga_tfx.components.trainer import GradientAccumulationTrainer
+from ga_tfx.components.tuner import tuner_fn
+from ga_tfx.pipelines import digits
 
-MODEL_FN = "pipelines.digits"
-PREPROCESSING_FN = "pipelines.digits.preprocessing_fn"
-TUNER_FN = "components.tuner.tuner_fn.tuner_fn"
+MODEL_FN = "ga_tfx.pipelines.digits"
+PREPROCESSING_FN = "ga_tfx.pipelines.digits.preprocessing_fn"
+TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 
 
 @dataclasses.dataclass(frozen=True)

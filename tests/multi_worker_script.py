@@ -3,7 +3,7 @@
 ``python -m tests.multi_worker_script OUT MODULE_FILE STRATEGY MICRO_BATCH ACCUM_STEPS UPDATES``
 builds the artifacts and ``FnArgs`` as the Trainer's executor does (taxi testdata of the TFX
 wheel, see tests/test_trainer_component.py), calls
-:func:`components.trainer.run_fn.train_and_export` and saves the trained model's weights to
+:func:`ga_tfx.components.trainer.run_fn.train_and_export` and saves the trained model's weights to
 ``OUT/weights.npz``. Under ``strategy=multi_worker`` each worker
 process runs it with its own ``TF_CONFIG``; the strategy is then created before any other
 TensorFlow operation runs, as it must be.
@@ -16,8 +16,8 @@ import sys
 
 import numpy as np
 
-from components.trainer import Executor, helpers, run_fn
-from components.trainer import settings as settings_lib
+from ga_tfx.components.trainer import Executor, helpers, run_fn
+from ga_tfx.components.trainer import settings as settings_lib
 from tests.test_trainer_component import _artifacts, _exec_properties
 
 # No BatchNormalization: it normalises each replica's share of a micro-batch on its own.

@@ -32,7 +32,12 @@ def test_keras_3_already_bound_is_a_clear_error():
 
 
 def test_the_library_does_not_import_tfx():
-    result = _run("import sys, ga_tfx\nprint(sorted(m for m in sys.modules "
+    # Every module of the library proper (not the components/pipelines under its namespace).
+    result = _run("import sys, pkgutil, importlib, ga_tfx\n"
+                  "names = [m.name for m in pkgutil.walk_packages(ga_tfx.__path__, 'ga_tfx.')]\n"
+                  "assert len(names) > 5, names\n"
+                  "[importlib.import_module(n) for n in names]\n"
+                  "print(sorted(m for m in sys.modules "
                   "if m.split('.')[0] in ('tfx', 'tensorflow_transform', 'kfp')))")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
@@ -40,7 +45,7 @@ def test_the_library_does_not_import_tfx():
 
 @pytest.mark.parametrize("argv", [["demo", "--accum-steps", "0"], ["demo", "--bogus"], []])
 def test_cli_rejects_bad_arguments(argv):
-    result = subprocess.run([sys.executable, "-m", "pipelines.cli", *argv],
+    result = subprocess.run([sys.executable, "-m", "ga_tfx.pipelines.cli", *argv],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "usage: ga-tfx" in result.stderr

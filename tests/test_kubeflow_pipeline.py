@@ -1,4 +1,4 @@
-"""The digits pipeline compiled for Kubeflow Pipelines v2 (``pipelines.kubeflow``), no Docker.
+"""The digits pipeline compiled for Kubeflow Pipelines v2 (``ga_tfx.pipelines.kubeflow``), no Docker.
 
 1. The PipelineJob parses strictly as KFP protos and holds every step, the ga-tfx Trainer's
    executor, the image and the accumulation settings as they were configured.
@@ -37,9 +37,9 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 from tfx import version as tfx_version
 
-from pipelines import digits, kubeflow
-from pipelines.cli import SHIPPED_DATA
-from pipelines.pipeline import MODEL_FN, TrainingOptions
+from ga_tfx.pipelines import digits, kubeflow
+from ga_tfx.pipelines.cli import SHIPPED_DATA
+from ga_tfx.pipelines.pipeline import MODEL_FN, TrainingOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "digits_pipeline_job.json")
@@ -114,7 +114,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
         assert list(container["command"]) == kubeflow.CONTAINER_COMMAND, step
     trainer_container = executors[spec.components[TRAINER].executor_label]["container"]
     args = list(trainer_container["args"])
-    assert args[args.index("--executor_class_path") + 1] == "components.trainer.executor.Executor"
+    assert args[args.index("--executor_class_path") + 1] == "ga_tfx.components.trainer.executor.Executor"
     assert args[args.index("--json_serialized_invocation_args") + 1] == "{{$}}"
 
     trainer = tasks[TRAINER]
@@ -309,7 +309,7 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
     assert "{{$}}" in container["args"]
     command = [sys.executable if part == "python" else part for part in container["command"]]
     command += [invocation if arg == "{{$}}" else arg for arg in container["args"]]
-    assert command[1:3] == ["-m", "pipelines.kubeflow"]
+    assert command[1:3] == ["-m", "ga_tfx.pipelines.kubeflow"]
 
     # The image sets no TF_USE_LEGACY_KERAS: the entry point must select Keras 2 by itself
     # (this test process has it set, as it imported ga_tfx).
@@ -359,7 +359,7 @@ def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
 
 
 def test_compile_command_writes_the_job_with_the_flags(tmp_path, capsys):
-    from pipelines import cli
+    from ga_tfx.pipelines import cli
 
     output = tmp_path / "job.json"
     assert cli.main(["compile", "--image", "registry/ga-tfx:1", "--pipeline-root", "gs://b/r",

@@ -17,9 +17,9 @@ import os
 import numpy as np
 import pytest
 
-from components.trainer import helpers as trainer_helpers
-from pipelines import cli, digits, local
-from pipelines.pipeline import TrainingOptions
+from ga_tfx.components.trainer import helpers as trainer_helpers
+from ga_tfx.pipelines import cli, digits, local
+from ga_tfx.pipelines.pipeline import TrainingOptions
 
 ALL_COMPONENTS = {"CsvExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
                   "Transform", "Tuner", "GradientAccumulationTrainer", "Evaluator", "Pusher"}

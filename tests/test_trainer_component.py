@@ -27,10 +27,10 @@ from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 
-from components.trainer import AccumulationSettings, Executor, GradientAccumulationTrainer
-from components.trainer import helpers
-from components.trainer import run_fn as run_fn_lib
-from components.trainer import settings as settings_lib
+from ga_tfx.components.trainer import AccumulationSettings, Executor, GradientAccumulationTrainer
+from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import run_fn as run_fn_lib
+from ga_tfx.components.trainer import settings as settings_lib
 from tests import taxi
 
 TESTDATA, MODEL_MODULE = taxi.TESTDATA, taxi.MODEL_MODULE
@@ -140,16 +140,16 @@ def test_component_rejects_bad_settings_naming_the_field(field, value):
 def test_component_takes_exactly_one_of_module_file_and_model_fn():
     examples = tfx.types.Channel(type=standard_artifacts.Examples)
     common = dict(examples=examples, accum_steps=2, micro_batch_size=4, label_key="y")
-    trainer = GradientAccumulationTrainer(model_fn="pipelines.digits", **common)
-    assert trainer.exec_properties["model_fn"] == "pipelines.digits"
-    for kwargs in ({}, {"module_file": "m.py", "model_fn": "pipelines.digits"}):
+    trainer = GradientAccumulationTrainer(model_fn="ga_tfx.pipelines.digits", **common)
+    assert trainer.exec_properties["model_fn"] == "ga_tfx.pipelines.digits"
+    for kwargs in ({}, {"module_file": "m.py", "model_fn": "ga_tfx.pipelines.digits"}):
         with pytest.raises(ValueError, match="exactly one of module_file"):
             GradientAccumulationTrainer(**kwargs, **common)
 
 
 def test_effective_batch_size_instead_of_accum_steps():
     examples = tfx.types.Channel(type=standard_artifacts.Examples)
-    common = dict(examples=examples, model_fn="pipelines.digits", label_key="y")
+    common = dict(examples=examples, model_fn="ga_tfx.pipelines.digits", label_key="y")
     trainer = GradientAccumulationTrainer(micro_batch_size=16, effective_batch_size=128,
                                           **common)
     assert trainer.exec_properties["accum_steps"] == 8
@@ -293,7 +293,7 @@ KILLED_TRAINER = """
 import json, os, pathlib, signal, sys
 import ga_tfx
 from ga_tfx._keras import tf
-from components.trainer import helpers
+from ga_tfx.components.trainer import helpers
 from tests import test_trainer_component as t
 
 tf.config.experimental.enable_op_determinism()
@@ -397,7 +397,7 @@ def test_stock_trainer_route_rejects_unknown_settings(tmp_path):
     inputs, outputs = _artifacts(out)
     props = _exec_properties(None)
     props = {k: props[k] for k in (specs.TRAIN_ARGS_KEY, specs.EVAL_ARGS_KEY)}
-    props[specs.RUN_FN_KEY] = "components.trainer.run_fn.run_fn"
+    props[specs.RUN_FN_KEY] = "ga_tfx.components.trainer.run_fn.run_fn"
     props[specs.CUSTOM_CONFIG_KEY] = json.dumps(
         {"ga_tfx": {"accum_steps": 2, "micro_batch_size": 4, "label_key": "tips_xf",
                     "acum_step": 2},
@@ -423,7 +423,7 @@ def test_pipeline_with_the_trainer_compiles_for_kubeflow_v2(tmp_path):
             default_image="ga-tfx:test"))
     job = runner.run(pipeline, write_out=False)
     text = json.dumps(job)
-    assert "components.trainer.executor.Executor" in text
+    assert "ga_tfx.components.trainer.executor.Executor" in text
     parameters = job["pipelineSpec"]["root"]["dag"]["tasks"]["GradientAccumulationTrainer"][
         "inputs"]["parameters"]
     assert {"accum_steps", "micro_batch_size", "agc_clip_factor", "strategy",

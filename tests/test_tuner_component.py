@@ -21,12 +21,12 @@ from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import proto_utils
 
-import components.trainer
-from components.tuner import tuner_fn as tuner_lib
+import ga_tfx.components.trainer
+from ga_tfx.components.tuner import tuner_fn as tuner_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 from tests import taxi
 
-TUNER_FN = "components.tuner.tuner_fn.tuner_fn"
+TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 MODEL_MODULE = taxi.MODEL_MODULE
 
 TUNABLE_MODULE = MODEL_MODULE + '''
@@ -163,7 +163,7 @@ def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
     out = str(tmp_path / "train")
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     model.uri, model_run.uri = os.path.join(out, "model"), os.path.join(out, "model_run")
-    components.trainer.Executor().Do(
+    ga_tfx.components.trainer.Executor().Do(
         dict(_inputs(), **{specs.HYPERPARAMETERS_KEY: [best]}),
         {specs.MODEL_KEY: [model], specs.MODEL_RUN_KEY: [model_run]},
         dict(_args(num_steps, 0), module_file=module_file, accum_steps=3,

@@ -2,7 +2,7 @@
 
 Same inputs (examples, transform_graph, schema, base_model, hyperparameters) and outputs
 (model, model_run) as the stock Trainer; the module file defines ``build_model(hparams)``
-instead of ``run_fn`` (see :mod:`components.trainer.run_fn`). The accumulation settings are
+instead of ``run_fn`` (see :mod:`ga_tfx.components.trainer.run_fn`). The accumulation settings are
 primitive execution properties, so the component compiles for Kubeflow.
 """
 
@@ -20,8 +20,8 @@ from tfx.types import standard_component_specs as specs
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
 
-from components.trainer import executor
-from components.trainer import settings as settings_lib
+from ga_tfx.components.trainer import executor
+from ga_tfx.components.trainer import settings as settings_lib
 
 _SETTING_TYPES = {"accum_steps": int, "micro_batch_size": int, "label_key": str,
                   "raw_label_key": str, "agc_clip_factor": float, "replace_batchnorm": int,

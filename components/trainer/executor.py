@@ -10,13 +10,13 @@ from absl import logging
 from tfx.components.trainer import executor as trainer_executor
 from tfx.dsl.io import fileio
 
-from components.trainer import helpers
-from components.trainer import run_fn as run_fn_lib
-from components.trainer import settings as settings_lib
+from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import run_fn as run_fn_lib
+from ga_tfx.components.trainer import settings as settings_lib
 
 
 class Executor(trainer_executor.GenericExecutor):
-    """Runs :func:`components.trainer.run_fn.train_and_export` with the component's settings.
+    """Runs :func:`ga_tfx.components.trainer.run_fn.train_and_export` with the component's settings.
 
     The user's module (``module_file`` / ``module_path``, or the dotted ``model_fn``) provides
     ``build_model(hparams)``;

@@ -15,7 +15,7 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
    datasets repeat endlessly);
 4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and a
    checkpoint at the end of every epoch (``updates_per_epoch`` updates) in a directory shared
-   by all attempts of the same training (:func:`~components.trainer.helpers.resume_directory`):
+   by all attempts of the same training (:func:`~ga_tfx.components.trainer.helpers.resume_directory`):
    a Trainer re-run after a crash restores the latest one (weights, optimizer, accumulation
    state) and skips the micro-batches it had trained on, so it ends with the weights an
    uninterrupted run would have had; the checkpoints are deleted once the model is exported;
@@ -26,9 +26,9 @@ Settings precedence, highest first: the Tuner's hyperparameters (only ``accum_st
 ``agc_clip_factor`` -- ``agc=False`` turns AGC off -- and ``micro_batch_size``, when present in
 ``fn_args.hyperparameters``), then the component's
 settings (its execution properties, or ``custom_config["ga_tfx"]`` with the stock Trainer),
-then the defaults of :class:`~components.trainer.settings.AccumulationSettings`.
+then the defaults of :class:`~ga_tfx.components.trainer.settings.AccumulationSettings`.
 
-With the stock ``tfx.components.Trainer``, pass ``run_fn="components.trainer.run_fn.run_fn"``
+With the stock ``tfx.components.Trainer``, pass ``run_fn="ga_tfx.components.trainer.run_fn.run_fn"``
 and ``custom_config={"ga_tfx": {...settings...}, "model_fn": "my_pkg.my_module"}``.
 """
 
@@ -40,8 +40,8 @@ import os
 from absl import logging
 from tfx.dsl.io import fileio
 
-from components.trainer import helpers
-from components.trainer import settings as settings_lib
+from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import settings as settings_lib
 
 
 def run_fn(fn_args):

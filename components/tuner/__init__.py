@@ -1,7 +1,7 @@
-"""ga-tfx Tuner: ``components.tuner.tuner_fn.tuner_fn`` for the stock ``tfx.components.Tuner``.
+"""ga-tfx Tuner: ``ga_tfx.components.tuner.tuner_fn.tuner_fn`` for the stock ``tfx.components.Tuner``.
 
-The function is not re-exported here: ``components.tuner.tuner_fn`` stays the module (the
-dotted path TFX imports is ``"components.tuner.tuner_fn.tuner_fn"``).
+The function is not re-exported here: ``ga_tfx.components.tuner.tuner_fn`` stays the module (the
+dotted path TFX imports is ``"ga_tfx.components.tuner.tuner_fn.tuner_fn"``).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)

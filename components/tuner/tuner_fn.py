@@ -3,7 +3,7 @@
 Use it with TFX's own Tuner component (no custom component needed)::
 
     tuner = tfx.components.Tuner(
-        tuner_fn="components.tuner.tuner_fn.tuner_fn",   # or a module_file re-exporting it
+        tuner_fn="ga_tfx.components.tuner.tuner_fn.tuner_fn",   # or a module_file re-exporting it
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         train_args=tfx.proto.TrainArgs(num_steps=100),   # optimizer updates, see below
@@ -57,7 +57,7 @@ window is partial and follows ``partial_window``. Trials record ``effective_batc
 every trial; without it there is no evaluation (the datasets repeat endlessly).
 
 Data: micro-batches made exactly as the Trainer makes them
-(:func:`components.trainer.helpers.micro_batches`: ``fn_args.data_accessor.tf_dataset_factory``
+(:func:`ga_tfx.components.trainer.helpers.micro_batches`: ``fn_args.data_accessor.tf_dataset_factory``
 with the transformed schema when there is a ``transform_graph``, else the ``schema`` input; the
 order fixed by ``shuffle_seed``), built per trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
 ``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner works
@@ -65,7 +65,7 @@ as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` / ``KERASTUN
 
 The ga-tfx Trainer takes ``accum_steps``, ``agc_clip_factor`` (and "AGC off" when the search
 chose it) and ``micro_batch_size`` from the best hyperparameters (see
-:mod:`components.trainer.run_fn`); every value, ``learning_rate`` included, also reaches its
+:mod:`ga_tfx.components.trainer.run_fn`); every value, ``learning_rate`` included, also reaches its
 ``build_model(hparams)``. ``lr_scaling`` is not re-applied by the Trainer: scale the rate in
 ``build_model`` if you search with it.
 """
@@ -80,8 +80,8 @@ from typing import Any, Dict, Mapping, Optional
 import keras_tuner
 from tfx.components.tuner.component import TunerFnResult
 
-from components.trainer import helpers
-from components.trainer import settings as settings_lib
+from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 
 CONFIG_KEYS = ("model_fn", "ga_tfx", "ga_tfx_search", "tuner")
