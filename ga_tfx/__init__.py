@@ -28,7 +28,7 @@ _PUBLIC = {
     "GradientAccumulator": "ga_tfx.accumulator",
     "KerasVersionError": "ga_tfx._keras",
     "adaptive_clip_gradients": "ga_tfx.agc",
-    "replace_batchnorm_layers": "ga_tfx.batchnorm",
+    "replace_batchnorm_layers": "ga_tfx.conversion",
     "unwrap_model": "ga_tfx.models",
     "wrap_model": "ga_tfx.models",
     "keras": "ga_tfx._keras",
@@ -60,7 +60,8 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx._keras import KerasVersionError, keras, tf  # noqa: F401
     from ga_tfx.accumulator import GradientAccumulator  # noqa: F401
     from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients  # noqa: F401
-    from ga_tfx.batchnorm import AccumBatchNormalization, replace_batchnorm_layers  # noqa: F401
+    from ga_tfx.batchnorm import AccumBatchNormalization  # noqa: F401
+    from ga_tfx.conversion import replace_batchnorm_layers  # noqa: F401
     from ga_tfx.models import (AccumulatingModel, GradientAccumulateModel,  # noqa: F401
                                unwrap_model, wrap_model)
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401

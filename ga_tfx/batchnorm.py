@@ -37,9 +37,9 @@ Who ends a window
   taken conditionally, never needs a collective inside a conditional.
   With ``accum_steps=1`` the layer *is* ``keras.layers.BatchNormalization``.
 
-:func:`replace_batchnorm_layers` turns the BatchNormalization layers of an existing Functional or
-Sequential model (nested models included) into :class:`AccumBatchNormalization` layers, keeping
-all weights and statistics.
+:func:`ga_tfx.replace_batchnorm_layers` (in :mod:`ga_tfx.conversion`) turns the
+BatchNormalization layers of an existing Functional or Sequential model (nested models included)
+into :class:`AccumBatchNormalization` layers, keeping all weights and statistics.
 """
 
 import contextlib
@@ -48,8 +48,6 @@ import warnings
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
-from ga_tfx.engine import AccumulationEngine
-from ga_tfx.models import unwrap_model, wrap_model
 
 from tf_keras.src.utils import control_flow_util  # pinned tf-keras 2.16 internals
 
@@ -386,121 +384,3 @@ def _check_supported_options(kwargs):
         raise ValueError(
             "AccumBatchNormalization does not support virtual_batch_size: the micro-batches "
             "already are the ghost batches. Choose the micro-batch size instead.")
-
-
-# ---------------------------------------------------------------------- model conversion
-def replace_batchnorm_layers(model, accum_steps):
-    """Returns a copy of ``model`` whose BatchNormalization layers are AccumBatchNormalization.
-
-    Every ``keras.layers.BatchNormalization`` (also inside nested Functional and Sequential
-    models, e.g. a ``keras.applications`` backbone used as a layer) becomes an
-    :class:`AccumBatchNormalization` with the same configuration and ``accum_steps``; its gamma,
-    beta, moving mean and moving variance are copied, as are the weights of all other layers.
-    The copy has the same inputs, outputs and output names; ``model`` is not modified. A model
-    without BatchNormalization comes back as an equivalent copy. A ga-tfx accumulation model
-    comes back as an accumulation model with the same settings.
-
-    Args:
-      model: a Functional or Sequential ``keras.Model``.
-      accum_steps: ``K`` for the new layers (int >= 1).
-
-    Raises:
-      TypeError: for a subclassed model, or for a layer that is not a model but holds
-        BatchNormalization layers (neither can be rebuilt layer by layer): build those with
-        :class:`AccumBatchNormalization` directly.
-    """
-    accum_steps = _validation.check_accum_steps(accum_steps)
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"Expected a tf.keras (Keras 2) Model, got {model!r}.")
-    if isinstance(model, AccumulationEngine):
-        replaced = replace_batchnorm_layers(unwrap_model(model), accum_steps)
-        return wrap_model(replaced, **model.accumulation_config())
-    return _BatchNormReplacer(accum_steps).replace(model)
-
-
-class _BatchNormReplacer:
-    """Clones a model graph layer by layer (BatchNormalization -> AccumBatchNormalization),
-    then copies every layer's weights to its clone."""
-
-    def __init__(self, accum_steps):
-        self._accum_steps = accum_steps
-        self._clones = {}  # id(original layer) -> (original, clone)
-
-    def replace(self, model):
-        clone = self._clone_model(model)
-        for original, copy in self._clones.values():
-            _copy_weights(original, copy)
-        return clone
-
-    def _clone_model(self, model):
-        if not _is_graph_model(model):
-            raise TypeError(
-                f"replace_batchnorm_layers cannot rebuild model {model.name!r} of type "
-                f"{type(model).__name__}: only Functional and Sequential models can be rebuilt "
-                "layer by layer. Build the model with ga_tfx.AccumBatchNormalization layers "
-                "directly instead of keras.layers.BatchNormalization.")
-        clone = keras.models.clone_model(model, clone_function=self._clone_layer)
-        if model.built and not clone.built and model.inputs:
-            clone.build(model.input_shape)
-        return clone
-
-    def _clone_layer(self, layer):
-        known = self._clones.get(id(layer))
-        if known is not None:
-            return known[1]  # a layer shared between nested models stays shared
-        if isinstance(layer, keras.Model) and _is_graph_model(layer):
-            return self._clone_model(layer)
-        if isinstance(layer, keras.layers.BatchNormalization):
-            clone = _to_accum_batchnorm(layer, self._accum_steps)
-        else:
-            _check_holds_no_batchnorm(layer)
-            clone = layer.__class__.from_config(layer.get_config())
-        self._clones[id(layer)] = (layer, clone)
-        return clone
-
-
-def _is_graph_model(model):
-    return isinstance(model, keras.Sequential) or (
-        isinstance(model, keras.Model) and getattr(model, "_is_graph_network", False))
-
-
-def _to_accum_batchnorm(layer, accum_steps):
-    config = layer.get_config()
-    config["accum_steps"] = accum_steps
-    # Not part of Keras' config, but they decide the numerics: keep them.
-    config["synchronized"] = layer.synchronized
-    config["fused"] = layer.fused
-    try:
-        return AccumBatchNormalization.from_config(config)
-    except (TypeError, ValueError) as error:
-        raise type(error)(
-            f"Cannot turn layer {layer.name!r} ({type(layer).__name__}) into an "
-            f"AccumBatchNormalization: {error}") from error
-
-
-def _check_holds_no_batchnorm(layer):
-    nested = [inner.name for inner in layer._flatten_layers(include_self=False)
-              if isinstance(inner, keras.layers.BatchNormalization)]
-    if nested:
-        raise TypeError(
-            f"Layer {layer.name!r} of type {type(layer).__name__} holds BatchNormalization "
-            f"layers {nested} that replace_batchnorm_layers cannot reach (it is neither a "
-            "Functional nor a Sequential model). Build it with ga_tfx.AccumBatchNormalization "
-            "directly.")
-
-
-def _copy_weights(original, clone):
-    values = original.get_weights()
-    if not values:
-        return
-    targets = clone.weights
-    if len(targets) != len(values):
-        raise ValueError(
-            f"Cannot copy the weights of layer {original.name!r}: it has {len(values)} "
-            f"weights, its copy {len(targets)}.")
-    for value, target in zip(values, targets):
-        if tuple(target.shape) != value.shape:
-            raise ValueError(
-                f"Cannot copy weight {target.name!r} of layer {original.name!r}: shape "
-                f"{value.shape} vs {tuple(target.shape)} in the copy.")
-    clone.set_weights(values)

@@ -41,7 +41,7 @@ import keras_tuner
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
-from ga_tfx.batchnorm import replace_batchnorm_layers
+from ga_tfx.conversion import replace_batchnorm_layers
 from ga_tfx.models import wrap_model
 
 LR_SCALING_RULES = ("none", "linear", "sqrt")
