@@ -1,0 +1,21 @@
+"""Gradient accumulation benchmarks: ga_tfx vs plain Keras 2 vs gradient-accumulator 0.5.2.
+
+Run from the repository root (writes the Markdown report)::
+
+    .venv/bin/python -m benchmarks --output benchmarks/REPORT.md
+
+Modules, one concern each:
+
+* :mod:`benchmarks.configs`: data, the conv net, the configurations and how each is built.
+* :mod:`benchmarks.runner`: the paired throughput runner (configurations interleaved round by
+  round in one process).
+* :mod:`benchmarks.memory`: peak memory of one configuration (run in a fresh process).
+* :mod:`benchmarks.correctness`: weight-level correctness and BatchNormalization statistics.
+* :mod:`benchmarks.workers`: launching and running the subprocess workers.
+* :mod:`benchmarks.machine`: machine and source facts for the report.
+* :mod:`benchmarks.report`: the Markdown report writer.
+* :mod:`benchmarks.__main__`: the command line.
+
+This package imports nothing at import time: modules that need TensorFlow import ``ga_tfx``
+first (Keras 2). gradient-accumulator is only called, never copied.
+"""

@@ -1,0 +1,75 @@
+"""Subprocess workers: the parent's launcher and the child's entry point.
+
+The child is ``python -m benchmarks.workers --kind memory|correctness ...``; it writes one JSON
+result (``status`` "ok" or "error" with the error text) to the file named by ``--result``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+from benchmarks.errors import error_text
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_worker(kind, args, config=None, timeout=600):
+    """Run one worker in a fresh process; returns its result dict (never raises)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
+        path = f.name
+    cmd = [sys.executable, "-m", "benchmarks.workers", "--kind", kind, "--result", path,
+           "--micro-batch", str(args.micro_batch), "--accum-steps", str(args.accum_steps),
+           "--samples", str(args.samples)]
+    if config:
+        cmd += ["--config", config]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore")
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd=REPO_ROOT)
+        with open(path) as f:
+            text = f.read()
+        result = json.loads(text) if text.strip() else {}
+        if proc.stdout:
+            sys.stdout.write(proc.stdout)
+        if proc.returncode != 0 or not result:
+            result.setdefault("status", "error")
+            result.setdefault("error", f"worker exited with {proc.returncode}: "
+                              + " ".join(proc.stderr.strip().splitlines()[-3:])[-300:])
+        return result
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "error": f"worker timed out after {timeout}s"}
+    finally:
+        os.unlink(path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="benchmark subprocess worker (internal)")
+    parser.add_argument("--kind", required=True, choices=("memory", "correctness"))
+    parser.add_argument("--result", required=True, help="JSON result file")
+    parser.add_argument("--micro-batch", type=int, required=True)
+    parser.add_argument("--accum-steps", type=int, required=True)
+    parser.add_argument("--samples", type=int, required=True)
+    parser.add_argument("--config", default=None)
+    args = parser.parse_args(argv)
+    result = {}
+    try:
+        if args.kind == "memory":
+            from benchmarks.memory import worker_memory
+            worker_memory(args, result)
+        else:
+            from benchmarks.correctness import worker_correctness
+            worker_correctness(args, result)
+        result.setdefault("status", "ok")
+    except Exception as error:
+        result.update(status="error", error=error_text(error))
+        traceback.print_exc()
+    with open(args.result, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
