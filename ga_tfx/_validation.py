@@ -1,51 +1,48 @@
-"""Argument checks shared by the public API: clear errors naming the bad value."""
+"""The library's argument rules, each declared once as a :class:`~ga_tfx._schema.Spec`.
 
-import numbers
+The Trainer's settings (``ga_tfx.components.trainer.settings``), the tuning search space and
+the CLI reuse these specs, so a rule such as "accum_steps is an integer >= 1" is written here
+only. Errors name the bad value and what is allowed (:class:`~ga_tfx._schema.SettingError`, a
+``ValueError`` that is also a ``TypeError`` for a value of the wrong type).
+"""
+
+from typing import Any, Optional
+
+from ga_tfx._schema import SettingError, Spec
 
 PARTIAL_WINDOW_POLICIES = ("apply", "drop", "carry")
 
+ACCUM_STEPS = Spec(int, "the number of micro-batches per optimizer update", minimum=1)
+PARTIAL_WINDOW = Spec(
+    str, "what happens to an epoch's last window of fewer than accum_steps micro-batches",
+    choices=PARTIAL_WINDOW_POLICIES)
+AGC_CLIP_FACTOR = Spec(float, "adaptive gradient clipping factor (off: None)", above=0,
+                       optional=True)
+AGC_EPS = Spec(float, "AGC's lower bound on parameter norms", minimum=0)
+_POSITIVE = Spec(float, "a positive number", above=0)
 
-def check_accum_steps(accum_steps, name="accum_steps"):
+__all__ = ["ACCUM_STEPS", "AGC_CLIP_FACTOR", "AGC_EPS", "PARTIAL_WINDOW",
+           "PARTIAL_WINDOW_POLICIES", "SettingError", "check_accum_steps",
+           "check_partial_window", "check_positive_float"]
+
+
+def check_accum_steps(accum_steps: Any, name: str = "accum_steps") -> int:
     """Returns ``accum_steps`` as an ``int`` >= 1, or raises naming the bad value.
 
-    Accepts Python and NumPy integers (not bools, not floats such as ``4.0``: a float usually
-    means a computed value went wrong, and silently truncating it would train a different
-    effective batch size).
+    Accepts Python and NumPy integers (not bools, not floats such as ``4.0``).
     """
-    if accum_steps is None or isinstance(accum_steps, bool) or not isinstance(
-        accum_steps, numbers.Integral
-    ):
-        raise TypeError(
-            f"{name} must be an integer >= 1 (the number of micro-batches per optimizer "
-            f"update), got {accum_steps!r} of type {type(accum_steps).__name__}."
-        )
-    if accum_steps < 1:
-        raise ValueError(
-            f"{name} must be an integer >= 1 (the number of micro-batches per optimizer "
-            f"update), got {accum_steps!r}."
-        )
-    return int(accum_steps)
+    return ACCUM_STEPS.check(name, accum_steps)
 
 
-def check_partial_window(policy):
+def check_partial_window(policy: Any) -> str:
     """Returns the partial-window policy, or raises naming the allowed values."""
-    if policy not in PARTIAL_WINDOW_POLICIES:
-        raise ValueError(
-            f"partial_window must be one of {PARTIAL_WINDOW_POLICIES}, got {policy!r}."
-        )
-    return policy
+    return PARTIAL_WINDOW.check("partial_window", policy)
 
 
-def check_positive_float(value, name, allow_none=False, allow_zero=False):
+def check_positive_float(value: Any, name: str, allow_none: bool = False,
+                         allow_zero: bool = False) -> Optional[float]:
     """Returns ``value`` as a float > 0 (or >= 0 with ``allow_zero``), or raises."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {bound}, got {value!r}.")
-    return value
+    spec = AGC_EPS if allow_zero else _POSITIVE
+    if allow_none:
+        spec = Spec(spec.kind, spec.help, minimum=spec.minimum, above=spec.above, optional=True)
+    return spec.check(name, value)

@@ -35,7 +35,6 @@ This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
 """
 
 import math
-import numbers
 
 import keras_tuner
 
@@ -43,111 +42,31 @@ from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.conversion import replace_batchnorm_layers
 from ga_tfx.models import wrap_model
-
-LR_SCALING_RULES = ("none", "linear", "sqrt")
-_SPACE_KEYS = ("accum_steps", "agc_clip_factor", "agc_optional", "micro_batch_size",
-               "learning_rate", "lr_scaling", "base_batch_size")
+from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noqa: F401
 
 
-def _check_choices(name, values):
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise TypeError(f"{name} must be a list of integers, got {values!r}.")
-    values = list(values)
-    if not values:
-        raise ValueError(f"{name} must list at least one value, got an empty list.")
-    checked = [_validation.check_accum_steps(v, name=f"each {name} value") for v in values]
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"{name} has duplicate values: {values!r}.")
-    return checked
-
-
-def _check_range(name, bounds):
-    if bounds is None:
-        return None
-    if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
-        raise ValueError(f"{name} must be a (min, max) pair of positive numbers, got {bounds!r}.")
-    low = _validation.check_positive_float(bounds[0], f"{name} min")
-    high = _validation.check_positive_float(bounds[1], f"{name} max")
-    if low > high:
-        raise ValueError(f"{name} must have min <= max, got {bounds!r}.")
-    return (low, high)
-
-
-class AccumulationSearchSpace:
-    """The accumulation hyperparameters of a search, validated when created.
-
-    Args:
-      accum_steps: candidate ``accum_steps`` values (default ``(1, 2, 4)``).
-      agc_clip_factor: ``(min, max)`` of the AGC clip factor (log sampling), or ``None`` for no
-        AGC in the search.
-      agc_optional: whether "AGC off" is part of the search (default True).
-      micro_batch_size: one micro-batch size (default 32) or a list to search over.
-      learning_rate: ``(min, max)`` to search the learning rate (log sampling), or ``None`` to
-        keep the optimizer's.
-      lr_scaling: ``"none"``, ``"linear"`` or ``"sqrt"`` in the effective batch size.
-      base_batch_size: the effective batch size at which the learning rate is unscaled
-        (default: the smallest micro-batch size, i.e. ``accum_steps=1``).
-    """
-
-    def __init__(self, accum_steps=(1, 2, 4), agc_clip_factor=None, agc_optional=True,
-                 micro_batch_size=32, learning_rate=None, lr_scaling="none",
-                 base_batch_size=None):
-        self.accum_steps = _check_choices("accum_steps", accum_steps)
-        self.agc_clip_factor = _check_range("agc_clip_factor", agc_clip_factor)
-        self.agc_optional = bool(agc_optional)
-        if isinstance(micro_batch_size, numbers.Integral):
-            micro_batch_size = [micro_batch_size]
-        self.micro_batch_size = _check_choices("micro_batch_size", micro_batch_size)
-        self.learning_rate = _check_range("learning_rate", learning_rate)
-        if lr_scaling not in LR_SCALING_RULES:
-            raise ValueError(f"lr_scaling must be one of {LR_SCALING_RULES}, got {lr_scaling!r}.")
-        self.lr_scaling = lr_scaling
-        self.base_batch_size = (min(self.micro_batch_size) if base_batch_size is None else
-                                _validation.check_accum_steps(base_batch_size, "base_batch_size"))
-
-    @classmethod
-    def from_config(cls, config):
-        """From a plain dict (e.g. a TFX ``custom_config`` entry); unknown keys are errors."""
-        unknown = sorted(set(config) - set(_SPACE_KEYS))
-        if unknown:
-            raise ValueError(f"Unknown search space keys {unknown}; allowed: {list(_SPACE_KEYS)}.")
-        return cls(**config)
-
-    def declare(self, hp):
-        """Declares the hyperparameters on ``hp``; returns this trial's values as a dict."""
-        values = {"accum_steps": hp.Choice("accum_steps", self.accum_steps)}
-        values["micro_batch_size"] = (
-            hp.Choice("micro_batch_size", self.micro_batch_size)
-            if len(self.micro_batch_size) > 1 else self.micro_batch_size[0])
-        values["agc_clip_factor"] = None
-        if self.agc_clip_factor is not None:
-            low, high = self.agc_clip_factor
-            if self.agc_optional:
-                if hp.Boolean("agc", default=True):
-                    with hp.conditional_scope("agc", [True]):
-                        values["agc_clip_factor"] = hp.Float(
-                            "agc_clip_factor", low, high, sampling="log")
-            else:
-                values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high,
-                                                     sampling="log")
-        values["learning_rate"] = None
-        if self.learning_rate is not None:
-            values["learning_rate"] = hp.Float("learning_rate", *self.learning_rate,
-                                               sampling="log")
-        return values
-
-    @property
-    def max_effective_batch_size(self):
-        """The largest effective batch of the space: ``max(accum_steps) * max(micro_batch)``."""
-        return max(self.accum_steps) * max(self.micro_batch_size)
-
-    def searches_agc(self):
-        return self.agc_clip_factor is not None
-
-    def scaled_learning_rate(self, learning_rate, effective_batch_size):
-        ratio = effective_batch_size / self.base_batch_size
-        factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
-        return learning_rate * factor
+def _declare(space, hp):
+    """Declares the hyperparameters on ``hp``; returns this trial's values as a dict."""
+    values = {"accum_steps": hp.Choice("accum_steps", space.accum_steps)}
+    values["micro_batch_size"] = (
+        hp.Choice("micro_batch_size", space.micro_batch_size)
+        if len(space.micro_batch_size) > 1 else space.micro_batch_size[0])
+    values["agc_clip_factor"] = None
+    if space.agc_clip_factor is not None:
+        low, high = space.agc_clip_factor
+        if space.agc_optional:
+            if hp.Boolean("agc", default=True):
+                with hp.conditional_scope("agc", [True]):
+                    values["agc_clip_factor"] = hp.Float(
+                        "agc_clip_factor", low, high, sampling="log")
+        else:
+            values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high,
+                                                 sampling="log")
+    values["learning_rate"] = None
+    if space.learning_rate is not None:
+        values["learning_rate"] = hp.Float("learning_rate", *space.learning_rate,
+                                           sampling="log")
+    return values
 
 
 class AccumulationHyperModel(keras_tuner.HyperModel):
@@ -191,7 +110,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.agc_clip_factor = agc_clip_factor
 
     def build(self, hp):
-        values = self.search_space.declare(hp)
+        values = _declare(self.search_space, hp)
         if not self.search_space.searches_agc():
             values["agc_clip_factor"] = self.agc_clip_factor
         model = self.build_model(hp)

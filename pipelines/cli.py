@@ -11,94 +11,22 @@ import argparse
 import os
 import sys
 
+from ga_tfx._schema import Spec
+from ga_tfx._validation import ACCUM_STEPS
+from ga_tfx.pipelines import options
+
 SHIPPED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits")
 
 
-def _int_at_least(minimum):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1)
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
-    return value
-
-
-def _int_list(text):
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers >= 1 (e.g. 1,2,4), got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return values
-
-
-def _float_range(text):
-    try:
-        low, high = (float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected MIN,MAX (e.g. 0.01,0.16), got {text!r}") from None
-    if not 0 < low <= high:
-        raise argparse.ArgumentTypeError(f"expected 0 < MIN <= MAX, got {text!r}")
-    return [low, high]
+# Flags that are not pipeline options (where the run happens, the demo's own knobs).
+_WORKERS = Spec(int, "Beam DirectRunner workers: 1 in-memory, N > 1 or 0 (one per core) "
+                     "multi-processing", minimum=0)
+_POSITIVE = Spec(int, "a count", minimum=1)
 
 
 def _add_training_flags(parser):
-    group = parser.add_argument_group("training (the ga-tfx Trainer and the optional Tuner)")
-    group.add_argument("--accum-steps", type=_positive_int, default=4,
-                       help="micro-batches accumulated per optimizer update (default 4)")
-    group.add_argument("--micro-batch", type=_positive_int, default=32,
-                       help="examples per micro-batch; effective batch = accum steps x micro "
-                            "batch (default 32)")
-    group.add_argument("--train-updates", type=_positive_int, default=60,
-                       help="optimizer updates (effective batches) to train (default 60)")
-    group.add_argument("--updates-per-epoch", type=_positive_int, default=20,
-                       help="updates between checkpoints/evaluations; must divide "
-                            "--train-updates (default 20)")
-    group.add_argument("--eval-steps", type=_positive_int, default=8,
-                       help="evaluation micro-batches after each epoch (default 8)")
-    group.add_argument("--agc-clip-factor", type=_positive_float, default=0.08,
-                       help="adaptive gradient clipping factor (default 0.08)")
-    group.add_argument("--no-agc", action="store_true", help="train without AGC")
-    group.add_argument("--strategy", choices=("auto", "mirrored", "none", "multi_worker"),
-                       default="auto", help="tf.distribute strategy of the Trainer (default "
-                       "auto: MirroredStrategy when several GPUs are visible)")
-    group.add_argument("--min-accuracy", type=_positive_float, default=0.8,
-                       help="the Evaluator blesses (and the Pusher pushes) a model whose eval "
-                            "accuracy is at least this (default 0.8)")
-    tuning = parser.add_argument_group("tuning (the Keras Tuner plugin in a TFX Tuner)")
-    tuning.add_argument("--tune", action="store_true",
-                        help="add a Tuner searching accum steps and the AGC clip factor; its "
-                             "best values override --accum-steps/--agc-clip-factor")
-    tuning.add_argument("--search-accum-steps", type=_int_list, default=[1, 2, 4],
-                        help="accum steps the Tuner tries (default 1,2,4)")
-    tuning.add_argument("--search-agc-clip-factor", type=_float_range, default=[0.01, 0.16],
-                        help="AGC clip factor range the Tuner samples (log), AGC off "
-                             "included (default 0.01,0.16)")
-    tuning.add_argument("--tuning-trials", type=_positive_int, default=3,
-                        help="Tuner trials (default 3)")
-    tuning.add_argument("--tuning-updates", type=_positive_int, default=10,
-                        help="updates of the trial with the largest effective batch; every "
-                             "trial sees as many examples (default 10)")
+    options.add_flags(parser.add_argument_group(
+        "training (the ga-tfx Trainer and the optional Tuner)"))
 
 
 def build_parser():
@@ -122,7 +50,8 @@ def build_parser():
                      help="pipeline name in ML Metadata (default ga-tfx-digits)")
     run.add_argument("--no-cache", action="store_true",
                      help="re-run every component even if its inputs did not change")
-    run.add_argument("--direct-num-workers", type=_int_at_least(0), default=1,
+    run.add_argument("--direct-num-workers", type=options.flag_type("direct_num_workers", _WORKERS),
+                     default=1,
                      help="Beam DirectRunner workers: 1 in-memory (default), N > 1 or 0 "
                           "(one per core) multi-processing")
     _add_training_flags(run)
@@ -149,27 +78,19 @@ def build_parser():
         description="Trains a small CNN on scikit-learn's digits twice from the same initial "
                     "weights, as big batches and with ga_tfx accumulation, and prints the "
                     "largest weight difference.")
-    demo.add_argument("--accum-steps", type=_positive_int, default=8,
+    demo.add_argument("--accum-steps", type=options.flag_type("accum_steps", ACCUM_STEPS),
+                      default=8,
                       help="micro-batches per optimizer update (default 8)")
-    demo.add_argument("--micro-batch", type=_positive_int, default=16,
+    demo.add_argument("--micro-batch", type=options.flag_type("micro_batch", _POSITIVE),
+                      default=16,
                       help="micro-batch size (default 16)")
-    demo.add_argument("--epochs", type=_positive_int, default=3, help="epochs (default 3)")
+    demo.add_argument("--epochs", type=options.flag_type("epochs", _POSITIVE), default=3,
+                      help="epochs (default 3)")
     return parser
 
 
 def training_options(args):
-    from ga_tfx.pipelines.pipeline import TrainingOptions
-
-    return TrainingOptions(
-        accum_steps=args.accum_steps, micro_batch_size=args.micro_batch,
-        train_updates=args.train_updates, updates_per_epoch=args.updates_per_epoch,
-        eval_steps=args.eval_steps,
-        agc_clip_factor=None if args.no_agc else args.agc_clip_factor,
-        strategy=args.strategy, tune=args.tune,
-        search_accum_steps=tuple(args.search_accum_steps),
-        search_agc_clip_factor=tuple(args.search_agc_clip_factor),
-        tuning_trials=args.tuning_trials, tuning_updates=args.tuning_updates,
-        min_accuracy=args.min_accuracy)
+    return options.from_flags(args)
 
 
 def _run(args):

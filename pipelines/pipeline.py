@@ -9,46 +9,20 @@ locally (:mod:`ga_tfx.pipelines.local`) and in the Kubeflow image (:mod:`ga_tfx.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 
-import dataclasses
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
+from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.pipelines import digits
+from ga_tfx.pipelines.options import TrainingOptions
 
 MODEL_FN = "ga_tfx.pipelines.digits"
 PREPROCESSING_FN = "ga_tfx.pipelines.digits.preprocessing_fn"
 TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingOptions:
-    """How the Trainer (and the optional Tuner) train; defaults suit the shipped data.
-
-    ``train_updates`` counts optimizer updates of ``accum_steps * micro_batch_size`` examples;
-    ``eval_steps`` counts evaluation micro-batches. With ``tune``, the Tuner searches
-    ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
-    ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
-    ``tuning_updates`` updates, and its best values override ``accum_steps`` and
-    ``agc_clip_factor`` in the Trainer.
-    """
-
-    accum_steps: int = 4
-    micro_batch_size: int = 32
-    train_updates: int = 60
-    updates_per_epoch: Optional[int] = 20
-    eval_steps: int = 8
-    agc_clip_factor: Optional[float] = 0.08
-    strategy: str = "auto"
-    tune: bool = False
-    search_accum_steps: Sequence[int] = (1, 2, 4)
-    search_agc_clip_factor: Sequence[float] = (0.01, 0.16)
-    tuning_trials: int = 3
-    tuning_updates: int = 10
-    min_accuracy: float = 0.8
 
 
 def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
@@ -67,8 +41,6 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
       enable_cache: reuse the outputs of components whose inputs did not change.
       beam_pipeline_args: Beam flags of the Beam-based components.
     """
-    if not 0 < options.min_accuracy <= 1:
-        raise ValueError(f"min_accuracy must be in (0, 1], got {options.min_accuracy!r}.")
     example_gen = tfx.components.CsvExampleGen(input_base=data_root)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
     schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
@@ -85,13 +57,14 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
     hyperparameters = None
     if options.tune:
         tuner_config = {
-            "model_fn": MODEL_FN,
-            "ga_tfx": dict(settings, accum_steps=options.accum_steps),
-            "ga_tfx_search": {
+            keys.MODEL_FN: MODEL_FN,
+            keys.GA_TFX: dict(settings, accum_steps=options.accum_steps),
+            keys.GA_TFX_SEARCH: {
                 "accum_steps": list(options.search_accum_steps),
-                "agc_clip_factor": list(options.search_agc_clip_factor),
+                "agc_clip_factor": (None if options.search_agc_clip_factor is None
+                                    else list(options.search_agc_clip_factor)),
                 "micro_batch_size": options.micro_batch_size},
-            "tuner": {"max_trials": options.tuning_trials, "objective": "val_accuracy"},
+            keys.TUNER: {"max_trials": options.tuning_trials, "objective": "val_accuracy"},
         }
         # Checked now, so that a bad search space fails when the pipeline is built.
         parsed = tuner_fn.parse_config(tuner_config, eval_steps=options.eval_steps)

@@ -26,6 +26,8 @@ from ga_tfx.components.tuner import tuner_fn as tuner_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 from tests import taxi
 
+pytestmark = [pytest.mark.tfx]  # the stock TFX Tuner with ga-tfx's tuner_fn
+
 TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 MODEL_MODULE = taxi.MODEL_MODULE
 
@@ -232,11 +234,11 @@ def test_settings_agc_factor_is_used_by_every_trial_unless_agc_is_searched(
 # ---------------------------------------------------------------------- errors before trials
 @pytest.mark.parametrize("change, match", [
     ({"ga_tfx_serch": {}}, r"Unknown custom_config key\(s\) \['ga_tfx_serch'\]"),
-    ({"ga_tfx_search": {"accum_step": [1, 2]}}, r"ga_tfx_search: Unknown search space keys "
+    ({"ga_tfx_search": {"accum_step": [1, 2]}}, r"ga_tfx_search: Unknown search space setting\(s\) "
                                                 r"\['accum_step'\]"),
     ({"ga_tfx_search": {"accum_steps": [0, 2]}}, "accum_steps value must be an integer"),
-    ({"tuner": {"max_trails": 3}}, r"Unknown custom_config tuner key\(s\) \['max_trails'\]"),
-    ({"tuner": {"kind": "grid"}}, "tuner kind must be one of"),
+    ({"tuner": {"max_trails": 3}}, r"Unknown custom_config tuner setting\(s\) \['max_trails'\]"),
+    ({"tuner": {"kind": "grid"}}, "tuner: kind must be one of"),
     ({"tuner": {"kind": "hyperband", "max_trials": 3}}, "max_trials does not apply"),
     ({"ga_tfx": {"micro_batch_size": 8, "label_key": "tips_xf", "acum_steps": 2}},
      r"Unknown ga_tfx setting\(s\) \['acum_steps'\]"),

@@ -121,13 +121,13 @@ def test_other_tuners(tmp_path, tuner_class, kwargs):
     ({"accum_steps": [0, 2]}, ValueError, "each accum_steps value must be an integer >= 1"),
     ({"accum_steps": [2, 2]}, ValueError, "duplicate"),
     ({"accum_steps": 4}, TypeError, "must be a list of integers"),
-    ({"agc_clip_factor": (0.0, 0.1)}, ValueError, "agc_clip_factor min must be > 0"),
+    ({"agc_clip_factor": (0.0, 0.1)}, ValueError, "each agc_clip_factor value must be > 0"),
     ({"agc_clip_factor": (0.1, 0.01)}, ValueError, "min <= max"),
     ({"agc_clip_factor": 0.1}, ValueError, r"\(min, max\) pair"),
-    ({"learning_rate": (-1.0, 1.0)}, ValueError, "learning_rate min must be > 0"),
+    ({"learning_rate": (-1.0, 1.0)}, ValueError, "each learning_rate value must be > 0"),
     ({"lr_scaling": "cubic"}, ValueError, "lr_scaling must be one of"),
     ({"micro_batch_size": [0]}, ValueError, "micro_batch_size"),
-    ({"accum_step": [1, 2]}, ValueError, r"Unknown search space keys \['accum_step'\]"),
+    ({"accum_step": [1, 2]}, ValueError, r"Unknown search space setting\(s\) \['accum_step'\]"),
 ])
 def test_bad_search_spaces_fail_before_any_trial(space, error, match):
     with pytest.raises(error, match=match):

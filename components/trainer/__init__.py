@@ -1,11 +1,23 @@
-"""ga-tfx Trainer: ``GradientAccumulationTrainer`` and its ``run_fn``."""
+"""ga-tfx Trainer: ``GradientAccumulationTrainer``, its executor and its ``run_fn``.
 
-import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+Names load on first use (PEP 562), so that ``ga_tfx.components.trainer.settings`` (standard
+library only) can be imported without TFX, e.g. by ``ga-tfx --help``.
+"""
 
-from ga_tfx.components.trainer.component import (GradientAccumulationTrainer,
-                                          GradientAccumulationTrainerSpec)
-from ga_tfx.components.trainer.executor import Executor
-from ga_tfx.components.trainer.settings import AccumulationSettings
+import importlib
+from typing import Any
 
-__all__ = ["AccumulationSettings", "Executor", "GradientAccumulationTrainer",
-           "GradientAccumulationTrainerSpec"]
+_PUBLIC = {
+    "AccumulationSettings": "ga_tfx.components.trainer.settings",
+    "Executor": "ga_tfx.components.trainer.executor",
+    "GradientAccumulationTrainer": "ga_tfx.components.trainer.component",
+    "GradientAccumulationTrainerSpec": "ga_tfx.components.trainer.component",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,30 +16,31 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.orchestration import data_types
 from tfx.proto import trainer_pb2
 from tfx.types import standard_artifacts
-from tfx.types import standard_component_specs as specs
+from tfx.types import standard_component_specs as specs_lib
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
 
+from ga_tfx._schema import required, specs
+from ga_tfx.components import keys
 from ga_tfx.components.trainer import executor
 from ga_tfx.components.trainer import settings as settings_lib
 
-_SETTING_TYPES = {"accum_steps": int, "micro_batch_size": int, "label_key": str,
-                  "raw_label_key": str, "agc_clip_factor": float, "replace_batchnorm": int,
-                  "mixed_precision": str, "strategy": str, "partial_window": str,
-                  "shuffle": int, "shuffle_seed": int, "updates_per_epoch": int}
-assert set(_SETTING_TYPES) == set(settings_lib.field_names())
+
+def _setting_parameters() -> Dict[str, ExecutionParameter]:
+    """One ``ExecutionParameter`` per declared setting (its primitive type; required ones are
+    not optional), derived from :class:`~ga_tfx.components.trainer.settings.AccumulationSettings`."""
+    needed = set(required(settings_lib.AccumulationSettings))
+    return {name: ExecutionParameter(type=spec.exec_property_type, optional=name not in needed)
+            for name, spec in specs(settings_lib.AccumulationSettings).items()}
 
 
-class GradientAccumulationTrainerSpec(specs.TrainerSpec):
+class GradientAccumulationTrainerSpec(specs_lib.TrainerSpec):
     """TrainerSpec plus the accumulation settings (required ones are not optional)."""
 
     PARAMETERS = dict(
-        specs.TrainerSpec.PARAMETERS,
-        **{name: ExecutionParameter(
-            type=kind, optional=name not in ("accum_steps", "micro_batch_size", "label_key"))
-           for name, kind in _SETTING_TYPES.items()},
+        specs_lib.TrainerSpec.PARAMETERS, **_setting_parameters(),
         # Dotted path of the module (or function) defining build_model, instead of module_file.
-        model_fn=ExecutionParameter(type=str, optional=True))
+        **{keys.MODEL_FN_PROPERTY: ExecutionParameter(type=str, optional=True)})
 
 
 class GradientAccumulationTrainer(base_component.BaseComponent):
@@ -63,12 +64,9 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             self,
             examples: types.BaseChannel,
             *,
-            micro_batch_size: int,
-            label_key: str,
-            accum_steps: Optional[int] = None,
-            effective_batch_size: Optional[int] = None,
             module_file: Optional[Union[str, data_types.RuntimeParameter]] = None,
             model_fn: Optional[str] = None,
+            effective_batch_size: Optional[int] = None,
             transform_graph: Optional[types.BaseChannel] = None,
             schema: Optional[types.BaseChannel] = None,
             base_model: Optional[types.BaseChannel] = None,
@@ -76,36 +74,23 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             train_args: Optional[trainer_pb2.TrainArgs] = None,
             eval_args: Optional[trainer_pb2.EvalArgs] = None,
             custom_config: Optional[Dict[str, Any]] = None,
-            raw_label_key: Optional[str] = None,
-            agc_clip_factor: Optional[float] = None,
-            replace_batchnorm: bool = True,
-            mixed_precision: str = "float32",
-            strategy: str = "auto",
-            partial_window: str = "apply",
-            shuffle: bool = True,
-            shuffle_seed: int = 0,
-            updates_per_epoch: Optional[int] = None):
+            **settings: Any):
+        """``settings``: the fields of
+        :class:`~ga_tfx.components.trainer.settings.AccumulationSettings` (``micro_batch_size``,
+        ``label_key`` and ``accum_steps`` -- or ``effective_batch_size`` -- required)."""
         if bool(module_file) == bool(model_fn):
             raise ValueError("Give exactly one of module_file (a file defining build_model) and "
                              f"model_fn (a dotted path), got module_file={module_file!r}, "
                              f"model_fn={model_fn!r}.")
-        if (accum_steps is None) == (effective_batch_size is None):
+        if (settings.get("accum_steps") is None) == (effective_batch_size is None):
             raise ValueError("Give exactly one of accum_steps and effective_batch_size, got "
-                             f"accum_steps={accum_steps!r}, "
+                             f"accum_steps={settings.get('accum_steps')!r}, "
                              f"effective_batch_size={effective_batch_size!r}.")
-        if effective_batch_size is not None:
-            accum_steps = settings_lib.accum_steps_for(effective_batch_size, micro_batch_size)
-        settings = settings_lib.AccumulationSettings(
-            accum_steps=accum_steps, micro_batch_size=micro_batch_size, label_key=label_key,
-            raw_label_key=raw_label_key, agc_clip_factor=agc_clip_factor,
-            replace_batchnorm=replace_batchnorm, mixed_precision=mixed_precision,
-            strategy=strategy, partial_window=partial_window, shuffle=shuffle,
-            shuffle_seed=shuffle_seed, updates_per_epoch=updates_per_epoch)
+        settings = settings_lib.from_dict(
+            dict(settings, **{keys.EFFECTIVE_BATCH_SIZE: effective_batch_size}))
         train_args = train_args or trainer_pb2.TrainArgs()
-        if (isinstance(train_args, trainer_pb2.TrainArgs) and updates_per_epoch
-                and train_args.num_steps % updates_per_epoch):
-            raise ValueError(f"updates_per_epoch={updates_per_epoch} must divide "
-                             f"train_args.num_steps={train_args.num_steps}.")
+        if isinstance(train_args, trainer_pb2.TrainArgs) and settings.updates_per_epoch:
+            settings_lib.check_updates(train_args.num_steps, settings.updates_per_epoch)
         spec = GradientAccumulationTrainerSpec(
             examples=examples, transform_graph=transform_graph, schema=schema,
             base_model=base_model, hyperparameters=hyperparameters,
@@ -114,7 +99,7 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             custom_config=json_utils.dumps(custom_config),
             model=types.Channel(type=standard_artifacts.Model),
             model_run=types.Channel(type=standard_artifacts.ModelRun),
-            **({"model_fn": model_fn} if model_fn else {}),
+            **({keys.MODEL_FN_PROPERTY: model_fn} if model_fn else {}),
             **settings.to_exec_properties())
         super().__init__(spec=spec)
         if module_file and udf_utils.should_package_user_modules():

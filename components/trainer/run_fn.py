@@ -40,6 +40,7 @@ import os
 from absl import logging
 from tfx.dsl.io import fileio
 
+from ga_tfx.components import keys
 from ga_tfx.components.trainer import helpers
 from ga_tfx.components.trainer import settings as settings_lib
 
@@ -47,12 +48,13 @@ from ga_tfx.components.trainer import settings as settings_lib
 def run_fn(fn_args):
     """TFX entry point for the stock Trainer: settings from ``custom_config``."""
     config = fn_args.custom_config or {}
-    if "ga_tfx" not in config or "model_fn" not in config:
-        raise ValueError('custom_config needs "ga_tfx" (the settings) and "model_fn" (the '
-                         f'module defining build_model), got keys {sorted(config)}.')
-    settings = settings_lib.from_dict(config["ga_tfx"])
-    build_model = helpers.load_build_model(dotted_path=config["model_fn"])
-    train_and_export(fn_args, settings, build_model, model_identity=config["model_fn"])
+    if keys.GA_TFX not in config or keys.MODEL_FN not in config:
+        raise ValueError(f'custom_config needs "{keys.GA_TFX}" (the settings) and '
+                         f'"{keys.MODEL_FN}" (the module defining build_model), got keys '
+                         f'{sorted(config)}.')
+    settings = settings_lib.from_dict(config[keys.GA_TFX])
+    build_model = helpers.load_build_model(dotted_path=config[keys.MODEL_FN])
+    train_and_export(fn_args, settings, build_model, model_identity=config[keys.MODEL_FN])
 
 
 def train_and_export(fn_args, settings, build_model, model_identity=""):
@@ -65,12 +67,7 @@ def train_and_export(fn_args, settings, build_model, model_identity=""):
     settings = settings.with_hyperparameters(fn_args.hyperparameters)
     hparams = settings_lib.hyperparameter_values(fn_args.hyperparameters)
     updates = fn_args.train_steps
-    if not updates:
-        raise ValueError("train_args.num_steps (optimizer updates) must be set and > 0.")
-    per_epoch = settings.updates_per_epoch or updates
-    if updates % per_epoch:
-        raise ValueError(f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
-                         f"{updates} (optimizer updates).")
+    per_epoch = settings_lib.check_updates(updates, settings.updates_per_epoch)
     strategy = helpers.make_strategy(settings.strategy)
     if settings.micro_batch_size < strategy.num_replicas_in_sync:
         raise ValueError(f"micro_batch_size={settings.micro_batch_size} is smaller than the "

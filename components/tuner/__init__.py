@@ -3,5 +3,3 @@
 The function is not re-exported here: ``ga_tfx.components.tuner.tuner_fn`` stays the module (the
 dotted path TFX imports is ``"ga_tfx.components.tuner.tuner_fn.tuner_fn"``).
 """
-
-import ga_tfx  # noqa: F401  (first import: selects Keras 2)

@@ -80,16 +80,14 @@ from typing import Any, Dict, Mapping, Optional
 import keras_tuner
 from tfx.components.tuner.component import TunerFnResult
 
+from ga_tfx.components import keys
 from ga_tfx.components.trainer import helpers
+from ga_tfx.components.tuner.options import DEFAULT_MAX_EPOCHS, DEFAULT_MAX_TRIALS, TunerOptions
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 
-CONFIG_KEYS = ("model_fn", "ga_tfx", "ga_tfx_search", "tuner")
-TUNER_KEYS = ("kind", "objective", "max_trials", "max_epochs", "seed")
-TUNER_KINDS = ("random", "bayesian", "hyperband")
+CONFIG_KEYS = (keys.MODEL_FN, keys.GA_TFX, keys.GA_TFX_SEARCH, keys.TUNER)
 PROJECT_NAME = "ga_tfx_tuner"
-DEFAULT_MAX_TRIALS = 10
-DEFAULT_MAX_EPOCHS = 3
 TUNABLE_MODEL_FN = "build_tunable_model"
 
 
@@ -117,57 +115,41 @@ def parse_config(custom_config: Optional[Mapping[str, Any]],
     unknown = sorted(set(custom_config) - set(CONFIG_KEYS))
     if unknown:
         raise ValueError(f"Unknown custom_config key(s) {unknown}; allowed: {list(CONFIG_KEYS)}.")
-    missing = [key for key in ("model_fn", "ga_tfx") if custom_config.get(key) is None]
+    missing = [key for key in (keys.MODEL_FN, keys.GA_TFX) if custom_config.get(key) is None]
     if missing:
         raise ValueError(f"custom_config is missing {missing} (model_fn: the module defining "
                          "build_model; ga_tfx: the settings, at least label_key).")
-    model_fn = custom_config["model_fn"]
+    model_fn = custom_config[keys.MODEL_FN]
     if not isinstance(model_fn, str) or not model_fn:
         raise ValueError(f"custom_config model_fn must be a dotted module path, got "
                          f"{model_fn!r}.")
-    settings = dict(_mapping(custom_config["ga_tfx"], "ga_tfx"))
-    search = dict(_mapping(custom_config.get("ga_tfx_search") or {}, "ga_tfx_search"))
+    settings = dict(_mapping(custom_config[keys.GA_TFX], keys.GA_TFX))
+    search = dict(_mapping(custom_config.get(keys.GA_TFX_SEARCH) or {}, keys.GA_TFX_SEARCH))
     if "micro_batch_size" not in search and settings.get("micro_batch_size") is not None:
         search["micro_batch_size"] = settings["micro_batch_size"]
     try:
         space = AccumulationSearchSpace.from_config(search)
     except (TypeError, ValueError) as error:
-        raise type(error)(f"custom_config ga_tfx_search: {error}") from error
+        raise type(error)(f"custom_config {keys.GA_TFX_SEARCH}: {error}") from error
     settings.setdefault("accum_steps", space.accum_steps[0])  # searched: a placeholder
     settings.setdefault("micro_batch_size", space.micro_batch_size[0])
     settings = settings_lib.from_dict(settings)
 
-    tuner = dict(_mapping(custom_config.get("tuner") or {}, "tuner"))
-    unknown = sorted(set(tuner) - set(TUNER_KEYS))
-    if unknown:
-        raise ValueError(f"Unknown custom_config tuner key(s) {unknown}; allowed: "
-                         f"{list(TUNER_KEYS)}.")
-    kind = tuner.get("kind", "random")
-    if kind not in TUNER_KINDS:
-        raise ValueError(f"custom_config tuner kind must be one of {TUNER_KINDS}, got {kind!r}.")
-    objective = tuner.get("objective", "val_loss" if eval_steps else "loss")
-    if not isinstance(objective, str) or not objective:
-        raise ValueError(f"custom_config tuner objective must be a metric name, got "
-                         f"{objective!r}.")
+    tuner = _mapping(custom_config.get(keys.TUNER) or {}, keys.TUNER)
+    try:
+        options = TunerOptions.from_mapping(tuner, where=f"custom_config {keys.TUNER}")
+    except ValueError as error:
+        raise type(error)(f"custom_config {keys.TUNER}: {error}") from error
+    objective = options.objective or ("val_loss" if eval_steps else "loss")
     if objective.startswith("val_") and not eval_steps:
         raise ValueError(f"custom_config tuner objective {objective!r} needs evaluation: set "
                          "eval_args.num_steps.")
-    if kind == "hyperband":
-        if "max_trials" in tuner:
-            raise ValueError('custom_config tuner max_trials does not apply to kind '
-                             '"hyperband" (give max_epochs).')
-        max_trials, max_epochs = None, _positive_int(tuner.get("max_epochs", DEFAULT_MAX_EPOCHS),
-                                                     "tuner max_epochs")
+    if options.kind == "hyperband":
+        max_trials, max_epochs = None, options.max_epochs or DEFAULT_MAX_EPOCHS
     else:
-        if "max_epochs" in tuner:
-            raise ValueError(f"custom_config tuner max_epochs only applies to kind "
-                             f'"hyperband", not {kind!r}.')
-        max_trials, max_epochs = _positive_int(tuner.get("max_trials", DEFAULT_MAX_TRIALS),
-                                               "tuner max_trials"), None
-    seed = tuner.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(f"custom_config tuner seed must be an integer, got {seed!r}.")
-    return TunerConfig(model_fn=model_fn, settings=settings, search_space=space, kind=kind,
+        max_trials, max_epochs = options.max_trials or DEFAULT_MAX_TRIALS, None
+    seed = options.seed
+    return TunerConfig(model_fn=model_fn, settings=settings, search_space=space, kind=options.kind,
                        objective=objective, max_trials=max_trials, max_epochs=max_epochs,
                        seed=seed)
 
@@ -285,9 +267,3 @@ def _import(module_name, attr):
     except (ImportError, AttributeError) as error:
         raise ValueError(f"custom_config model_fn: cannot load {attr} from {module_name!r}: "
                          f"{error}") from error
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"custom_config {name} must be an integer >= 1, got {value!r}.")
-    return int(value)

@@ -1,0 +1,36 @@
+"""The Tuner's own options (``custom_config["tuner"]``), declared once (standard library only)."""
+
+import dataclasses
+from typing import Optional
+
+from ga_tfx._schema import Settings, setting
+
+TUNER_KINDS = ("random", "bayesian", "hyperband")
+DEFAULT_MAX_TRIALS = 10
+DEFAULT_MAX_EPOCHS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class TunerOptions(Settings):
+    """Which Keras Tuner searches, for how long, towards which objective."""
+
+    kind: str = setting("random", kind=str, choices=TUNER_KINDS,
+                        help="the Keras Tuner: random, bayesian or hyperband")
+    objective: Optional[str] = setting(
+        None, kind=str, optional=True,
+        help="the metric to optimise (None: val_loss with evaluation, else loss)")
+    max_trials: Optional[int] = setting(
+        None, kind=int, minimum=1, optional=True,
+        help=f"trials of a random or bayesian search (None: {DEFAULT_MAX_TRIALS})")
+    max_epochs: Optional[int] = setting(
+        None, kind=int, minimum=1, optional=True,
+        help=f"epochs of a hyperband search (None: {DEFAULT_MAX_EPOCHS})")
+    seed: Optional[int] = setting(None, kind=int, optional=True,
+                                  help="seed of the search (None: random)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.kind == "hyperband" and self.max_trials is not None:
+            raise ValueError('max_trials does not apply to kind "hyperband" (give max_epochs).')
+        if self.kind != "hyperband" and self.max_epochs is not None:
+            raise ValueError(f'max_epochs only applies to kind "hyperband", not {self.kind!r}.')

@@ -1,0 +1,107 @@
+"""The pipeline's options, declared once (standard library only: ``ga-tfx --help`` reads them).
+
+:class:`TrainingOptions` holds what :func:`ga_tfx.pipelines.pipeline.create_pipeline` needs
+beyond paths. Options that are Trainer settings or search-space fields reuse those declarations
+(:func:`ga_tfx._schema.like`) with the pipeline's own defaults for the shipped data; the ``ga-tfx``
+flags, their help and defaults are generated from these fields (:func:`add_flags`).
+"""
+
+import argparse
+import dataclasses
+from typing import Any, Optional, Tuple
+
+from ga_tfx._schema import SettingError, Settings, Spec, defaults, like, setting, specs
+from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
+from ga_tfx.search_space import AccumulationSearchSpace
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions(Settings):
+    """How the Trainer (and the optional Tuner) train; defaults suit the shipped data.
+
+    ``train_updates`` counts optimizer updates of ``accum_steps * micro_batch_size`` examples;
+    ``eval_steps`` counts evaluation micro-batches. With ``tune``, the Tuner searches
+    ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
+    ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
+    ``tuning_updates`` updates, and its best values override ``accum_steps`` and
+    ``agc_clip_factor`` in the Trainer.
+    """
+
+    accum_steps: int = like(AccumulationSettings, "accum_steps", 4)
+    micro_batch_size: int = like(AccumulationSettings, "micro_batch_size", 32)
+    train_updates: int = setting(60, kind=int, minimum=1,
+                                 help="optimizer updates (effective batches) to train")
+    updates_per_epoch: Optional[int] = like(AccumulationSettings, "updates_per_epoch", 20)
+    eval_steps: int = setting(8, kind=int, minimum=1,
+                              help="evaluation micro-batches after each epoch")
+    agc_clip_factor: Optional[float] = like(AccumulationSettings, "agc_clip_factor", 0.08)
+    strategy: str = like(AccumulationSettings, "strategy", "auto")
+    min_accuracy: float = setting(
+        0.8, kind=float, above=0, maximum=1,
+        help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
+             "least this")
+    tune: bool = setting(False, kind=bool,
+                         help="add a Tuner searching accum steps and the AGC clip factor; its "
+                              "best values override --accum-steps/--agc-clip-factor")
+    search_accum_steps: Tuple[int, ...] = like(AccumulationSearchSpace, "accum_steps",
+                                               (1, 2, 4))
+    search_agc_clip_factor: Optional[Tuple[float, ...]] = like(
+        AccumulationSearchSpace, "agc_clip_factor", (0.01, 0.16))
+    tuning_trials: int = setting(3, kind=int, minimum=1, help="Tuner trials")
+    tuning_updates: int = setting(
+        10, kind=int, minimum=1,
+        help="updates of the trial with the largest effective batch; every trial sees as "
+             "many examples")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_updates(self.train_updates, self.updates_per_epoch)
+
+
+# ---------------------------------------------------------------------- command-line flags
+def flag_of(name: str, spec: Spec) -> str:
+    return spec.flag or "--" + name.replace("_", "-")
+
+
+def flag_type(name: str, spec: Spec):
+    def parse(text: str) -> Any:
+        try:
+            return spec.parse(name, text)
+        except SettingError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    parse.__name__ = spec.kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return "off" if value is None else str(value)
+
+
+def add_flags(group: Any, cls: type = TrainingOptions) -> None:
+    """Adds one flag per declared field of ``cls`` (dest = the field's name; help, default and
+    check from its spec; booleans as ``--x/--no-x``; an ``off_flag`` sets it to None)."""
+    values = defaults(cls)
+    for name, spec in specs(cls).items():
+        if spec.flag == "":
+            continue
+        default = values.get(name)
+        if spec.kind is bool and not spec.many:  # argparse adds "(default: ...)" itself
+            group.add_argument(flag_of(name, spec), dest=name, default=default,
+                               action=argparse.BooleanOptionalAction, help=spec.help)
+            continue
+        help_text = f"{spec.help} (default {_shown(default)})"
+        metavar = (None if spec.choices else
+                   f"{name.upper()},..." if spec.many else name.upper())
+        group.add_argument(flag_of(name, spec), dest=name, default=default, metavar=metavar,
+                           choices=spec.choices, type=flag_type(name, spec), help=help_text)
+        if spec.off_flag:
+            group.add_argument(spec.off_flag, dest=name, action="store_const", const=None,
+                               help=f"turn {name} off")
+
+
+def from_flags(args: argparse.Namespace, cls: type = TrainingOptions) -> Any:
+    """The options the parsed flags describe (checked again as a whole, e.g. updates)."""
+    return cls(**{name: getattr(args, name) for name in specs(cls)
+                  if hasattr(args, name)})
