@@ -5,9 +5,9 @@
 2. It equals the committed golden ``tests/golden/digits_pipeline_job.json`` once volatile
    fields are normalised (the TFX/Python version in ``sdkVersion`` and the labels, paths under
    the temporary directory or this checkout); a changed ``accum_steps`` changes the normalised
-   job, so the comparison can fail. After an intended change, regenerate the golden with
-   ``GA_TFX_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_kubeflow_pipeline.py``
-   (the test then writes the file and passes; review and commit the diff).
+   job, so the comparison can fail. The test never writes the golden: after an intended
+   change, regenerate it with ``.venv/bin/python scripts/update_golden.py`` (a separate
+   command; review and commit the diff it prints), then run this test.
 3. The compiled Trainer step runs: its container ``command`` + ``args`` from the compiled
    deployment spec are executed here as a subprocess (``python`` -> this interpreter, the
    ``{{$}}`` placeholder -> an ExecutorInput JSON as Kubeflow v2 passes it, with the compiled
@@ -40,6 +40,8 @@ from tfx import version as tfx_version
 from ga_tfx.pipelines import digits, kubeflow
 from ga_tfx.pipelines.cli import SHIPPED_DATA
 from ga_tfx.pipelines.pipeline import MODEL_FN, TrainingOptions
+
+pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # TFX, tensorflow_transform and kfp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "digits_pipeline_job.json")
@@ -198,17 +200,13 @@ def leaf_differences(a, b, where=""):
 def test_compiled_job_matches_the_golden(tuned_job):
     job, directory = tuned_job
     normalized = dump(normalize(job, [directory]))
-    if os.environ.get("GA_TFX_UPDATE_GOLDEN") == "1":
-        os.makedirs(os.path.dirname(GOLDEN), exist_ok=True)
-        with open(GOLDEN, "w") as f:
-            f.write(normalized)
     with open(GOLDEN) as f:
         golden = f.read()
     diff = "".join(difflib.unified_diff(golden.splitlines(True), normalized.splitlines(True),
                                         "golden", "compiled", n=2))
     assert normalized == golden, (
         "The compiled Kubeflow job differs from tests/golden/digits_pipeline_job.json; if the "
-        "change is intended, re-run with GA_TFX_UPDATE_GOLDEN=1 and commit the golden:\n"
+        "change is intended, run scripts/update_golden.py and commit the golden:\n"
         + diff[:6000])
 
 
