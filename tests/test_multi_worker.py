@@ -16,9 +16,12 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from tests.multi_worker_script import train
 from tests.test_trainer_component import _module, _scalars
+
+pytestmark = [pytest.mark.tfx]  # the TFX Trainer's run_fn in each worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO, K, UPDATES = 8, 2, 3  # global micro-batch of 8 = 4 examples per worker
