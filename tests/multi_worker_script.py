@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from ga_tfx.components.trainer import Executor, helpers, run_fn
+from ga_tfx.components.trainer import Executor, run_fn, user_module
 from ga_tfx.components.trainer import settings as settings_lib
 from tests.test_trainer_component import _artifacts, _exec_properties
 
@@ -33,7 +33,7 @@ def train(out, module_file, strategy, micro_batch_size, accum_steps, updates):
     settings = settings_lib.from_dict({name: props[name] for name in settings_lib.field_names()
                                        if props.get(name) is not None})
     fn_args = Executor()._GetFnArgs(inputs, outputs, props)
-    plain = run_fn.train_and_export(fn_args, settings, helpers.load_build_model(props))
+    plain = run_fn.train_and_export(fn_args, settings, user_module.load_build_model(props))
     path = os.path.join(out, "weights.npz")
     np.savez(path, *plain.get_weights())
     return path

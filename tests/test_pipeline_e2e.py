@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pytest
 
-from ga_tfx.components.trainer import helpers as trainer_helpers
+from ga_tfx.components.trainer import checkpoints
 from ga_tfx.pipelines import cli, digits, local
 from ga_tfx.pipelines.pipeline import TrainingOptions
 
@@ -36,18 +36,18 @@ def runs(tmp_path_factory):
             OPTIONS)
     kwargs = dict(metadata_path=str(root / "metadata.db"))
 
-    save = trainer_helpers.EpochCheckpoint.on_epoch_end
+    save = checkpoints.EpochCheckpoint.on_epoch_end
 
     def save_then_crash(self, epoch, logs=None):
         save(self, epoch, logs)
         raise RuntimeError("the Trainer's machine went away after its first checkpoint")
 
-    trainer_helpers.EpochCheckpoint.on_epoch_end = save_then_crash
+    checkpoints.EpochCheckpoint.on_epoch_end = save_then_crash
     try:
         with pytest.raises(Exception, match="went away"):
             local.run(*args, **kwargs)
     finally:
-        trainer_helpers.EpochCheckpoint.on_epoch_end = save
+        checkpoints.EpochCheckpoint.on_epoch_end = save
     assert not os.path.exists(root / "serving")  # nothing pushed by the failed run
     resumed = local.run(*args, **kwargs)
     cached = local.run(*args, **kwargs)

@@ -28,7 +28,7 @@ from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 
 from ga_tfx.components.trainer import AccumulationSettings, Executor, GradientAccumulationTrainer
-from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import checkpoints, model as model_lib
 from ga_tfx.components.trainer import run_fn as run_fn_lib
 from ga_tfx.components.trainer import settings as settings_lib
 from tests import taxi
@@ -293,18 +293,18 @@ KILLED_TRAINER = """
 import json, os, pathlib, signal, sys
 import ga_tfx
 from ga_tfx._keras import tf
-from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import checkpoints
 from tests import test_trainer_component as t
 
 tf.config.experimental.enable_op_determinism()
-save = helpers.EpochCheckpoint.on_epoch_end
+save = checkpoints.EpochCheckpoint.on_epoch_end
 
 def save_then_die(self, epoch, logs=None):
     save(self, epoch, logs)
     if epoch == 1:  # two epochs (updates) checkpointed: the machine goes away, no clean-up
         os.kill(os.getpid(), signal.SIGKILL)
 
-helpers.EpochCheckpoint.on_epoch_end = save_then_die
+checkpoints.EpochCheckpoint.on_epoch_end = save_then_die
 t._run(pathlib.Path(sys.argv[1]), "killed", **json.loads(sys.argv[2]))
 """
 
@@ -336,7 +336,7 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
     steps = [step for step, _ in _scalars(os.path.join(resumed_run, "ga_tfx"))["ga_tfx/updates"]]
     assert steps == [3, 4]
     # A different training (another seed) does not pick up someone else's checkpoints.
-    assert helpers.resume_directory("r/T/model_run/1", {"seed": 1}) != helpers.resume_directory(
+    assert checkpoints.resume_directory("r/T/model_run/1", {"seed": 1}) != checkpoints.resume_directory(
         "r/T/model_run/2", {"seed": 2})
 
 
@@ -345,7 +345,7 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
     namespace = {}
     exec(MODEL_MODULE, namespace)
     model = ga_tfx.replace_batchnorm_layers(namespace["build_model"]({}), 2)
-    assert helpers.warm_start(model, first) == ["hidden", "bn", "logits"]
+    assert model_lib.warm_start(model, first) == ["hidden", "bn", "logits"]
     trained = keras.models.load_model(first, compile=False)
     for layer in ("hidden", "bn", "logits"):
         for got, want in zip(model.get_layer(layer).weights, trained.get_layer(layer).weights):
@@ -368,7 +368,7 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
 
     other = keras.Sequential([keras.layers.Dense(3, name="hidden", input_shape=(2,))])
     with pytest.raises(ValueError, match="Cannot warm-start layer 'hidden'"):
-        helpers.warm_start(other, first)
+        model_lib.warm_start(other, first)
 
 
 # ---------------------------------------------------------------------- errors before training

@@ -103,5 +103,5 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             **settings.to_exec_properties())
         super().__init__(spec=spec)
         if module_file and udf_utils.should_package_user_modules():
-            udf_utils.add_user_module_dependency(self, specs.MODULE_FILE_KEY,
-                                                 specs.MODULE_PATH_KEY)
+            udf_utils.add_user_module_dependency(self, specs_lib.MODULE_FILE_KEY,
+                                                 specs_lib.MODULE_PATH_KEY)
