@@ -27,6 +27,9 @@ _PUBLIC = {
     "GradientAccumulateOptimizer": "ga_tfx.optimizer",
     "GradientAccumulator": "ga_tfx.accumulator",
     "KerasVersionError": "ga_tfx._keras",
+    "NonFiniteGradientError": "ga_tfx.training_loop",
+    "TrainingLoop": "ga_tfx.training_loop",
+    "UpdateCallback": "ga_tfx.training_loop",
     "adaptive_clip_gradients": "ga_tfx.agc",
     "replace_batchnorm_layers": "ga_tfx.conversion",
     "unwrap_model": "ga_tfx.models",
@@ -65,3 +68,5 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx.models import (AccumulatingModel, GradientAccumulateModel,  # noqa: F401
                                unwrap_model, wrap_model)
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401
+    from ga_tfx.training_loop import (NonFiniteGradientError, TrainingLoop,  # noqa: F401
+                                      UpdateCallback)
