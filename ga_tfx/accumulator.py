@@ -130,6 +130,26 @@ class GradientAccumulator(tf.Module):
             sums, count = list(reduced[:-1]), reduced[-1]
         return sums, count
 
+    def window_gradients(self):
+        """The window's gradient, ``[(g, variable)]`` (replica context, one all-reduce).
+
+        ``g = R · Σ_replicas sums / Σ_replicas sample_count`` in the variable's dtype, for the
+        connected variables only (:meth:`connected_only`), where ``R`` is the number of replicas.
+        Both callers add ``w · g`` and ``w`` on every replica, with gradients that sum (not
+        average) over replicas: the model engine adds each replica's own sample count with
+        Keras' per-replica loss (``local mean / R``); the optimizer wrapper adds the global
+        micro-batch count with ``compute_average_loss(global_batch_size=n)``. Either way the
+        result is ``Σ_i n_i ḡ_i / Σ_i n_i``, the mean gradient over all samples of the window.
+        """
+        sums, count = self.reduce_window()
+        ctx = tf.distribute.get_replica_context()
+        replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+        grads_and_vars = []
+        for grad_sum, variable in zip(sums, self.accumulated_variables):
+            scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)
+            grads_and_vars.append((tf.cast(grad_sum * scale, variable.dtype), variable))
+        return self.connected_only(grads_and_vars)
+
     def reset(self):
         """Zeroes the buffers and the sample count (replica context)."""
         ops = [b.assign(tf.zeros_like(b)) for b in self.sums]

@@ -1,79 +1,214 @@
-"""Optimizer-level gradient accumulation for custom training loops.
+"""Optimizer-level gradient accumulation: custom training loops and ``compile``/``fit``.
 
 ``GradientAccumulateOptimizer`` wraps any tf-keras optimizer. Call :meth:`apply_gradients`
 once per micro-batch, as with a plain optimizer; the wrapped optimizer steps once per
 ``accum_steps`` calls with the (sample-weighted) mean of the window's gradients. On the other
 micro-steps nothing of the wrapped optimizer runs: its ``iterations``, moments and learning-rate
-schedule do not move. Use :meth:`flush` to apply a partial window (end of data).
+schedule do not move. :meth:`flush` applies a partial window (end of data).
 
-For ``compile``/``fit`` use :class:`ga_tfx.GradientAccumulateModel` or :func:`ga_tfx.wrap_model`,
-which also works under ``tf.distribute``. This wrapper supports the default (single-replica)
-strategy: a conditional update inside a replica context would need a ``merge_call`` inside a
-``tf.cond``, which ``MirroredStrategy`` does not support.
+It is a tf-keras ``Optimizer``, so ``model.compile(optimizer=GradientAccumulateOptimizer(...))``
+accepts it: ``fit(batch_size=micro)`` then updates once per ``accum_steps`` micro-batches.
+
+Under ``tf.distribute`` (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``) call
+``apply_gradients`` inside ``strategy.run``, with each replica's loss scaled as TF's custom-loop
+convention has it (``tf.nn.compute_average_loss(per_example_loss,
+global_batch_size=<global micro-batch>)``, which is also what ``fit`` does). How it runs:
+
+* each replica adds ``w · g`` to its own replica-local (``ON_READ``) float32 buffers: nothing
+  crosses devices on a micro-step;
+* then one unconditional ``merge_call``: in cross-replica context the micro-step counter (one
+  mirrored variable) advances and a ``tf.cond`` on it decides, for all replicas at once, whether
+  the window is complete; only its true branch enters the replicas again
+  (``call_for_each_replica``), all-reduces the buffers in one batched all-reduce, applies AGC and
+  the wrapped optimizer once (its ``clipnorm``/``global_clipnorm`` then see the all-reduced
+  window gradient) and clears the buffers.
+
+No ``merge_call`` or collective ever runs inside a replica-context conditional, and gradients
+cross devices once per update. (tf-keras' own ``LossScaleOptimizer`` decides its conditional
+update the same way.)
 """
+
+from typing import Any, Iterable, Optional, Sequence, Tuple
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
-from ga_tfx.engine import _as_dependencies, apply_aggregated_gradients
+from ga_tfx.engine.step import _as_dependencies, apply_aggregated_gradients, is_loss_scale_optimizer
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
 
-class GradientAccumulateOptimizer(tf.Module):
+@keras.saving.register_keras_serializable(package="ga_tfx")
+class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     """Accumulates gradients over ``accum_steps`` micro-steps, then applies them once.
 
     Args:
-      optimizer: a tf-keras optimizer instance (``tf.keras.optimizers.*`` or ``.legacy.*``,
-        a ``LossScaleOptimizer`` included).
+      optimizer: the optimizer that performs the updates: a tf-keras optimizer instance
+        (``tf.keras.optimizers.*`` or ``.legacy.*``, a ``LossScaleOptimizer`` included).
       accum_steps: ``K``, micro-steps per update (int >= 1).
       agc_clip_factor, agc_eps, agc_exclude: adaptive gradient clipping of the accumulated
-        gradient (off when ``agc_clip_factor`` is ``None``).
+        gradient, once per update (off when ``agc_clip_factor`` is ``None``); see
+        :mod:`ga_tfx.agc`.
+      name: the wrapper's name.
 
-    State (checkpointed with the wrapper): the wrapped optimizer and a
-    :class:`~ga_tfx.accumulator.GradientAccumulator`, created on the first call.
+    ``iterations`` and ``learning_rate`` are the wrapped optimizer's: ``iterations`` counts
+    updates, not micro-steps. Create the wrapper (and the model) under ``strategy.scope()``
+    when training under a strategy.
+
+    State (checkpointed with the wrapper): the wrapped optimizer (``.optimizer``) and a
+    :class:`~ga_tfx.accumulator.GradientAccumulator` (``.accumulator``), created on the first
+    ``apply_gradients`` (or by :meth:`build`).
     """
 
-    def __init__(self, optimizer, accum_steps, agc_clip_factor=None, agc_eps=1e-3,
-                 agc_exclude=(), name="gradient_accumulate_optimizer"):
-        super().__init__(name=name)
+    def __init__(self, optimizer: Any, accum_steps: int, agc_clip_factor: Optional[float] = None,
+                 agc_eps: float = 1e-3, agc_exclude: Sequence[str] = (),
+                 name: str = "gradient_accumulate_optimizer"):
+        super().__init__(name=name, jit_compile=False)
         if not isinstance(optimizer, _OPTIMIZER_TYPES):
             raise TypeError(
                 f"optimizer must be a tf-keras optimizer instance (tf.keras.optimizers.*), got "
                 f"{optimizer!r} of type {type(optimizer).__module__}.{type(optimizer).__name__}.")
+        if isinstance(optimizer, GradientAccumulateOptimizer):
+            raise TypeError("optimizer is already a GradientAccumulateOptimizer; wrap the plain "
+                            "optimizer once, with the accum_steps you want.")
         self.optimizer = optimizer
         self.accum_steps = _validation.check_accum_steps(accum_steps)
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
         self.accumulator = None
 
+    # ------------------------------------------------------------ the wrapped optimizer's state
+    def _create_iteration_variable(self):
+        # No counter of its own: `iterations` is the wrapped optimizer's (updates).
+        pass
+
     @property
     def iterations(self):
-        """Optimizer updates done (not micro-steps)."""
+        """Optimizer updates done (not micro-steps): the wrapped optimizer's counter."""
         return self.optimizer.iterations
+
+    @iterations.setter
+    def iterations(self, variable):
+        self.optimizer.iterations = variable
 
     @property
     def learning_rate(self):
+        """The wrapped optimizer's learning rate (settable, e.g. by Keras callbacks)."""
         return self.optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        self.optimizer.learning_rate = learning_rate
 
     @property
     def micro_steps(self):
         """Micro-steps accumulated in the current window (``0 .. K-1`` between calls)."""
         return self.accumulator.micro_steps if self.accumulator is not None else 0
 
-    def apply_gradients(self, grads_and_vars, sample_count=None):
+    @property
+    def variables(self):
+        """The wrapped optimizer's variables, then the accumulator's (buffers and counters)."""
+        inner = self.optimizer.variables
+        inner = list(inner() if callable(inner) and not isinstance(inner, list) else inner)
+        acc = self.accumulator
+        own = [] if acc is None else (
+            list(acc.sums) + [acc.sample_count, acc.samples_seen, acc.micro_steps])
+        return type(self.optimizer.variables)(inner + own) if isinstance(
+            self.optimizer, keras.optimizers.Optimizer) else inner + own
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # Plain attribute tracking: the base class caches its children on first use, which would
+        # leave out the accumulator when a checkpoint is read before the first micro-step.
+        return tf.__internal__.tracking.AutoTrackable._trackable_children(
+            self, save_type, **kwargs)
+
+    def build(self, var_list: Sequence[tf.Variable]) -> None:
+        """Creates the accumulator for ``var_list`` (and the wrapped optimizer's slots).
+
+        Keras calls it before loading saved optimizer state; training calls it on its own.
+        """
+        self._accumulator_for(list(var_list))
+        if isinstance(self.optimizer, keras.optimizers.Optimizer):
+            self.optimizer.build(var_list)
+
+    def finalize_variable_values(self, var_list):
+        """Delegates to the wrapped optimizer (its EMA, if any); Keras calls it after ``fit``."""
+        if isinstance(self.optimizer, keras.optimizers.Optimizer):
+            self.optimizer.finalize_variable_values(var_list)
+
+    def get_config(self):
+        config = {"name": self.name, "accum_steps": self.accum_steps,
+                  "optimizer": keras.optimizers.serialize(self.optimizer),
+                  "agc_clip_factor": None, "agc_eps": 1e-3, "agc_exclude": []}
+        if self._agc is not None:
+            config.update(self._agc.get_config())
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        config["optimizer"] = keras.optimizers.deserialize(
+            config["optimizer"], custom_objects=custom_objects)
+        return cls(**config)
+
+    # ------------------------------------------------------------------ micro-steps
+    def compute_gradients(self, loss, var_list, tape=None):
+        """One micro-batch's ``[(gradient, variable)]``; unscaled under a LossScaleOptimizer.
+
+        Used by :meth:`minimize` (``Model.train_step`` calls ``minimize``).
+        """
+        if not is_loss_scale_optimizer(self.optimizer):
+            return super().compute_gradients(loss, var_list, tape)
+        scale = self.optimizer.get_scaled_loss
+        if callable(loss):
+            scaled = lambda: scale(loss())  # noqa: E731
+        else:
+            if tape is None:
+                raise ValueError("`tape` is required when a `Tensor` loss is passed.")
+            with tape:
+                scaled = scale(loss)
+        grads_and_vars = super().compute_gradients(scaled, var_list, tape)
+        unscaled = self.optimizer.get_unscaled_gradients([g for g, _ in grads_and_vars])
+        return list(zip(unscaled, [v for _, v in grads_and_vars]))
+
+    def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, tf.Variable]],
+                        name: Optional[str] = None, skip_gradients_aggregation: bool = False,
+                        sample_count: Any = None, **kwargs) -> tf.Tensor:
         """Adds one micro-batch's gradients; applies the window when it holds ``K`` of them.
 
+        Call it in replica context: directly without a strategy, inside ``strategy.run``
+        under one.
+
         Args:
-          grads_and_vars: ``[(gradient, variable), ...]`` of one micro-batch, gradients of its
-            mean loss. The same variables, in the same order, on every call.
-          sample_count: the micro-batch's number of samples (its weight in the window mean);
-            defaults to 1, i.e. equal weights, right when all micro-batches have one size.
+          grads_and_vars: ``[(gradient, variable), ...]`` of one micro-batch: this replica's
+            gradients, not yet summed over replicas, of the loss
+            ``compute_average_loss(per_example_loss, global_batch_size=n)`` (on one device:
+            of the micro-batch's mean loss). The same variables, in the same order, on every
+            call. Dense gradients, ``tf.IndexedSlices`` or ``None``.
+          name: unused (Keras' signature).
+          skip_gradients_aggregation: must be ``False`` with several replicas: the wrapper
+            sums the replicas' gradients itself, once per window. (Also accepted as
+            ``experimental_aggregate_gradients=True``.)
+          sample_count: ``n``, the number of samples of the global micro-batch (all replicas
+            together: the ``global_batch_size`` given to ``compute_average_loss``), the same
+            on every replica; the micro-batch's weight in the window mean. Defaults to 1
+            (equal weights), right when all micro-batches of a window have one size.
 
         Returns:
-          A bool tensor: whether this call updated the variables.
+          A bool scalar tensor: whether this call updated the variables.
         """
-        self._check_replica_count()
+        aggregate = kwargs.pop("experimental_aggregate_gradients", True)
+        if kwargs:
+            raise TypeError(f"Unexpected keyword arguments {sorted(kwargs)}; apply_gradients "
+                            "takes grads_and_vars, sample_count and Keras' name, "
+                            "skip_gradients_aggregation, experimental_aggregate_gradients.")
+        ctx = self._replica_context("apply_gradients")
+        if (skip_gradients_aggregation or not aggregate) and ctx.num_replicas_in_sync > 1:
+            raise ValueError(
+                "GradientAccumulateOptimizer.apply_gradients takes each replica's own gradients "
+                "and sums them over replicas once per window; got "
+                "skip_gradients_aggregation=True (or experimental_aggregate_gradients=False) "
+                f"with {ctx.num_replicas_in_sync} replicas. Pass unaggregated gradients.")
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
@@ -81,34 +216,50 @@ class GradientAccumulateOptimizer(tf.Module):
         acc.record_connected(variables, grads)
         weight = 1.0 if sample_count is None else sample_count
         with tf.control_dependencies([acc.add(grads, weight)]):
-            steps = acc.micro_steps.assign_add(1)
-        return tf.cond(steps >= self.accum_steps,
-                       lambda: self._apply_window(variables), lambda: tf.constant(False))
+            return ctx.merge_call(self._end_micro_step)
 
-    def flush(self):
+    def flush(self) -> tf.Tensor:
         """Applies a partial window now (e.g. at the end of the data); no-op when it is empty.
 
-        Returns a bool tensor: whether an update happened.
+        Call it where ``apply_gradients`` is called (``strategy.run(opt.flush)`` under a
+        strategy), or in cross-replica context. Returns a bool scalar tensor: whether an update
+        happened.
         """
         if self.accumulator is None:
             return tf.constant(False)
-        variables = self.accumulator.accumulated_variables
-        return tf.cond(self.accumulator.micro_steps > 0,
-                       lambda: self._apply_window(variables), lambda: tf.constant(False))
+        if tf.distribute.in_cross_replica_context():
+            return self._flush_cross_replica(tf.distribute.get_strategy())
+        return self._replica_context("flush").merge_call(self._flush_cross_replica)
 
-    def _apply_window(self, variables):
+    # ------------------------------------------------------------------ cross-replica decision
+    def _end_micro_step(self, strategy):
+        """Cross-replica, once per micro-step: count it; apply when the window is full."""
+        steps = self.accumulator.micro_steps.assign_add(1)
+        return tf.cond(steps >= self.accum_steps, lambda: self._apply_everywhere(strategy),
+                       lambda: tf.constant(False))
+
+    def _flush_cross_replica(self, strategy):
+        return tf.cond(self.accumulator.micro_steps > 0, lambda: self._apply_everywhere(strategy),
+                       lambda: tf.constant(False))
+
+    def _apply_everywhere(self, strategy):
+        """Cross-replica: the window's update on every replica, then the counter is reset."""
+        done = strategy.extended.call_for_each_replica(self._apply_window)
+        with tf.control_dependencies(strategy.experimental_local_results(done)):
+            with tf.control_dependencies([self.accumulator.micro_steps.assign(0)]):
+                return tf.constant(True)
+
+    def _apply_window(self):
+        """Replica context: one all-reduce, AGC, one wrapped-optimizer update; clears."""
         acc = self.accumulator
-        sums, count = acc.reduce_window()
-        grads_and_vars = [(tf.cast(s / tf.cast(count, s.dtype), v.dtype), v)
-                          for s, v in zip(sums, variables)]
-        grads_and_vars = acc.connected_only(grads_and_vars)
+        grads_and_vars = acc.window_gradients()
         if self._agc is not None:
             grads_and_vars = self._agc(grads_and_vars)
         applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
         with tf.control_dependencies(_as_dependencies(applied)):
-            with tf.control_dependencies([acc.reset(), acc.micro_steps.assign(0)]):
-                return tf.constant(True)
+            return acc.reset()
 
+    # ------------------------------------------------------------------ helpers
     def _accumulator_for(self, variables):
         if self.accumulator is None:
             if self._agc is not None:
@@ -117,16 +268,14 @@ class GradientAccumulateOptimizer(tf.Module):
         elif not self.accumulator.matches(variables):
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients must receive the same variables in "
-                "the same order on every call of a window.")
+                "the same order on every call.")
         return self.accumulator
 
     @staticmethod
-    def _check_replica_count():
+    def _replica_context(method):
         ctx = tf.distribute.get_replica_context()
-        replicas = ctx.num_replicas_in_sync if ctx is not None else (
-            tf.distribute.get_strategy().num_replicas_in_sync)
-        if replicas > 1:
-            raise NotImplementedError(
-                f"GradientAccumulateOptimizer runs on a single replica, got {replicas} replicas. "
-                "Under tf.distribute use ga_tfx.GradientAccumulateModel / ga_tfx.wrap_model, "
-                "whose windowed engine applies one all-reduced update per window.")
+        if ctx is None:
+            raise RuntimeError(
+                f"GradientAccumulateOptimizer.{method} was called in cross-replica context; "
+                f"call it inside strategy.run (e.g. strategy.run(step, args=...)).")
+        return ctx

@@ -5,7 +5,8 @@ import pytest
 
 import ga_tfx
 from ga_tfx._keras import keras, tf
-from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce
+from tests.helpers import (classification_data, iterations, max_weight_diff, mlp, sparse_ce,
+                           two_replica_strategy)
 
 TOLERANCE = 1e-5
 MICRO, K = 6, 4
@@ -150,17 +151,25 @@ def test_agc_on_the_accumulated_gradient_matches_big_batch_agc():
     assert max_weight_diff(big, per_micro) > 1e-4
 
 
-def test_rejects_multiple_replicas():
-    from tests.helpers import two_replica_strategy
-
+def test_misuse_gives_clear_errors():
     strategy = two_replica_strategy()
     with strategy.scope():
         model = mlp()
         optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.1), K)
+    variables = model.trainable_variables
+    zeros = [tf.zeros_like(v) for v in variables]
 
-    def step():
-        optimizer.apply_gradients(zip([tf.zeros_like(v) for v in model.trainable_variables],
-                                      model.trainable_variables))
+    with strategy.scope(), pytest.raises(RuntimeError, match="cross-replica context.*strategy.run"):
+        optimizer.apply_gradients(zip(zeros, variables))
 
-    with pytest.raises(NotImplementedError, match="GradientAccumulateModel"):
-        strategy.run(step)
+    @tf.function
+    def pre_aggregated():
+        return strategy.run(lambda: optimizer.apply_gradients(
+            zip(zeros, variables), skip_gradients_aggregation=True))
+
+    with pytest.raises(ValueError, match="skip_gradients_aggregation=True.*2 replicas"):
+        pre_aggregated()
+    with pytest.raises(TypeError, match="already a GradientAccumulateOptimizer"):
+        ga_tfx.GradientAccumulateOptimizer(optimizer, K)
+    with pytest.raises(TypeError, match=r"Unexpected keyword arguments \['loss_scale'\]"):
+        optimizer.apply_gradients(zip(zeros, variables), loss_scale=2.0)
