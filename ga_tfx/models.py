@@ -12,6 +12,7 @@
 import copy
 
 from ga_tfx._keras import keras
+from ga_tfx.compat._arguments import reject_package_arguments
 from ga_tfx.engine import AccumulationEngine
 
 from tf_keras.src.engine import functional  # pinned tf-keras 2.16 internals
@@ -39,6 +40,7 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
 
     def __init__(self, *args, accum_steps, partial_window="apply", agc_clip_factor=None,
                  agc_eps=1e-3, agc_exclude=(), **kwargs):
+        reject_package_arguments(kwargs, "ga_tfx.GradientAccumulateModel")
         self._configure_accumulation(accum_steps, partial_window, agc_clip_factor, agc_eps,
                                      agc_exclude)
         super().__init__(*args, **kwargs)
@@ -78,6 +80,7 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
 
     def __init__(self, model, *, accum_steps, partial_window="apply", agc_clip_factor=None,
                  agc_eps=1e-3, agc_exclude=(), **kwargs):
+        reject_package_arguments(kwargs, "ga_tfx.AccumulatingModel")
         _check_is_model(model)
         self._configure_accumulation(accum_steps, partial_window, agc_clip_factor, agc_eps,
                                      agc_exclude)
@@ -114,14 +117,19 @@ def _is_functional(model):
 
 
 def wrap_model(model, accum_steps, partial_window="apply", agc_clip_factor=None,
-               agc_eps=1e-3, agc_exclude=()):
+               agc_eps=1e-3, agc_exclude=(), **unsupported):
     """Returns an accumulation model training ``model``'s own variables (no copy, no rebuild).
 
     Functional and built Sequential models become a :class:`GradientAccumulateModel` over the
     same graph of layers (inputs, outputs and output names preserved); other models
     (subclassed, unbuilt Sequential) are wrapped in an :class:`AccumulatingModel`.
-    Compile the returned model, not the original.
+    Compile the returned model, not the original. ``gradient-accumulator`` arguments
+    (``agc=True``, ``mixed_precision=True``, ...) raise ``TypeError`` naming the ga-tfx way
+    (see :mod:`ga_tfx.compat`).
     """
+    reject_package_arguments(unsupported, "ga_tfx.wrap_model")
+    if unsupported:
+        raise TypeError(f"wrap_model() got unexpected keyword arguments {sorted(unsupported)}.")
     _check_is_model(model)
     if isinstance(model, AccumulationEngine):
         raise ValueError(
