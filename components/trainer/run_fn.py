@@ -15,7 +15,7 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
    datasets repeat endlessly);
 4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and a
    checkpoint at the end of every epoch (``updates_per_epoch`` updates) in a directory shared
-   by all attempts of the same training (:func:`~ga_tfx.components.trainer.helpers.resume_directory`):
+   by all attempts of the same training (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`):
    a Trainer re-run after a crash restores the latest one (weights, optimizer, accumulation
    state) and skips the micro-batches it had trained on, so it ends with the weights an
    uninterrupted run would have had; the checkpoints are deleted once the model is exported;
@@ -41,7 +41,8 @@ from absl import logging
 from tfx.dsl.io import fileio
 
 from ga_tfx.components import keys
-from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import checkpoints, data, distribution, export, model as model_lib
+from ga_tfx.components.trainer import run_log, user_module
 from ga_tfx.components.trainer import settings as settings_lib
 
 
@@ -53,7 +54,7 @@ def run_fn(fn_args):
                          f'"{keys.MODEL_FN}" (the module defining build_model), got keys '
                          f'{sorted(config)}.')
     settings = settings_lib.from_dict(config[keys.GA_TFX])
-    build_model = helpers.load_build_model(dotted_path=config[keys.MODEL_FN])
+    build_model = user_module.load_build_model(dotted_path=config[keys.MODEL_FN])
     train_and_export(fn_args, settings, build_model, model_identity=config[keys.MODEL_FN])
 
 
@@ -68,7 +69,7 @@ def train_and_export(fn_args, settings, build_model, model_identity=""):
     hparams = settings_lib.hyperparameter_values(fn_args.hyperparameters)
     updates = fn_args.train_steps
     per_epoch = settings_lib.check_updates(updates, settings.updates_per_epoch)
-    strategy = helpers.make_strategy(settings.strategy)
+    strategy = distribution.make_strategy(settings.strategy)
     if settings.micro_batch_size < strategy.num_replicas_in_sync:
         raise ValueError(f"micro_batch_size={settings.micro_batch_size} is smaller than the "
                          f"{strategy.num_replicas_in_sync} replicas of the strategy: every "
@@ -76,20 +77,20 @@ def train_and_export(fn_args, settings, build_model, model_identity=""):
     logging.info("ga_tfx: %s, %d replicas, %d updates of %d samples", settings,
                  strategy.num_replicas_in_sync, updates, settings.effective_batch_size)
 
-    schema, transform_output = helpers.schema_and_transform(fn_args)
-    train = helpers.micro_batches(fn_args, fn_args.train_files, settings, schema,
+    schema, transform_output = data.schema_and_transform(fn_args)
+    train = data.micro_batches(fn_args, fn_args.train_files, settings, schema,
                                   settings.shuffle)
-    evaluation = helpers.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
-    with helpers.mixed_precision_policy(settings.mixed_precision):
+    evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
+    with model_lib.mixed_precision_policy(settings.mixed_precision):
         with strategy.scope():
-            model = helpers.accumulation_model(build_model, hparams, settings,
+            model = model_lib.accumulation_model(build_model, hparams, settings,
                                                base_model_dir=fn_args.base_model)
-        resume_dir = helpers.resume_directory(fn_args.model_run_dir, dict(
+        resume_dir = checkpoints.resume_directory(fn_args.model_run_dir, dict(
             model=model_identity, settings=settings.to_exec_properties(), hparams=hparams,
             train_files=fn_args.train_files, eval_files=fn_args.eval_files,
             transform_graph=fn_args.transform_graph_path, schema=fn_args.schema_path,
             base_model=fn_args.base_model, updates=updates, eval_steps=fn_args.eval_steps))
-        checkpoint = helpers.EpochCheckpoint(model, resume_dir)
+        checkpoint = checkpoints.EpochCheckpoint(model, resume_dir)
         epochs_done = checkpoint.restore()
         if epochs_done:
             logging.info("ga_tfx: resuming after %d of %d epochs (%d updates done)",
@@ -104,13 +105,13 @@ def train_and_export(fn_args, settings, build_model, model_identity=""):
             verbose=2,
             callbacks=[
                 keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
-                helpers.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
+                run_log.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
                                            settings),
                 checkpoint,
             ])
         plain = ga_tfx.unwrap_model(model)
-        helpers.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
+        export.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
                                      schema, settings.serving_label_key)
-    if helpers.is_chief(strategy):  # multi-worker: the other workers never wrote there
+    if distribution.is_chief(strategy):  # multi-worker: the other workers never wrote there
         fileio.rmtree(resume_dir)  # exported: a later run of the same training starts over
     return plain

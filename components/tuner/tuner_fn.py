@@ -57,7 +57,7 @@ window is partial and follows ``partial_window``. Trials record ``effective_batc
 every trial; without it there is no evaluation (the datasets repeat endlessly).
 
 Data: micro-batches made exactly as the Trainer makes them
-(:func:`ga_tfx.components.trainer.helpers.micro_batches`: ``fn_args.data_accessor.tf_dataset_factory``
+(:func:`ga_tfx.components.trainer.data.micro_batches`: ``fn_args.data_accessor.tf_dataset_factory``
 with the transformed schema when there is a ``transform_graph``, else the ``schema`` input; the
 order fixed by ``shuffle_seed``), built per trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
 ``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner works
@@ -81,7 +81,8 @@ import keras_tuner
 from tfx.components.tuner.component import TunerFnResult
 
 from ga_tfx.components import keys
-from ga_tfx.components.trainer import helpers
+from ga_tfx.components.trainer import data, distribution, user_module
+from ga_tfx.components.trainer.model import mixed_precision_policy
 from ga_tfx.components.tuner.options import DEFAULT_MAX_EPOCHS, DEFAULT_MAX_TRIALS, TunerOptions
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
@@ -181,7 +182,7 @@ def load_hp_build_model(model_fn: str):
     module_name, _, attr = model_fn.rpartition(".")
     if attr == TUNABLE_MODEL_FN:
         return _import(module_name, attr)
-    if attr not in helpers.MODEL_FN_NAMES:
+    if attr not in user_module.MODEL_FN_NAMES:
         try:
             module = importlib.import_module(model_fn)
         except ImportError as error:
@@ -189,7 +190,7 @@ def load_hp_build_model(model_fn: str):
                              f"{error}") from error
         if hasattr(module, TUNABLE_MODEL_FN):
             return getattr(module, TUNABLE_MODEL_FN)
-    build_model = helpers.load_build_model(dotted_path=model_fn)
+    build_model = user_module.load_build_model(dotted_path=model_fn)
 
     def build_from_values(hp):
         return build_model(dict(hp.values))  # what the Trainer passes: {name: value}
@@ -203,12 +204,12 @@ def tuner_fn(fn_args) -> TunerFnResult:
     space, settings = config.search_space, config.settings
     samples = trial_budget(fn_args.train_steps, space)
     build = load_hp_build_model(config.model_fn)
-    strategy = helpers.make_strategy(settings.strategy)
+    strategy = distribution.make_strategy(settings.strategy)
     replicas = strategy.num_replicas_in_sync
     if min(space.micro_batch_size) < replicas:
         raise ValueError(f"micro_batch_size={min(space.micro_batch_size)} is smaller than the "
                          f"{replicas} replicas of the strategy.")
-    schema, _ = helpers.schema_and_transform(fn_args)
+    schema, _ = data.schema_and_transform(fn_args)
 
     hypermodel = _PolicyHyperModel(
         build, space, replace_batchnorm=settings.replace_batchnorm,
@@ -227,7 +228,7 @@ def tuner_fn(fn_args) -> TunerFnResult:
         tuner = keras_tuner.Hyperband(hypermodel, max_epochs=config.max_epochs, **common)
 
     def batches(files, micro_batch_size, shuffle):  # the Trainer's data path, any batch size
-        return helpers.micro_batches(
+        return data.micro_batches(
             fn_args, files, dataclasses.replace(settings, micro_batch_size=micro_batch_size),
             schema, shuffle)
 
@@ -251,7 +252,7 @@ class _PolicyHyperModel(AccumulationHyperModel):
         self.mixed_precision = mixed_precision
 
     def build(self, hp):
-        with helpers.mixed_precision_policy(self.mixed_precision):
+        with mixed_precision_policy(self.mixed_precision):
             return super().build(hp)
 
 
