@@ -183,6 +183,12 @@ class Spec:
             raise SettingError(f"{name} must be true or false, got {text!r}.")
         return text
 
+    def cli_flag(self, name: str) -> Optional[str]:
+        """The command-line flag of setting ``name`` (None: it has none)."""
+        if self.flag == "":
+            return None
+        return self.flag or "--" + name.replace("_", "-")
+
     @property
     def exec_property_type(self) -> type:
         """The primitive a TFX execution property carries (booleans travel as 0/1)."""
@@ -266,11 +272,19 @@ class Settings:
         return out
 
 
-def markdown_table(cls: type, title_default: str = "default") -> str:
-    """The README table of a settings class: setting, allowed values, default, meaning."""
-    rows = [f"| setting | allowed | {title_default} | meaning |", "| --- | --- | --- | --- |"]
+def markdown_table(cls: type, flags: bool = False) -> str:
+    """The README table of a settings class: name (or command-line flag), allowed values,
+    default, meaning -- generated, so it cannot drift from the declaration."""
+    first = "flag" if flags else "setting"
+    rows = [f"| {first} | allowed | default | meaning |", "| --- | --- | --- | --- |"]
     all_defaults = defaults(cls)
     for name, spec in specs(cls).items():
+        if flags:
+            if spec.cli_flag(name) is None:
+                continue
+            shown = f"`{spec.cli_flag(name)}`" + (f" / `{spec.off_flag}`" if spec.off_flag else "")
+        else:
+            shown = f"`{name}`"
         default = repr(all_defaults[name]) if name in all_defaults else "required"
-        rows.append(f"| `{name}` | {spec.allowed()} | {default} | {spec.help} |")
+        rows.append(f"| {shown} | {spec.allowed()} | {default} | {spec.help} |")
     return "\n".join(rows)

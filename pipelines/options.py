@@ -59,10 +59,6 @@ class TrainingOptions(Settings):
 
 
 # ---------------------------------------------------------------------- command-line flags
-def flag_of(name: str, spec: Spec) -> str:
-    return spec.flag or "--" + name.replace("_", "-")
-
-
 def flag_type(name: str, spec: Spec):
     def parse(text: str) -> Any:
         try:
@@ -84,17 +80,18 @@ def add_flags(group: Any, cls: type = TrainingOptions) -> None:
     check from its spec; booleans as ``--x/--no-x``; an ``off_flag`` sets it to None)."""
     values = defaults(cls)
     for name, spec in specs(cls).items():
-        if spec.flag == "":
+        flag = spec.cli_flag(name)
+        if flag is None:
             continue
         default = values.get(name)
         if spec.kind is bool and not spec.many:  # argparse adds "(default: ...)" itself
-            group.add_argument(flag_of(name, spec), dest=name, default=default,
+            group.add_argument(flag, dest=name, default=default,
                                action=argparse.BooleanOptionalAction, help=spec.help)
             continue
         help_text = f"{spec.help} (default {_shown(default)})"
         metavar = (None if spec.choices else
                    f"{name.upper()},..." if spec.many else name.upper())
-        group.add_argument(flag_of(name, spec), dest=name, default=default, metavar=metavar,
+        group.add_argument(flag, dest=name, default=default, metavar=metavar,
                            choices=spec.choices, type=flag_type(name, spec), help=help_text)
         if spec.off_flag:
             group.add_argument(spec.off_flag, dest=name, action="store_const", const=None,
