@@ -163,15 +163,33 @@ def prepare(workdir: Path, source: str, target: str) -> None:
         )
 
 
-def run_file(workdir: Path, test_file: str, timeout: int) -> list:
-    """Runs one test file in its own pytest process; returns ``[(test, outcome, message)]``."""
-    report = workdir / f"{test_file}.xml"
-    env = dict(
+def _environment(workdir: Path) -> dict:
+    return dict(
         os.environ,
         TF_USE_LEGACY_KERAS="1",
         TF_CPP_MIN_LOG_LEVEL="3",
         PYTHONPATH=os.pathsep.join([str(workdir), str(REPO_ROOT)]),
     )
+
+
+def implementation(workdir: Path) -> str:
+    """The module that ``import gradient_accumulator`` gives the suite (what is under test)."""
+    probe = "import gradient_accumulator as g; print(g.GradientAccumulateModel.__module__)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=workdir,
+        env=_environment(workdir),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def run_file(workdir: Path, test_file: str, timeout: int) -> list:
+    """Runs one test file in its own pytest process; returns ``[(test, outcome, message)]``."""
+    report = workdir / f"{test_file}.xml"
+    env = _environment(workdir)
     command = [
         sys.executable,
         "-m",
@@ -240,6 +258,7 @@ def main(argv=None) -> int:
         files = [f for f in args.files.split(",") if f] or sorted(
             p.name for p in (workdir / "tests").glob("test_*.py")
         )
+        print(f"import gradient_accumulator -> {implementation(workdir)}", flush=True)
         results = []
         for test_file in files:
             file_results = run_file(workdir, test_file, args.timeout)

@@ -12,7 +12,7 @@ from ga_tfx._keras import keras
 from ga_tfx._schema import Spec
 from ga_tfx.compat._arguments import PACKAGE_CLIP_FACTOR, PACKAGE_EPS, PACKAGE_REDUCTION
 
-from typing import Any, Optional, Union
+from typing import Any, Dict, Optional, Sequence, Union, cast
 
 _MIXED_PRECISION = Spec(bool, "scale the loss with a LossScaleOptimizer")
 _USE_AGC = Spec(bool, "adaptive gradient clipping of the accumulated gradient")
@@ -92,19 +92,19 @@ class GradientAccumulateModel(ga_tfx.GradientAccumulateModel):
         clip_factor: float = PACKAGE_CLIP_FACTOR,
         eps: float = PACKAGE_EPS,
         experimental_distributed_support: bool = False,
-        *args,
+        *args: Any,
         agc: Optional[bool] = None,
         partial_window: str = "apply",
-        agc_exclude=(),
-        **kwargs,
-    ):
+        agc_exclude: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         use_agc = _use_agc(use_agc, agc)
         mixed_precision = _MIXED_PRECISION.check("mixed_precision", mixed_precision)
         distributed = _DISTRIBUTED.check(
             "experimental_distributed_support", experimental_distributed_support
         )
-        clip_factor = _validation.check_positive_float(clip_factor, "clip_factor")
-        eps = _validation.check_positive_float(eps, "eps", allow_zero=True)
+        clip_factor = cast(float, _validation.check_positive_float(clip_factor, "clip_factor"))
+        eps = cast(float, _validation.check_positive_float(eps, "eps", allow_zero=True))
         super().__init__(
             *args,
             accum_steps=accum_steps,
@@ -120,13 +120,13 @@ class GradientAccumulateModel(ga_tfx.GradientAccumulateModel):
         self.eps = eps
         self.experimental_distributed_support = distributed
 
-    def compile(self, optimizer="rmsprop", *args, **kwargs):
+    def compile(self, optimizer: Any = "rmsprop", *args: Any, **kwargs: Any) -> None:
         """``keras.Model.compile``; with ``mixed_precision=True`` the optimizer scales the loss."""
         if self.mixed_precision:
             optimizer = _loss_scaled(optimizer)
-        return super().compile(optimizer, *args, **kwargs)
+        super().compile(optimizer, *args, **kwargs)
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
         # The package's names for the AGC settings; the graph and ga-tfx-only settings stay.
         for key in ("agc_clip_factor", "agc_eps"):
@@ -141,7 +141,9 @@ class GradientAccumulateModel(ga_tfx.GradientAccumulateModel):
         return config
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(
+        cls, config: Dict[str, Any], custom_objects: Optional[Dict[str, Any]] = None
+    ) -> "GradientAccumulateModel":
         config = dict(config)
         settings = {key: config.pop(key) for key in _MODEL_SETTINGS if key in config}
         # ga-tfx rebuilds the functional graph; this class then wraps the same layers.
@@ -151,7 +153,7 @@ class GradientAccumulateModel(ga_tfx.GradientAccumulateModel):
         return cls(inputs=graph.inputs, outputs=graph.outputs, name=graph.name, **settings)
 
 
-def _loss_scaled(optimizer):
+def _loss_scaled(optimizer: Any) -> Any:
     """``optimizer`` (an instance or an identifier) as a LossScaleOptimizer."""
     optimizer = keras.optimizers.get(optimizer)
     if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
@@ -188,8 +190,8 @@ class GradientAccumulateOptimizer(ga_tfx.GradientAccumulateOptimizer):
         accum_steps: int = 1,
         reduction: str = PACKAGE_REDUCTION,
         name: str = "GradientAccumulateOptimizer",
-        **kwargs,
-    ):
+        **kwargs: float,
+    ) -> None:
         reduction = _REDUCTION.check("reduction", reduction)
         unknown = sorted(set(kwargs) - set(_CLIP_ARGUMENTS))
         if unknown:
@@ -198,13 +200,12 @@ class GradientAccumulateOptimizer(ga_tfx.GradientAccumulateOptimizer):
                 f"allowed: {list(_CLIP_ARGUMENTS)} (applied by the wrapped optimizer, once per "
                 "update). Set the learning rate and its decay on the wrapped optimizer."
             )
-        optimizer = keras.optimizers.get(optimizer)
+        super().__init__(optimizer, accum_steps, name=name)  # resolves names and configs
         for key, value in kwargs.items():
-            _set_clipping(optimizer, key, value)
-        super().__init__(optimizer, accum_steps, name=name)
+            _set_clipping(self.optimizer, key, value)
         self.reduction = reduction
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
         # The package's wrapper has no AGC: its config keys are the package's.
         for key in ("agc_clip_factor", "agc_eps", "agc_exclude"):
@@ -213,7 +214,7 @@ class GradientAccumulateOptimizer(ga_tfx.GradientAccumulateOptimizer):
         return config
 
 
-def _set_clipping(optimizer, key, value):
+def _set_clipping(optimizer: Any, key: str, value: float) -> None:
     current = getattr(optimizer, key, None)
     if current is not None and current != value:
         raise ValueError(

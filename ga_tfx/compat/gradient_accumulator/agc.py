@@ -53,5 +53,9 @@ def adaptive_clip_grad(
       The clipped gradients, a list in the order given.
     """
     parameters = [p if isinstance(p, tf.Variable) else tf.convert_to_tensor(p) for p in parameters]
+    gradients = [
+        g if g is None or isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+        for g in gradients
+    ]
     clipped = _agc.adaptive_clip_gradients(list(zip(gradients, parameters)), clip_factor, eps)
     return [g for g, _ in clipped]

@@ -3,6 +3,8 @@
 import ga_tfx
 from ga_tfx._keras import keras
 
+from typing import Any
+
 
 @keras.saving.register_keras_serializable(package="ga_tfx_compat")
 class AccumBatchNormalization(ga_tfx.AccumBatchNormalization):
@@ -32,8 +34,8 @@ class AccumBatchNormalization(ga_tfx.AccumBatchNormalization):
         momentum: float = 0.99,
         epsilon: float = 1e-3,
         trainable: bool = True,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         super().__init__(
             accum_steps=accum_steps,
             momentum=momentum,
