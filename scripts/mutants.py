@@ -1,0 +1,275 @@
+"""Seeded bugs: applies hand-kept one-line mutations, one at a time, to a COPY of the tree and
+runs a targeted subset of the fast test tier against each; reports which were killed.
+
+Usage (from the project root, with the project's venv)::
+
+    .venv/bin/python scripts/mutants.py                 # every mutation
+    .venv/bin/python scripts/mutants.py -k agc -k bn    # mutations whose name contains a word
+    .venv/bin/python scripts/mutants.py --list          # the list, nothing run
+
+How it works:
+
+* The tree (without ``.git``, virtual environments, build and pipeline outputs) is copied once
+  to a temporary directory. ``ga_tfx.components`` and ``ga_tfx.pipelines`` are installed from
+  ``components/`` and ``pipelines/`` (setup.py ``package_dir``) by an editable install pointing
+  at the original checkout; in the copy, ``ga_tfx/components`` and ``ga_tfx/pipelines`` are
+  links to the copy's own folders, and pytest runs from the copy with ``PYTHONPATH`` = the copy
+  and ``-p no:cacheprovider``, so every ``ga_tfx`` module comes from the copy. A check before
+  the first mutant fails if any of them is imported from elsewhere. The original tree is never
+  written.
+* A mutation names code *text* (not line numbers: files are being split and moved), a
+  replacement and the tests to run. The text is searched in ``ga_tfx/``, ``components/`` and
+  ``pipelines/`` (or the files the mutation names) and replaced wherever it occurs; a mutation
+  whose text is found nowhere is an error (exit status 2), never a silent pass.
+* The unmutated copy must pass every selected test first (baseline); then each mutant runs its
+  tests with ``-x -m "not slow"``. Killed: pytest reports a failure (exit status 1). Survived:
+  all its tests pass. Anything else (collection error, timeout) is reported as such.
+
+Exit status: 0 when every mutant was killed, 1 when some survived (or errored), 2 when a
+mutation's target text is missing or the baseline fails.
+"""
+
+import argparse
+import dataclasses
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+SOURCE_DIRS = ("ga_tfx", "components", "pipelines")
+EXCLUDE = (".git", ".venv", ".venv-lib", "*.egg-info", "__pycache__", ".pytest_cache",
+           "pipeline_output", "build", "dist")
+TIMEOUT_S = 900  # per pytest run
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    """One seeded bug.
+
+    name: short id (``area.what``); find: code text replaced (all occurrences); replace: the
+    bug; tests: pytest arguments (files, node ids, ``-k`` expressions) that should kill it;
+    files: globs (relative to the root) to search instead of the source folders.
+    """
+    name: str
+    find: str
+    replace: str
+    tests: Tuple[str, ...]
+    files: Tuple[str, ...] = ()
+
+
+MUTATIONS: List[Mutation] = [
+    # ---- the engine (ga_tfx/engine): mixed precision, weighting, replicas, windows
+    Mutation("engine.unscale_missing",
+             "grads = optimizer.get_unscaled_gradients(grads)", "grads = grads",
+             ("tests/test_mixed_precision.py",), ("ga_tfx/engine/*.py",)),
+    Mutation("engine.unscale_twice",
+             "grads = optimizer.get_unscaled_gradients(grads)",
+             "grads = optimizer.get_unscaled_gradients(optimizer.get_unscaled_gradients(grads))",
+             ("tests/test_mixed_precision.py",), ("ga_tfx/engine/*.py",)),
+    Mutation("engine.skipped_window_counted",
+             "optimizer.iterations.assign_sub(1 - tf.cast(finite, tf.int64))",
+             "optimizer.iterations.assign_sub(0 * tf.cast(finite, tf.int64))",
+             ("tests/test_mixed_precision.py",)),
+    Mutation("engine.micro_batches_weighted_equally",
+             "return tf.cast(tf.shape(first)[0], tf.float32)", "return tf.constant(1.0)",
+             ("tests/test_windows.py", "-k", "uneven"), ("ga_tfx/engine/*.py",)),
+    Mutation("engine.replica_factor_dropped",
+             "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
+             "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
+             ("tests/test_distribution.py", "-k", "match_single_device")),
+    Mutation("engine.buffers_not_reset",
+             "return acc.reset()", "return tf.no_op()",
+             ("tests/test_equivalence.py", "-k", "every_optimizer and sgd_momentum"),
+             ("ga_tfx/engine/*.py",)),
+    Mutation("engine.ema_per_micro_batch",
+             "grads = tape.gradient(loss_to_differentiate, variables)",
+             "grads = tape.gradient(loss_to_differentiate, variables); "
+             "optimizer._update_model_variables_moving_average(variables)",
+             ("tests/test_equivalence.py", "-k", "ema"), ("ga_tfx/engine/*.py",)),
+    Mutation("engine.drop_policy_ignored",
+             'elif model._partial_window == "drop":', "elif False:",
+             ("tests/test_windows.py", "-k", "policies")),
+    Mutation("engine.carry_not_realigned",
+             "model._steps_per_execution.assign(model.accum_steps - self._pending())",
+             "model._steps_per_execution.assign(model.accum_steps)",
+             ("tests/test_windows.py", "-k", "policies")),
+    # ---- the accumulator and the optimizer wrapper
+    Mutation("accumulator.count_micro_batches_not_samples",
+             "ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))",
+             "ops.append(self.sample_count.assign_add(tf.constant(1.0)))",
+             ("tests/test_equivalence.py", "-k", "every_optimizer and sgd_momentum"),),
+    Mutation("optimizer.window_one_too_long",
+             "return tf.cond(steps >= self.accum_steps,",
+             "return tf.cond(steps > self.accum_steps,",
+             ("tests/test_optimizer_api.py",), ("ga_tfx/optimizer.py",)),
+    Mutation("optimizer.sample_count_ignored",
+             "weight = 1.0 if sample_count is None else sample_count", "weight = 1.0",
+             ("tests/test_optimizer_api.py",), ("ga_tfx/optimizer.py",)),
+    # ---- AccumBatchNormalization
+    Mutation("bn.between_micro_batch_variance_dropped",
+             "between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)",
+             "between = 0.0 * delta",
+             ("tests/test_batchnorm.py", "-k", "window_statistics")),
+    Mutation("bn.biased_variance",
+             "divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count",
+             "divisor = count",
+             ("tests/test_batchnorm.py", "-k", "window_statistics or keras_batchnorm")),
+    # ---- AGC
+    Mutation("agc.comparison_flipped",
+             "tf.where(grad_norm > max_norm, clipped, g)", "tf.where(grad_norm < max_norm, clipped, g)",
+             ("tests/test_agc.py",)),
+    Mutation("agc.eps_floor_dropped",
+             "param_norm = tf.maximum(unitwise_norm(p, axes), tf.cast(eps, compute_dtype))",
+             "param_norm = unitwise_norm(p, axes)",
+             ("tests/test_agc.py",)),
+    Mutation("agc.kernel_norm_over_all_axes",
+             "return tuple(range(rank - 1))", "return tuple(range(rank))",
+             ("tests/test_agc.py",)),
+    # ---- the Trainer's resume and the tuner's budget
+    Mutation("trainer.resume_does_not_skip_trained_data",
+             "train.skip(epochs_done * micro_per_epoch)", "train.skip(0)",
+             ("tests/test_trainer_component.py", "-k", "killed")),
+    Mutation("tuner.budget_from_smallest_micro_batch",
+             "return max(self.accum_steps) * max(self.micro_batch_size)",
+             "return max(self.accum_steps) * min(self.micro_batch_size)",
+             ("tests/test_tuner_component.py", "-k", "budget")),
+    Mutation("tuning.steps_per_epoch_off_by_one",
+             'kwargs["steps_per_epoch"] = samples_per_epoch // micro',
+             'kwargs["steps_per_epoch"] = samples_per_epoch // micro + 1',
+             ("tests/test_tuner_component.py", "-k", "searches_accum_steps")),
+]
+
+
+def _ignore(directory, names):
+    return {n for n in names for pattern in EXCLUDE if glob.fnmatch.fnmatch(n, pattern)}
+
+
+def make_copy(destination: str) -> str:
+    """Copies the tree to ``destination/tree``; links the namespace packages into ga_tfx/."""
+    tree = os.path.join(destination, "tree")
+    shutil.copytree(ROOT, tree, ignore=_ignore, symlinks=True)
+    for name in ("components", "pipelines"):
+        link = os.path.join(tree, "ga_tfx", name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join("..", name), link)
+    return tree
+
+
+def environment(tree: str) -> dict:
+    return dict(os.environ, PYTHONPATH=tree, PYTHONDONTWRITEBYTECODE="1",
+                TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def check_imports(tree: str) -> None:
+    """Fails unless ga_tfx and its namespace packages are imported from the copy."""
+    code = ("import ga_tfx, ga_tfx.engine, ga_tfx.components.trainer.run_fn, "
+            "ga_tfx.components.tuner.tuner_fn, ga_tfx.pipelines.cli, sys\n"
+            "print('\\n'.join('GA_TFX_MODULE ' + m.__file__ for n, m in sorted(sys.modules.items()) "
+            "if n.startswith('ga_tfx') and getattr(m, '__file__', None)))")
+    out = subprocess.run([PYTHON, "-c", code], cwd=tree, env=environment(tree),
+                         capture_output=True, text=True, timeout=600)
+    files = [line.split(' ', 1)[1] for line in out.stdout.splitlines()
+             if line.startswith('GA_TFX_MODULE ')]
+    real_tree = os.path.realpath(tree)
+    outside = [f for f in files if not os.path.realpath(f).startswith(real_tree + os.sep)]
+    if out.returncode or not files or outside:
+        raise SystemExit(f"import check failed (exit {out.returncode}); modules outside the "
+                         f"copy: {outside}\n{out.stderr[-2000:]}")
+    print(f"import check: {len(files)} ga_tfx modules, all from {tree}")
+
+
+def targets(tree: str, mutation: Mutation) -> List[str]:
+    patterns = mutation.files or tuple(f"{d}/**/*.py" for d in SOURCE_DIRS)
+    found = set()
+    for pattern in patterns:
+        found.update(glob.glob(os.path.join(tree, pattern), recursive=True))
+    # The links ga_tfx/components and ga_tfx/pipelines would list those files twice.
+    return sorted({os.path.realpath(p) for p in found
+                   if mutation.find in open(p, encoding="utf-8").read()})
+
+
+def run_pytest(tree: str, args, timeout=TIMEOUT_S) -> Tuple[Optional[int], float, str]:
+    command = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-m", "not slow",
+               "-W", "ignore", *args]
+    start = time.monotonic()
+    try:
+        out = subprocess.run(command, cwd=tree, env=environment(tree), capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - start, "timeout"
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    summary = lines[-1] if lines else out.stderr[-300:]
+    failed = [line.split(" - ")[0] for line in lines if line.startswith("FAILED ")]
+    return out.returncode, time.monotonic() - start, " ".join([summary] + failed[:1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", action="append", default=[],
+                        help="run only mutations whose name contains this (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the copy (path printed)")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.k or any(k in m.name for k in args.k)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:48s} {' '.join(m.tests)}")
+        return 0
+
+    work = tempfile.mkdtemp(prefix="ga_tfx_mutants_")
+    try:
+        tree = make_copy(work)
+        missing = [m.name for m in chosen if not targets(tree, m)]
+        if missing:
+            print(f"ERROR: target text not found for {missing}: update the mutation list",
+                  file=sys.stderr)
+            return 2
+        check_imports(tree)
+        # Baseline: the unmutated copy passes each distinct test selection.
+        for selection in dict.fromkeys(m.tests for m in chosen):
+            code, seconds, summary = run_pytest(tree, selection)
+            print(f"baseline   {' '.join(selection):48s} {seconds:5.0f}s  {summary}", flush=True)
+            if code != 0:
+                print("ERROR: the unmutated copy fails these tests", file=sys.stderr)
+                return 2
+
+        results = []
+        for m in chosen:
+            paths = targets(tree, m)
+            saved = {p: open(p, encoding="utf-8").read() for p in paths}
+            try:
+                for p, text in saved.items():
+                    with open(p, "w", encoding="utf-8") as f:
+                        f.write(text.replace(m.find, m.replace))
+                code, seconds, summary = run_pytest(tree, m.tests)
+            finally:
+                for p, text in saved.items():
+                    with open(p, "w", encoding="utf-8") as f:
+                        f.write(text)
+            verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"error (exit {code})")
+            where = ", ".join(f"{os.path.relpath(p, os.path.realpath(tree))}"
+                              f"x{saved[p].count(m.find)}" for p in paths)
+            results.append((m.name, verdict))
+            print(f"{verdict:10s} {m.name:48s} {seconds:5.0f}s  [{where}]  {summary}",
+                  flush=True)
+        killed = sum(v == "killed" for _, v in results)
+        print(f"\n{killed}/{len(results)} mutants killed")
+        for name, verdict in results:
+            if verdict != "killed":
+                print(f"  {verdict}: {name}")
+        return 0 if killed == len(results) else 1
+    finally:
+        if args.keep:
+            print(f"copy kept at {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
