@@ -95,12 +95,41 @@ def test_model_agc_acts_once_on_the_accumulated_gradient():
     assert max_weight_diff(big, unclipped) > 1e-3
 
 
-def test_agc_with_accum_steps_one_runs_the_engine():
-    x, y = classification_data(n=24)
+def test_agc_with_accum_steps_one_clips_every_batch_like_plain_agc_training():
+    """accum_steps=1 with AGC runs the engine (plain Keras has no AGC) and equals a custom loop
+    applying NFNets AGC to each batch's gradient; SGD, 8 updates, float32 round-off (1e-5)."""
+    x, y = classification_data(n=48)
+    reference = mlp()
+    optimizer = keras.optimizers.SGD(0.5)
+    loss_fn = sparse_ce()
+    for i in range(0, len(x), 6):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[i:i + 6], reference(x[i:i + 6], training=True))
+        grads = tape.gradient(loss, reference.trainable_variables)
+        optimizer.apply_gradients(
+            ga_tfx.adaptive_clip_gradients(zip(grads, reference.trainable_variables), 0.02))
     model = ga_tfx.wrap_model(mlp(), accum_steps=1, agc_clip_factor=0.02)
     model.compile(keras.optimizers.SGD(0.5), sparse_ce())
     model.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
     assert model.gradient_accumulator is not None
+    assert int(model.optimizer.iterations.numpy()) == 8
+    assert max_weight_diff(reference, model) <= 1e-5
+    unclipped = mlp()
+    unclipped.compile(keras.optimizers.SGD(0.5), sparse_ce())
+    unclipped.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
+    assert max_weight_diff(reference, unclipped) > 1e-3  # AGC really acted
+
+
+def test_zero_parameters_are_clipped_to_clip_factor_times_eps():
+    """A zero-initialised parameter (a fresh bias) has norm 0: the floor eps bounds its
+    gradient to clip_factor * eps, as in NFNets (and the NumPy reference)."""
+    grad = np.array([3.0, -4.0], "float32")  # norm 5
+    variable = tf.Variable(np.zeros(2, "float32"), name="bias")
+    clipped = clip_gradient(tf.constant(grad), variable, clip_factor=0.1, eps=1e-3,
+                            name="dense/bias:0").numpy()
+    np.testing.assert_allclose(clipped, _numpy_agc(grad, np.zeros(2), 0.1, 1e-3, None),
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(clipped), 0.1 * 1e-3, rtol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -115,12 +144,30 @@ def test_bad_agc_settings(kwargs, error, match):
         AdaptiveGradientClipping(**kwargs)
 
 
-def test_unsupported_rank_is_a_clear_error():
+class _Rank6(keras.layers.Layer):
+    """A layer with a rank-6 parameter, which AGC has no unit layout for."""
+
+    def build(self, input_shape):
+        self.w6 = self.add_weight(name="w6", shape=(1, 1, 1, 1, 1, 3), initializer="ones")
+
+    def call(self, inputs):
+        return inputs * tf.reshape(self.w6, (1, 3))
+
+
+def test_unsupported_rank_is_a_clear_error_before_training():
     with pytest.raises(ValueError, match="rank 6"):
         unit_axes("weird/kernel:0", 6)
     keras.utils.set_random_seed(0)
-    model = ga_tfx.wrap_model(mlp(), accum_steps=2, agc_clip_factor=0.01)
-    model.add_weight = None  # noqa  (not used; the check below is on variables)
-    agc = AdaptiveGradientClipping(0.01)
-    with pytest.raises(ValueError, match="Exclude it with agc_exclude"):
-        agc.check_variables([tf.Variable(np.zeros((1, 1, 1, 1, 1, 2), "float32"), name="w6")])
+    inputs = keras.Input((8,))
+    outputs = _Rank6(name="rank6")(keras.layers.Dense(3)(inputs))
+    x, y = classification_data(n=12)
+    model = ga_tfx.wrap_model(keras.Model(inputs, outputs), accum_steps=2, agc_clip_factor=0.01)
+    model.compile(keras.optimizers.SGD(0.1), sparse_ce())
+    with pytest.raises(ValueError, match=r"'rank6/w6:0' has rank 6\. Exclude it with agc_exclude"):
+        model.fit(x, y, batch_size=6, epochs=1, verbose=0)
+    # Excluded by name, the same model trains.
+    model = ga_tfx.wrap_model(keras.Model(inputs, outputs), accum_steps=2, agc_clip_factor=0.01,
+                              agc_exclude=["rank6/*"])
+    model.compile(keras.optimizers.SGD(0.1), sparse_ce())
+    model.fit(x, y, batch_size=6, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 1
