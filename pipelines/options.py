@@ -32,6 +32,12 @@ class TrainingOptions(Settings):
     train_updates: int = setting(60, kind=int, minimum=1,
                                  help="optimizer updates (effective batches) to train")
     updates_per_epoch: Optional[int] = like(AccumulationSettings, "updates_per_epoch", 20)
+    checkpoint_every_updates: int = like(  # the Trainer's defaults: one declaration
+        AccumulationSettings, "checkpoint_every_updates",
+        defaults(AccumulationSettings)["checkpoint_every_updates"])
+    checkpoint_every_seconds: float = like(
+        AccumulationSettings, "checkpoint_every_seconds",
+        defaults(AccumulationSettings)["checkpoint_every_seconds"])
     eval_steps: int = setting(8, kind=int, minimum=1,
                               help="evaluation micro-batches after each epoch")
     agc_clip_factor: Optional[float] = like(AccumulationSettings, "agc_clip_factor", 0.08)

@@ -53,7 +53,9 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
     components = [example_gen, statistics_gen, schema_gen, example_validator, transform]
 
     settings = dict(label_key=digits.LABEL_KEY, raw_label_key=digits.RAW_LABEL_KEY,
-                    micro_batch_size=options.micro_batch_size, strategy=options.strategy)
+                    micro_batch_size=options.micro_batch_size, strategy=options.strategy,
+                    checkpoint_every_updates=options.checkpoint_every_updates,
+                    checkpoint_every_seconds=options.checkpoint_every_seconds)
     hyperparameters = None
     if options.tune:
         tuner_config = {

@@ -21,10 +21,13 @@ from ga_tfx.components.trainer import checkpoints
 from ga_tfx.pipelines import cli, digits, local
 from ga_tfx.pipelines.pipeline import TrainingOptions
 
+pytestmark = [pytest.mark.tfx]  # the TFX pipeline end to end
+
 ALL_COMPONENTS = {"CsvExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
                   "Transform", "Tuner", "GradientAccumulationTrainer", "Evaluator", "Pusher"}
 OPTIONS = TrainingOptions(
     accum_steps=2, micro_batch_size=32, train_updates=8, updates_per_epoch=4, eval_steps=4,
+    checkpoint_every_updates=4,
     tune=True, search_accum_steps=(1, 2), tuning_trials=2, tuning_updates=2,
     min_accuracy=0.3)
 
@@ -36,18 +39,18 @@ def runs(tmp_path_factory):
             OPTIONS)
     kwargs = dict(metadata_path=str(root / "metadata.db"))
 
-    save = checkpoints.EpochCheckpoint.on_epoch_end
+    save = checkpoints.UpdateCheckpoint.save
 
-    def save_then_crash(self, epoch, logs=None):
-        save(self, epoch, logs)
+    def save_then_crash(self):
+        save(self)
         raise RuntimeError("the Trainer's machine went away after its first checkpoint")
 
-    checkpoints.EpochCheckpoint.on_epoch_end = save_then_crash
+    checkpoints.UpdateCheckpoint.save = save_then_crash
     try:
         with pytest.raises(Exception, match="went away"):
             local.run(*args, **kwargs)
     finally:
-        checkpoints.EpochCheckpoint.on_epoch_end = save
+        checkpoints.UpdateCheckpoint.save = save
     assert not os.path.exists(root / "serving")  # nothing pushed by the failed run
     resumed = local.run(*args, **kwargs)
     cached = local.run(*args, **kwargs)

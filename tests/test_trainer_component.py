@@ -33,6 +33,8 @@ from ga_tfx.components.trainer import run_fn as run_fn_lib
 from ga_tfx.components.trainer import settings as settings_lib
 from tests import taxi
 
+pytestmark = [pytest.mark.tfx]  # the TFX Trainer component, executor and run_fn
+
 TESTDATA, MODEL_MODULE = taxi.TESTDATA, taxi.MODEL_MODULE
 
 BASE_SETTINGS = dict(label_key="tips_xf", raw_label_key="tips", strategy="none",
@@ -297,14 +299,14 @@ from ga_tfx.components.trainer import checkpoints
 from tests import test_trainer_component as t
 
 tf.config.experimental.enable_op_determinism()
-save = checkpoints.EpochCheckpoint.on_epoch_end
+save = checkpoints.UpdateCheckpoint.save
 
-def save_then_die(self, epoch, logs=None):
-    save(self, epoch, logs)
-    if epoch == 1:  # two epochs (updates) checkpointed: the machine goes away, no clean-up
+def save_then_die(self):
+    save(self)
+    if self.done == 2:  # two updates checkpointed: the machine goes away, no clean-up
         os.kill(os.getpid(), signal.SIGKILL)
 
-checkpoints.EpochCheckpoint.on_epoch_end = save_then_die
+checkpoints.UpdateCheckpoint.save = save_then_die
 t._run(pathlib.Path(sys.argv[1]), "killed", **json.loads(sys.argv[2]))
 """
 
@@ -313,7 +315,7 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
     # Shuffled data, AccumBN, Adam: the re-run must restore weights, slots, iterations and
     # BN statistics, and skip exactly the micro-batches the killed attempt trained on.
     settings = dict(accum_steps=2, micro_batch_size=8, num_steps=4, updates_per_epoch=1,
-                    eval_steps=0, shuffle=1, shuffle_seed=3)
+                    checkpoint_every_updates=1, eval_steps=0, shuffle=1, shuffle_seed=3)
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_TRAINER, str(tmp_path), json.dumps(settings)],
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

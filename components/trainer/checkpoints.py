@@ -1,4 +1,20 @@
-"""Checkpoints of the training state and the directory shared by all attempts of one training."""
+"""Resumable checkpoints of the training state, by optimizer updates and by wall time.
+
+What one checkpoint holds: the model's weights (AccumBatchNormalization's moving statistics
+included), the optimizer (slots, ``iterations``, loss scale), the gradient accumulator and the
+number of windows (optimizer updates, applied or skipped) trained. Checkpoints are written at
+window ends -- one call of the engine's train function is one window, so Keras'
+``on_train_batch_end`` is a window end, where the accumulation buffers are empty and the
+AccumBN window statistics have been folded into the moving ones -- which may be mid-epoch. The
+data position is the number of windows: the data order is a function of ``shuffle_seed``, so
+the resumed run skips ``windows x accum_steps`` micro-batches and continues as the
+uninterrupted run would.
+
+Writes are atomic: ``tf.train.CheckpointManager.save`` writes the new checkpoint's files, then
+replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoints beyond
+``max_to_keep``. A kill at any point leaves the index naming a complete checkpoint, and
+:meth:`UpdateCheckpoint.restore` reads only what the index names.
+"""
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
@@ -7,7 +23,11 @@ import hashlib
 import json
 import os
 
+import time
+from typing import Callable, Optional
+
 from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
+from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
 
 
 def resume_directory(model_run_dir, identity):
@@ -25,37 +45,106 @@ def resume_directory(model_run_dir, identity):
     return os.path.join(component_dir, ".ga_tfx_resume", digest)
 
 
-class EpochCheckpoint(keras.callbacks.Callback):
-    """Checkpoints the training state at the end of every epoch, for exact resumption.
+class UpdateCheckpoint(keras.callbacks.Callback):
+    """Saves the training state every ``every_updates`` windows or ``every_seconds`` seconds
+    (whichever comes first), on a stop request, and at the end (:meth:`finish`).
 
-    The checkpoint holds the model's weights, the optimizer (slots, ``iterations``, loss
-    scale), the accumulation state and the number of epochs done; ``restore()`` loads the latest
-    one (call it after building the model, before ``fit``) and returns that number, from which
-    the caller skips the micro-batches already trained on. Keeps the two latest checkpoints.
+    Args:
+      model: the (compiled) accumulation model.
+      directory: the resume directory (:func:`resume_directory`), shared by all attempts.
+      total_updates: windows the whole training makes (``train_args.num_steps``).
+      every_updates: windows between two periodic checkpoints (>= 1).
+      every_seconds: seconds between two periodic checkpoints (> 0), measured with ``clock``.
+      stop: the :class:`~ga_tfx.components.trainer.preemption.StopRequest` of the run; when it
+        is set, the next window end (or evaluation batch) saves and raises
+        :class:`~ga_tfx.components.trainer.preemption.TrainingInterrupted`.
+      clock: seconds, monotonic (tests pass a fake one).
+
+    Call :meth:`restore` after the model is built and before ``fit``: it returns the windows
+    already trained. Keeps the two latest checkpoints. Under ``multi_worker`` every decision
+    to save or stop is agreed by all workers (one small all-reduce per window), since all of
+    them must save together; only the chief's files are kept.
     """
 
-    def __init__(self, model, directory):
+    def __init__(self, model, directory: str, *, total_updates: int, every_updates: int,
+                 every_seconds: float, stop: Optional[StopRequest] = None,
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        self.epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epochs_done")
-        self._checkpoint = tf.train.Checkpoint(model=model, epochs_done=self.epochs_done)
+        self.updates_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates_done")
+        self._checkpoint = tf.train.Checkpoint(model=model, updates_done=self.updates_done)
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=2)
-        # Multi-worker: all workers restore the chief's checkpoints and all save (saving may
-        # run collective ops), the non-chief ones to a local temporary directory.
         self._directory = directory
         self._write_dir = worker_write_dir(directory, model.distribute_strategy)
         self._write_manager = self._manager if self._write_dir == directory else (
             tf.train.CheckpointManager(self._checkpoint, self._write_dir, max_to_keep=1))
+        self._strategy = model.distribute_strategy
+        self._multi_worker = isinstance(self._strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        self._total, self._every, self._seconds = total_updates, every_updates, every_seconds
+        self._stop = stop or StopRequest()
+        self._clock = clock
+        self.done = self.saved_at = 0
+        self._has_checkpoint = False  # (not read from the index: the same on every worker)
+        self._saved_time = clock()
 
-    def restore(self):
-        """Epochs done by the latest checkpoint (0 without one)."""
-        if self._manager.latest_checkpoint:
-            # Optimizer slots do not exist yet: their values are restored when created.
-            self._checkpoint.restore(self._manager.latest_checkpoint)
-        return int(self.epochs_done.numpy())
+    @property
+    def latest(self) -> Optional[str]:
+        """The checkpoint the index file names (``None``: none yet)."""
+        return self._manager.latest_checkpoint
 
-    def on_epoch_end(self, epoch, logs=None):
-        self.epochs_done.assign(epoch + 1)
-        self._write_manager.save(checkpoint_number=epoch + 1)
+    def restore(self) -> int:
+        """Windows trained by the latest checkpoint (0 without one)."""
+        if self.latest:
+            # Optimizer slots and accumulation buffers do not exist yet: their values are
+            # restored when they are created (deferred restoration).
+            self._checkpoint.restore(self.latest)
+            self._has_checkpoint = True
+        self.done = self.saved_at = int(self.updates_done.numpy())
+        self._saved_time = self._clock()
+        return self.done
 
-    def on_train_end(self, logs=None):
+    def save(self) -> None:
+        """Writes a checkpoint of the state after ``done`` windows (once per count)."""
+        if self._has_checkpoint and self.saved_at == self.done:
+            return
+        self.updates_done.assign(self.done)
+        self._write_manager.save(checkpoint_number=self.done)
+        self.saved_at, self._saved_time = self.done, self._clock()
+        self._has_checkpoint = True
+
+    def _poll(self, periodic: bool):
+        """(stop, due) agreed by all workers: stop requested, periodic checkpoint due."""
+        stop = self._stop.requested
+        due = periodic and (self.done - self.saved_at >= self._every
+                            or self._clock() - self._saved_time >= self._seconds)
+        if self._multi_worker:  # any worker's request counts for all
+            flags = self._strategy.run(lambda: tf.constant([int(stop), int(due)], tf.int32))
+            stop, due = (bool(v) for v in self._strategy.reduce(
+                tf.distribute.ReduceOp.SUM, flags, axis=None).numpy())
+        return stop, due
+
+    def _interrupt(self):
+        self.save()
+        raise TrainingInterrupted(self.done, self._total, self._stop.signum or 0)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.done += 1  # one call per window (one train-function execution)
+        stop, due = self._poll(periodic=True)
+        if stop:
+            self._interrupt()
+        if due:
+            self.save()
+
+    def on_test_batch_end(self, batch, logs=None):
+        if self._poll(periodic=False)[0]:  # evaluation changes no state: save, stop
+            self._interrupt()
+
+    def finish(self) -> None:
+        """After the last window: saves the final state (an export killed later re-runs from
+        here without training); raises ``TrainingInterrupted`` if a stop was requested."""
+        self.save()
+        if self._poll(periodic=False)[0]:
+            self._interrupt()
+
+    def close(self) -> None:
+        """Removes a non-chief worker's temporary checkpoint directory."""
         remove_worker_dir(self._write_dir, self._directory)

@@ -13,14 +13,21 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
    ``train_args.num_steps`` counts **optimizer updates** (of ``K * micro_batch_size`` samples);
    ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
    datasets repeat endlessly);
-4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and a
-   checkpoint at the end of every epoch (``updates_per_epoch`` updates) in a directory shared
-   by all attempts of the same training (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`):
-   a Trainer re-run after a crash restores the latest one (weights, optimizer, accumulation
-   state) and skips the micro-batches it had trained on, so it ends with the weights an
-   uninterrupted run would have had; the checkpoints are deleted once the model is exported;
+4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and
+   resumable checkpoints every ``checkpoint_every_updates`` updates or
+   ``checkpoint_every_seconds`` seconds (whichever comes first, mid-epoch too), on SIGTERM or
+   SIGINT, and after the last update (:mod:`~ga_tfx.components.trainer.checkpoints`), in a
+   directory shared by all attempts of the same training
+   (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`): a Trainer re-run after a
+   crash restores the latest one (weights, optimizer, accumulation and AccumBN state) and skips
+   the micro-batches it had trained on, so it ends with the weights an uninterrupted run would
+   have had; on a signal the run stops at the next window end with
+   :class:`~ga_tfx.components.trainer.preemption.TrainingInterrupted`; the checkpoints are
+   deleted once the model is exported;
 5. exports ``ga_tfx.unwrap_model(model)`` to ``serving_model_dir`` with ``serving_default``
-   (serialized raw tf.Example -> transform -> model) and ``transform_features``.
+   (serialized raw tf.Example -> transform -> model) and ``transform_features``, and writes the
+   run record ``ga_tfx_run.json`` into ``model_run_dir``
+   (:mod:`~ga_tfx.components.trainer.run_record`).
 
 Settings precedence, highest first: the Tuner's hyperparameters (only ``accum_steps``,
 ``agc_clip_factor`` -- ``agc=False`` turns AGC off -- and ``micro_batch_size``, when present in
@@ -35,6 +42,7 @@ and ``custom_config={"ga_tfx": {...settings...}, "model_fn": "my_pkg.my_module"}
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras
 
+import contextlib
 import os
 
 from absl import logging
@@ -42,7 +50,7 @@ from tfx.dsl.io import fileio
 
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import checkpoints, data, distribution, export, model as model_lib
-from ga_tfx.components.trainer import run_log, user_module
+from ga_tfx.components.trainer import preemption, run_log, run_record, user_module
 from ga_tfx.components.trainer import settings as settings_lib
 
 
@@ -58,12 +66,16 @@ def run_fn(fn_args):
     train_and_export(fn_args, settings, build_model, model_identity=config[keys.MODEL_FN])
 
 
-def train_and_export(fn_args, settings, build_model, model_identity=""):
+def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=None):
     """Trains ``build_model``'s model as described in the module docstring; returns it
     (the plain, unwrapped Keras model that was exported).
 
     ``model_identity`` names the model code (module path, packaged module, ...): with the
     inputs and settings it decides which earlier attempt's checkpoints a run resumes from.
+    ``stop``: a :class:`~ga_tfx.components.trainer.preemption.StopRequest` to use instead of
+    SIGTERM/SIGINT handlers (tests); by default the handlers are installed for the call.
+    Raises :class:`~ga_tfx.components.trainer.preemption.TrainingInterrupted` after saving a
+    checkpoint when a stop is requested.
     """
     settings = settings.with_hyperparameters(fn_args.hyperparameters)
     hparams = settings_lib.hyperparameter_values(fn_args.hyperparameters)
@@ -78,40 +90,78 @@ def train_and_export(fn_args, settings, build_model, model_identity=""):
                  strategy.num_replicas_in_sync, updates, settings.effective_batch_size)
 
     schema, transform_output = data.schema_and_transform(fn_args)
-    train = data.micro_batches(fn_args, fn_args.train_files, settings, schema,
-                                  settings.shuffle)
     evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
-    with model_lib.mixed_precision_policy(settings.mixed_precision):
+    resume_dir = checkpoints.resume_directory(fn_args.model_run_dir, dict(
+        model=model_identity, settings=settings.to_exec_properties(), hparams=hparams,
+        train_files=fn_args.train_files, eval_files=fn_args.eval_files,
+        transform_graph=fn_args.transform_graph_path, schema=fn_args.schema_path,
+        base_model=fn_args.base_model, updates=updates, eval_steps=fn_args.eval_steps))
+    signals = (contextlib.nullcontext(stop) if stop is not None
+               else preemption.stop_on_signals())
+    with signals as stop, model_lib.mixed_precision_policy(settings.mixed_precision):
         with strategy.scope():
             model = model_lib.accumulation_model(build_model, hparams, settings,
-                                               base_model_dir=fn_args.base_model)
-        resume_dir = checkpoints.resume_directory(fn_args.model_run_dir, dict(
-            model=model_identity, settings=settings.to_exec_properties(), hparams=hparams,
-            train_files=fn_args.train_files, eval_files=fn_args.eval_files,
-            transform_graph=fn_args.transform_graph_path, schema=fn_args.schema_path,
-            base_model=fn_args.base_model, updates=updates, eval_steps=fn_args.eval_steps))
-        checkpoint = checkpoints.EpochCheckpoint(model, resume_dir)
-        epochs_done = checkpoint.restore()
-        if epochs_done:
-            logging.info("ga_tfx: resuming after %d of %d epochs (%d updates done)",
-                         epochs_done, updates // per_epoch, epochs_done * per_epoch)
-        micro_per_epoch = per_epoch * settings.accum_steps
-        model.fit(
-            train.skip(epochs_done * micro_per_epoch),  # the data order resumes too
-            initial_epoch=epochs_done, epochs=updates // per_epoch,
-            steps_per_epoch=micro_per_epoch,
-            validation_data=evaluation if fn_args.eval_steps else None,
-            validation_steps=fn_args.eval_steps or None,
-            verbose=2,
-            callbacks=[
-                keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
-                run_log.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
-                                           settings),
-                checkpoint,
-            ])
-        plain = ga_tfx.unwrap_model(model)
-        export.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
-                                     schema, settings.serving_label_key)
+                                                 base_model_dir=fn_args.base_model)
+        checkpoint = checkpoints.UpdateCheckpoint(
+            model, resume_dir, total_updates=updates,
+            every_updates=settings.checkpoint_every_updates,
+            every_seconds=settings.checkpoint_every_seconds, stop=stop)
+        logger = run_log.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
+                                            settings)
+        try:
+            resumed = checkpoint.restore()
+            if resumed:
+                logging.info("ga_tfx: resuming from update %d of %d", resumed, updates)
+            metrics = {}
+            for initial_epoch, epochs, windows, skip in _fit_plan(resumed, updates, per_epoch):
+                history = model.fit(
+                    # A fresh dataset per fit, from the same seed: the order resumes too.
+                    data.micro_batches(fn_args, fn_args.train_files, settings, schema,
+                                       settings.shuffle).skip(skip * settings.accum_steps),
+                    initial_epoch=initial_epoch, epochs=epochs,
+                    steps_per_epoch=windows * settings.accum_steps,
+                    validation_data=evaluation if fn_args.eval_steps else None,
+                    validation_steps=fn_args.eval_steps or None,
+                    verbose=2,
+                    callbacks=[
+                        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir,
+                                                    update_freq="epoch"),
+                        logger, checkpoint,
+                    ])
+                metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
+            checkpoint.finish()  # the final state: an export killed later re-runs from here
+            plain = ga_tfx.unwrap_model(model)
+            export.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
+                                        schema, settings.serving_label_key)
+            checkpoint.finish()  # a stop requested during the export: keep the checkpoints
+        finally:
+            checkpoint.close()
     if distribution.is_chief(strategy):  # multi-worker: the other workers never wrote there
         fileio.rmtree(resume_dir)  # exported: a later run of the same training starts over
+        run_record.write(fn_args.model_run_dir, run_record.RunRecord(
+            updates=updates, updates_this_run=updates - resumed,
+            resumed_from_update=resumed or None,
+            effective_batch_size=settings.effective_batch_size,
+            micro_batch_size=settings.micro_batch_size, accum_steps=settings.accum_steps,
+            replicas=strategy.num_replicas_in_sync,
+            skipped_windows=updates - int(model.optimizer.iterations.numpy()),
+            samples_per_second=logger.samples_per_second, final_metrics=metrics))
     return plain
+
+
+def _fit_plan(done, updates, per_epoch):
+    """The ``fit`` calls that train windows ``done+1 .. updates``: tuples (initial_epoch,
+    epochs, windows per epoch, windows to skip in the data).
+
+    Epochs have ``per_epoch`` windows (evaluation at each epoch end). A resume mid-epoch first
+    finishes that epoch with a shorter ``fit``, so evaluations stay where the uninterrupted
+    run has them.
+    """
+    epoch, into = divmod(done, per_epoch)
+    plan = []
+    if into:
+        plan.append((epoch, epoch + 1, per_epoch - into, done))
+        epoch += 1
+    if epoch < updates // per_epoch:
+        plan.append((epoch, updates // per_epoch, per_epoch, epoch * per_epoch))
+    return plan

@@ -23,6 +23,12 @@ class AccumulationLogger(keras.callbacks.Callback):
         self._micro = settings.micro_batch_size
         self._effective = settings.effective_batch_size
         self._writer = None
+        self.samples, self.train_seconds = 0, 0.0  # over all fits of this process
+
+    @property
+    def samples_per_second(self):
+        """Training samples per second of the windows logged so far (``None``: none yet)."""
+        return self.samples / self.train_seconds if self.train_seconds > 0 else None
 
     def on_train_begin(self, logs=None):
         # Multi-worker: only the chief logs to log_dir (see worker_write_dir).
@@ -37,6 +43,8 @@ class AccumulationLogger(keras.callbacks.Callback):
         now, window = time.perf_counter(), seen - self._seen
         loss_total = float(logs["loss"]) * seen
         step = int(self.model.optimizer.iterations.numpy())
+        self.samples += window * self._micro
+        self.train_seconds += now - self._time
         with self._writer.as_default(step=step):
             tf.summary.scalar("ga_tfx/effective_batch_size", self._effective)
             tf.summary.scalar("ga_tfx/updates", step)

@@ -59,8 +59,16 @@ class AccumulationSettings(Settings):
              "exactly the micro-batches already trained")
     updates_per_epoch: Optional[int] = setting(
         None, kind=int, minimum=1, optional=True,
-        help="optimizer updates between two checkpoints/evaluations; must divide the train "
-             "updates (None: one epoch)")
+        help="optimizer updates between two evaluations; must divide the train updates "
+             "(None: one epoch)")
+    checkpoint_every_updates: int = setting(
+        100, kind=int, minimum=1,
+        help="write a resumable checkpoint after this many optimizer updates, or after "
+             "checkpoint_every_seconds, whichever comes first (at window ends, mid-epoch too)")
+    checkpoint_every_seconds: float = setting(
+        600.0, kind=float, above=0,
+        help="write a resumable checkpoint after this many seconds of training, or after "
+             "checkpoint_every_updates, whichever comes first")
 
     @property
     def effective_batch_size(self) -> int:

@@ -1,0 +1,72 @@
+"""The run record: a small JSON file the Trainer writes beside its model (standard library only).
+
+``<model_run_dir>/ga_tfx_run.json`` (the ``ModelRun`` artifact), written by the chief once the
+model is exported; the pipeline summary and tests read it with :func:`read` rather than parsing
+TensorBoard logs. Fields:
+
+- ``updates``: optimizer updates (windows) of the whole training, ``train_args.num_steps``;
+- ``updates_this_run``: windows this attempt trained (``updates`` minus the resumed ones);
+- ``resumed_from_update``: the update the latest checkpoint of an earlier attempt held
+  (``None``: this attempt started from scratch);
+- ``effective_batch_size``, ``micro_batch_size``, ``accum_steps``, ``replicas``;
+- ``skipped_windows``: windows not applied (non-finite gradients), over the whole training;
+- ``samples_per_second``: training samples per second of this attempt's train steps
+  (host wall time, evaluation excluded; ``None`` when it trained nothing);
+- ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...).
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, Optional
+
+FILE_NAME = "ga_tfx_run.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What one Trainer execution did (see the module docstring for each field)."""
+
+    updates: int
+    updates_this_run: int
+    resumed_from_update: Optional[int]
+    effective_batch_size: int
+    micro_batch_size: int
+    accum_steps: int
+    replicas: int
+    skipped_windows: int
+    samples_per_second: Optional[float]
+    final_metrics: Dict[str, float]
+
+    def resumed_line(self) -> str:
+        """``"resumed: from update N"`` or ``"resumed: no"`` (for a run summary)."""
+        if self.resumed_from_update is None:
+            return "resumed: no"
+        return f"resumed: from update {self.resumed_from_update}"
+
+
+def path(model_run_dir: str) -> str:
+    return os.path.join(model_run_dir, FILE_NAME)
+
+
+def write(model_run_dir: str, record: RunRecord) -> str:
+    """Writes ``record`` as JSON into ``model_run_dir`` (a local path or a TFX file system
+    URI); returns the file's path."""
+    from tfx.dsl.io import fileio  # (GCS/S3 URIs under Kubeflow)
+    target = path(model_run_dir)
+    fileio.makedirs(model_run_dir)
+    with fileio.open(target, "w") as f:
+        f.write(json.dumps(dataclasses.asdict(record), indent=1, sort_keys=True))
+    return target
+
+
+def read(model_run_dir: str) -> Optional[RunRecord]:
+    """The record in ``model_run_dir``; ``None`` when there is none (e.g. an older Trainer)."""
+    from tfx.dsl.io import fileio
+    target = path(model_run_dir)
+    if not fileio.exists(target):
+        return None
+    with fileio.open(target, "r") as f:
+        values: Dict[str, Any] = json.loads(f.read())
+    fields = {field.name for field in dataclasses.fields(RunRecord)}
+    return RunRecord(**{k: v for k, v in values.items() if k in fields})
