@@ -181,8 +181,10 @@ class TrainingLoop:
         samples. Regularisation is added by the loop (``regularization``).
       dataset: a ``tf.data.Dataset`` of micro-batches (global: the strategy splits each one
         across replicas), iterated once per epoch in the same order each time; or a callable
-        ``epoch -> Dataset`` (e.g. to reshuffle per epoch with a seed). Resuming skips the
-        micro-batches already consumed, so the order must be reproducible. Under a multi-worker
+        ``epoch -> Dataset`` (e.g. to reshuffle per epoch). Resuming skips the micro-batches
+        already consumed, so the order must be reproducible: a shuffle needs its own seed and
+        must not depend on TensorFlow's global seed (``keras.utils.set_random_seed``, often
+        called when building models, resets it). Under a multi-worker
         strategy an ``AUTO`` auto-shard policy is set to ``DATA`` (every worker reads the same
         micro-batches and takes its part of each).
       accum_steps: ``K``, micro-batches per update (int >= 1).
@@ -264,8 +266,10 @@ class TrainingLoop:
         self._regularization = regularization
         self._check_optimizer(optimizer)
 
-        variables = variables(model) if callable(variables) else (
-            model.trainable_variables if variables is None else variables)
+        if callable(variables):
+            variables = variables(model)
+        elif variables is None:  # an unbuilt Sequential raises on trainable_variables
+            variables = model.trainable_variables if getattr(model, "built", True) else []
         self.variables = list(variables)
         if not self.variables:
             raise ValueError(
@@ -283,7 +287,7 @@ class TrainingLoop:
         self._guard = self.chain.member(NonFiniteGuard)
         self._window_fn = tf.function(self._window)
         self._restored = False
-        self._last_time = None
+        self._last_time = 0.0
 
         self.checkpoint_dir = checkpoint_dir
         self._checkpoint = tf.train.Checkpoint(
@@ -375,6 +379,7 @@ class TrainingLoop:
         budget = (None if max_micro_batches is None else
                   _validation.check_accum_steps(max_micro_batches, "max_micro_batches"))
         self.stop_training = False
+        self._last_time = time.perf_counter()  # the first window's samples/s includes tracing
         logs: dict = {}
         while self.epoch < epochs and not self.stop_training:
             if max_updates is not None and self.updates >= max_updates:
@@ -420,8 +425,7 @@ class TrainingLoop:
 
     def _end_window(self, out):
         now = time.perf_counter()
-        elapsed = None if self._last_time is None else now - self._last_time
-        self._last_time = now
+        elapsed, self._last_time = now - self._last_time, now
         logs = {
             "update": self.updates, "window": self.windows,
             "applied": bool(out["applied"]), "samples": float(out["samples"]),
@@ -429,7 +433,7 @@ class TrainingLoop:
             "grad_norm_clipped": float(out["grad_norm_clipped"]),
             "learning_rate": self.learning_rate, "skipped_windows": self.skipped_windows,
             "nonfinite_windows": int(self._guard.nonfinite_windows.numpy()),
-            "samples_per_second": (float(out["samples"]) / elapsed if elapsed else float("nan")),
+            "samples_per_second": float(out["samples"]) / max(elapsed, 1e-9),
         }
         self.history.append(logs)
         if logs["window"] % self.log_every_n_windows == 0:

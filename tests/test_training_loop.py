@@ -1,0 +1,376 @@
+"""ga_tfx.TrainingLoop against big-batch training, one device and MirroredStrategy (2 replicas).
+
+The reference (:func:`big_batch`) is plain custom-loop training on one device: each window's
+micro-batches concatenated into one batch, its mean loss plus ``sum(model.losses)``, one
+``apply_gradients``. Tolerances: float32 weights after a handful of updates; the loop sums
+``n_i · g_i`` over micro-batches and replicas where the reference reduces one big batch, so
+results differ by float32 round-off (measured ~1e-7); 1e-5 leaves a margin of ~100x while
+staying far below the effect of any real error (a regulariser counted per micro-batch, a
+partial window weighted by count instead of samples, a skipped clip: >= 1e-3 here).
+"""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import ga_tfx
+from ga_tfx import keras, tf
+from ga_tfx.transforms import AdaptiveClipping
+from tests.helpers import classification_data, mlp, two_replica_strategy
+
+pytestmark = []  # fast tier; library only (no TFX)
+
+TOLERANCE = 1e-5  # float32 round-off of different summation orders, see the module docstring
+MICRO, K = 7, 3
+
+
+def per_example_loss():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+
+def sgd():
+    return keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)
+
+
+def adam():
+    return keras.optimizers.Adam(1e-2)
+
+
+def dataset(x, y, micro=MICRO):
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(micro)
+
+
+def windows_of(x, y, micro=MICRO, k=K):
+    """The windows a loop makes of one epoch: K micro-batches each, the last one shorter."""
+    starts = range(0, len(x), micro * k)
+    return [(x[s:s + micro * k], y[s:s + micro * k]) for s in starts]
+
+
+def big_batch(model, optimizer, windows, regularization=None, transform=None, lr_at=None):
+    """One plain update per window (its samples as one batch). Returns the pre-transform
+    global gradient norms. ``lr_at={update: lr}`` sets the learning rate after that update."""
+    norms = []
+    for update, (xb, yb) in enumerate(windows, start=1):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(per_example_loss()(yb, model(xb, training=True)))
+            if model.losses:
+                loss += tf.add_n(model.losses)
+            if regularization is not None:
+                loss += regularization(model)
+        grads = tape.gradient(loss, model.trainable_variables)
+        pairs = list(zip(grads, model.trainable_variables))
+        norms.append(float(tf.linalg.global_norm(grads)))
+        if transform is not None:
+            pairs = transform(pairs)
+        optimizer.apply_gradients(pairs)
+        if lr_at and update in lr_at:
+            optimizer.learning_rate = lr_at[update]
+    return norms
+
+
+def max_diff(a, b):
+    return max(float(np.max(np.abs(u - v))) for u, v in zip(a, b))
+
+
+def optimizer_state(optimizer):
+    return [v.numpy() for v in optimizer.variables()]
+
+
+def make_loop(strategy, make_optimizer, data, seed=22, l2=1e-2, **kwargs):
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = mlp(seed=seed, l2=l2)
+        optimizer = make_optimizer()
+    kwargs.setdefault("verbose", False)
+    loop = ga_tfx.TrainingLoop(model, optimizer, per_example_loss(), data, K,
+                               strategy=strategy if strategy is not tf.distribute.get_strategy()
+                               else None, **kwargs)
+    return loop
+
+
+STRATEGIES = {"one_device": lambda: None, "mirrored_2": two_replica_strategy}
+
+
+@pytest.mark.parametrize("make_optimizer", [sgd, adam], ids=["sgd_nesterov", "adam"])
+@pytest.mark.parametrize("strategy_name", sorted(STRATEGIES))
+def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_optimizer):
+    # 50 samples in micro-batches of 7: the last micro-batch has 1 sample (one replica gets
+    # none), the last window 2 micro-batches (8 samples): windows of 21, 21 and 8 samples.
+    x, y = classification_data(n=50)
+    loop = make_loop(STRATEGIES[strategy_name](), make_optimizer, dataset(x, y))
+    initial = loop.model.get_weights()
+    loop.run(epochs=2)
+
+    reference, ref_optimizer = mlp(seed=22, l2=1e-2), make_optimizer()
+    norms = big_batch(reference, ref_optimizer, windows_of(x, y) * 2)
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    print(f"{strategy_name} {make_optimizer.__name__}: max |dw| vs big batch = {diff:.3g}")
+    assert diff <= TOLERANCE, diff
+    assert max_diff(initial, reference.get_weights()) > 1e-2  # training moved the weights
+    assert loop.updates == int(loop.optimizer.iterations.numpy()) == 6
+    assert [log["samples"] for log in loop.history] == [21.0, 21.0, 8.0] * 2
+    np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
+
+
+def test_regularization_counted_once_per_update():
+    # A strong L2 term: counted once per micro-batch it would be K times too strong.
+    x, y = classification_data(n=42)
+    loop = make_loop(None, sgd, dataset(x, y), l2=0.2)
+    loop.run(epochs=1)
+    reference, optimizer = mlp(seed=22, l2=0.2), sgd()
+    big_batch(reference, optimizer, windows_of(x, y))
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+    reg = float(tf.add_n(reference.losses))
+    assert reg > 0.05  # the term matters
+
+
+def _nan_dataset(bad_micro_batches, n_micro=9, seed=0):
+    x, y = classification_data(n=n_micro * MICRO, seed=seed)
+    x = x.copy()
+    for index in bad_micro_batches:
+        x[index * MICRO + 2, 3] = np.nan
+    return x, y
+
+
+def _drop_micro_batches(x, y, indices):
+    keep = np.concatenate([np.arange(i * MICRO, (i + 1) * MICRO)
+                           for i in range(len(x) // MICRO) if i not in indices])
+    return x[keep], y[keep]
+
+
+@pytest.mark.parametrize("strategy_name", sorted(STRATEGIES))
+def test_nonfinite_window_is_skipped_bitwise(strategy_name, capsys):
+    # Window 2 (micro-batches 3..5) has a NaN input: the whole window must leave no trace.
+    x, y = _nan_dataset([4])
+    loop = make_loop(STRATEGIES[strategy_name](), adam, dataset(x, y), verbose=True)
+    loop.run(epochs=1)
+    # The same loop on the data without that window: weights, Adam's moments and iterations
+    # must be bitwise identical.
+    x_ok, y_ok = _drop_micro_batches(x, y, [3, 4, 5])
+    clean = make_loop(STRATEGIES[strategy_name](), adam, dataset(x_ok, y_ok))
+    clean.run(epochs=1)
+    assert max_diff(loop.model.get_weights(), clean.model.get_weights()) == 0.0
+    assert max_diff(optimizer_state(loop.optimizer), optimizer_state(clean.optimizer)) == 0.0
+    assert int(loop.optimizer.iterations.numpy()) == loop.updates == 2
+    assert loop.skipped_windows == 1 and loop.windows == 3
+    assert [log["applied"] for log in loop.history] == [True, False, True]
+    assert np.isnan(loop.history[1]["grad_norm"])
+    assert [log["skipped_windows"] for log in loop.history] == [0, 1, 1]
+    assert "window skipped: non-finite gradient" in capsys.readouterr().out
+
+
+def _sqrt_bias(model):
+    # d/db sqrt(|b|) at b = 0 is NaN: only the logits bias gets a non-finite gradient.
+    return tf.reduce_sum(tf.sqrt(tf.abs(model.get_layer("logits").bias)))
+
+
+def test_zero_policy_zeroes_only_the_nonfinite_entries():
+    x, y = classification_data(n=42)
+    loop = make_loop(None, sgd, dataset(x, y), l2=None, nonfinite_policy="zero",
+                     regularization=_sqrt_bias)
+    loop.run(epochs=1)
+    reference, optimizer = mlp(seed=22), sgd()
+
+    def zero_nonfinite(pairs):
+        return [(tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)), v) for g, v in pairs]
+
+    big_batch(reference, optimizer, windows_of(x, y), regularization=_sqrt_bias,
+              transform=zero_nonfinite)
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+    assert loop.updates == 2 and loop.skipped_windows == 0
+    assert int(loop.chain.members["nonfinite_guard"].nonfinite_windows.numpy()) == 2
+    assert np.all(loop.model.get_layer("logits").bias.numpy() == 0.0)  # zeroed: never moved
+    assert max_diff(mlp(seed=22).get_weights(), loop.model.get_weights()) > 1e-3
+
+
+def test_stops_after_max_consecutive_skips():
+    x, y = classification_data(n=63)
+    loop = make_loop(None, sgd, dataset(x, y), l2=None, regularization=_sqrt_bias,
+                     max_consecutive_skips=2)
+    initial = loop.model.get_weights()
+    with pytest.raises(ga_tfx.NonFiniteGradientError, match="2 consecutive windows"):
+        loop.run(epochs=1)
+    assert loop.windows == 2 and loop.updates == 0 and loop.skipped_windows == 2
+    assert max_diff(initial, loop.model.get_weights()) == 0.0
+    # Without the limit the run goes to the end, skipping every window.
+    loop = make_loop(None, sgd, dataset(x, y), l2=None, regularization=_sqrt_bias)
+    loop.run(epochs=1)
+    assert loop.windows == 3 and loop.skipped_windows == 3
+
+
+def test_clip_global_norm_then_transforms_once_per_update():
+    x, y = classification_data(n=50)
+    agc = AdaptiveClipping(0.02, exclude=["*logits/bias*"])
+    loop = make_loop(None, sgd, dataset(x, y), clip_global_norm=0.3, transforms=[agc])
+    loop.run(epochs=1)
+    reference, optimizer = mlp(seed=22, l2=1e-2), sgd()
+
+    def chain(pairs):
+        grads, _ = tf.clip_by_global_norm([g for g, _ in pairs], 0.3)
+        return ga_tfx.adaptive_clip_gradients(
+            [(g, v) for g, (_, v) in zip(grads, pairs)], 0.02, exclude=["*logits/bias*"])
+
+    norms = big_batch(reference, optimizer, windows_of(x, y), transform=chain)
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+    np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
+    assert min(norms) > 0.3  # clipping was active in every update
+    clipped = [log["grad_norm_clipped"] for log in loop.history]
+    assert all(c < 0.3 for c in clipped)  # AGC clipped further after the global clip
+
+
+def test_callbacks_fire_on_updates_and_learning_rate_is_kept():
+    x, y = classification_data(n=63)  # 9 micro-batches per epoch: 3 updates, 6 in 2 epochs
+    seen = {"every": [], "at": [], "end": []}
+
+    def lower_lr(loop, logs):
+        seen["at"].append(logs["update"])
+        loop.learning_rate = 0.02
+
+    callbacks = [
+        ga_tfx.UpdateCallback(lambda loop, logs: seen["every"].append(loop.updates),
+                              every_n_updates=2),
+        ga_tfx.UpdateCallback(lower_lr, at_update=3),
+        ga_tfx.UpdateCallback(lambda loop, logs: seen["end"].append(logs["update"]),
+                              at_end=True),
+    ]
+    loop = make_loop(None, sgd, dataset(x, y), callbacks=callbacks)
+    loop.run(epochs=2)
+    assert seen == {"every": [2, 4, 6], "at": [3], "end": [6]}
+    assert loop.learning_rate == pytest.approx(0.02)
+    reference, optimizer = mlp(seed=22, l2=1e-2), sgd()
+    big_batch(reference, optimizer, windows_of(x, y) * 2, lr_at={3: 0.02})
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+
+
+def _shuffled(x, y):
+    """``epoch -> Dataset``: a different, reproducible sample order in every epoch."""
+    def for_epoch(epoch):
+        # Independent of TensorFlow's global seed (which building a model resets).
+        order = np.random.default_rng(10 + epoch).permutation(len(x))
+        return dataset(x[order], y[order])
+    return for_epoch
+
+
+@pytest.mark.parametrize("strategy_name", sorted(STRATEGIES))
+def test_resume_mid_window_matches_uninterrupted(strategy_name, tmp_path):
+    x, y = classification_data(n=63)  # 9 micro-batches per epoch, per-epoch shuffle
+    data = _shuffled(x, y)
+
+    def lr_callback():
+        return [ga_tfx.UpdateCallback(lambda loop, logs: setattr(loop, "learning_rate", 3e-3),
+                                      at_update=2)]
+
+    whole = make_loop(STRATEGIES[strategy_name](), adam, data, callbacks=lr_callback())
+    whole.run(epochs=2)
+
+    first = make_loop(STRATEGIES[strategy_name](), adam, data, callbacks=lr_callback(),
+                      checkpoint_dir=str(tmp_path))
+    first.run(epochs=2, max_micro_batches=13)  # epoch 2: one window and 1 of 3 micro-batches
+    assert (first.epoch, first.updates, int(first.accumulator.micro_steps.numpy())) == (1, 4, 1)
+    # New objects (other initial weights), restored from the checkpoint, finish the training.
+    second = make_loop(STRATEGIES[strategy_name](), adam, data, seed=99,
+                       callbacks=lr_callback(), checkpoint_dir=str(tmp_path))
+    second.run(epochs=2)
+    assert second.learning_rate == pytest.approx(3e-3)  # set by a callback before the interrupt
+    assert second.updates == whole.updates == 6
+    if strategy_name == "one_device":
+        # Under MirroredStrategy the int64 replica-local samples_seen counter is restored as
+        # floor(sum / 2) per replica (tf.distribute's SUM restore), so an odd count loses 1.
+        assert second.samples_seen == whole.samples_seen == 126
+    diff = max(max_diff(second.model.get_weights(), whole.model.get_weights()),
+               max_diff(optimizer_state(second.optimizer), optimizer_state(whole.optimizer)))
+    print(f"{strategy_name}: resumed vs uninterrupted max diff {diff:.3g}")
+    if strategy_name == "one_device":
+        assert diff == 0.0
+    else:
+        # A replica-local SUM buffer is restored as half its sum on each replica; the later
+        # micro-batches then add to other partial sums: float32 round-off of one window.
+        assert diff <= 1e-6, diff
+
+
+def test_crash_resumes_from_every_n_updates_checkpoint(tmp_path):
+    x, y = classification_data(n=63)
+    whole = make_loop(None, sgd, dataset(x, y))
+    whole.run(epochs=2)
+
+    def crash(loop, logs):
+        raise RuntimeError("simulated crash")
+
+    first = make_loop(None, sgd, dataset(x, y), checkpoint_dir=str(tmp_path),
+                      checkpoint_every_n_updates=2,
+                      callbacks=[ga_tfx.UpdateCallback(crash, at_update=5)])
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        first.run(epochs=2)
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    keys = {name for name, _ in tf.train.list_variables(latest)}
+    assert "loop_state/updates/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert ("gradient_chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/"
+            "VARIABLE_VALUE") in keys
+    assert tf.train.load_variable(latest, "loop_state/updates/.ATTRIBUTES/VARIABLE_VALUE") == 4
+    second = make_loop(None, sgd, dataset(x, y), seed=5, checkpoint_dir=str(tmp_path),
+                       checkpoint_every_n_updates=2)
+    second.run(epochs=2)
+    assert second.updates == 6 and second.epoch == 2
+    assert max_diff(second.model.get_weights(), whole.model.get_weights()) == 0.0
+    assert max_diff(optimizer_state(second.optimizer), optimizer_state(whole.optimizer)) == 0.0
+
+
+def _scalars(log_dir):
+    values = {}
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                values.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor))))
+    return values
+
+
+def test_logs_to_tensorboard_and_console(tmp_path, capsys):
+    x, y = _nan_dataset([1])  # window 1 skipped
+    loop = make_loop(None, sgd, dataset(x, y), log_dir=str(tmp_path), verbose=True)
+    loop.run(epochs=1)
+    scalars = _scalars(str(tmp_path))
+    assert sorted(scalars) == sorted(f"train/{key}" for key in ga_tfx.training_loop.LOG_KEYS)
+    assert [step for step, _ in scalars["train/loss"]] == [0, 1, 2]  # updates after each window
+    assert [v for _, v in scalars["train/skipped_windows"]] == [1, 1, 1]
+    np.testing.assert_allclose([v for _, v in scalars["train/grad_norm"]][1:],
+                               [log["grad_norm"] for log in loop.history][1:], rtol=1e-6)
+    assert [v for _, v in scalars["train/learning_rate"]] == pytest.approx([0.1] * 3)
+    assert all(v > 0 for _, v in scalars["train/samples_per_second"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update")]
+    assert len(lines) == 3 and "grad_norm" in lines[1] and "samples/s" in lines[2]
+
+
+def test_bad_arguments_name_the_value():
+    x, y = classification_data(n=14)
+    data = dataset(x, y)
+    with pytest.raises(ValueError, match="accum_steps must be an integer >= 1.*got 0"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 0)
+    with pytest.raises(TypeError, match="accum_steps.*2.0"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2.0)
+    with pytest.raises(ValueError, match=r"nonfinite_policy must be one of \('skip', 'zero'\)"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2, nonfinite_policy="nan")
+    with pytest.raises(ValueError, match="clip_global_norm must be > 0, got -1.0"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2, clip_global_norm=-1)
+    with pytest.raises(TypeError, match="LossScaleOptimizer"):
+        ga_tfx.TrainingLoop(mlp(), keras.mixed_precision.LossScaleOptimizer(sgd()),
+                            per_example_loss(), data, 2)
+    with pytest.raises(TypeError, match="dataset must be a tf.data.Dataset"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), [x, y], 2)
+    with pytest.raises(ValueError, match="not created under strategy.scope"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2,
+                            strategy=two_replica_strategy())
+    with pytest.raises(ValueError, match="exactly one trigger"):
+        ga_tfx.UpdateCallback(print, every_n_updates=2, at_end=True)
+    with pytest.raises(ValueError, match="unique"):
+        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2,
+                            transforms=[AdaptiveClipping(0.1), AdaptiveClipping(0.2)])
+    model = keras.Sequential([keras.layers.Dense(2)])  # not built
+    with pytest.raises(ValueError, match="no trainable variables: build it first"):
+        ga_tfx.TrainingLoop(model, sgd(), per_example_loss(), data, 2)
