@@ -1,0 +1,136 @@
+"""ga_tfx.transforms: the gradient chain's interface, members, order and checkpoint keys."""
+
+import numpy as np
+import pytest
+
+import ga_tfx
+from ga_tfx import tf
+from ga_tfx.transforms import (AdaptiveClipping, ClipGlobalNorm, FunctionTransform,
+                               GradientChain, GradientTransform, NonFiniteGuard, global_norm,
+                               make_chain)
+
+pytestmark = []  # fast tier; library only (no TFX)
+
+
+def _variables():
+    return [tf.Variable(np.full((3, 2), 0.5, "float32"), name="dense/kernel"),
+            tf.Variable(np.zeros(2, "float32"), name="dense/bias")]
+
+
+def _pairs(variables, kernel_grad, bias_grad):
+    return [(tf.constant(kernel_grad, tf.float32), variables[0]),
+            (tf.constant(bias_grad, tf.float32), variables[1])]
+
+
+def _values(pairs):
+    return [g.numpy() for g, _ in pairs]
+
+
+def test_guard_skip_votes_no_and_counts_consecutive_windows():
+    variables = _variables()
+    guard = NonFiniteGuard()
+    guard.build(variables)
+    finite = _pairs(variables, np.ones((3, 2)), [1.0, 2.0])
+    bad = _pairs(variables, np.ones((3, 2)), [np.nan, np.inf])
+    counts = []
+    for pairs in (bad, bad, finite, bad):
+        out, apply = guard(pairs)
+        counts.append((bool(apply), int(guard.nonfinite_windows.numpy()),
+                       int(guard.consecutive_nonfinite.numpy()),
+                       int(guard.last_nonfinite_entries.numpy())))
+    assert counts == [(False, 1, 1, 2), (False, 2, 2, 2), (True, 2, 0, 0), (False, 3, 1, 2)]
+    np.testing.assert_array_equal(_values(out)[0], np.ones((3, 2)))  # passed on unchanged
+
+
+def test_guard_zero_replaces_only_nonfinite_entries_and_applies():
+    variables = _variables()
+    guard = NonFiniteGuard("zero")
+    guard.build(variables)
+    out, apply = guard(_pairs(variables, [[1, np.inf], [2, 3], [-np.inf, 4]], [np.nan, 5.0]))
+    assert apply is None
+    np.testing.assert_array_equal(_values(out)[0], [[1, 0], [2, 3], [0, 4]])
+    np.testing.assert_array_equal(_values(out)[1], [0, 5])
+    assert int(guard.nonfinite_windows.numpy()) == 1
+    assert int(guard.last_nonfinite_entries.numpy()) == 3
+
+
+def test_chain_applies_members_in_order_and_combines_votes():
+    variables = _variables()
+    calls = []
+
+    def double(pairs):
+        calls.append("double")
+        return [(2.0 * g, v) for g, v in pairs]
+
+    chain = GradientChain([NonFiniteGuard(), ("double", double), ClipGlobalNorm(1.0)])
+    chain.build(variables)
+    pairs = _pairs(variables, np.full((3, 2), 0.1), [0.1, 0.1])
+    out, apply = chain(pairs)
+    assert chain.order == ("nonfinite_guard", "double", "clip_global_norm") and calls == ["double"]
+    assert bool(apply)
+    # 0.1 * 8 entries -> norm 0.283, doubled 0.566: below the clip, so exactly doubled.
+    np.testing.assert_allclose(_values(out)[1], [0.2, 0.2], rtol=1e-6)
+    out, _ = GradientChain([ClipGlobalNorm(1.0), ("double", double)])(pairs)
+    out_other, _ = GradientChain([("double", double), ClipGlobalNorm(0.3)])(pairs)
+    assert float(global_norm(out_other)) == pytest.approx(0.3, rel=1e-6)  # order matters
+    assert float(global_norm(out)) == pytest.approx(2 * float(global_norm(pairs)), rel=1e-6)
+    _, apply = chain(_pairs(variables, np.full((3, 2), np.nan), [0.0, 0.0]))
+    assert not bool(apply)
+
+
+def test_clip_global_norm_and_agc_members_match_their_definitions():
+    variables = _variables()
+    pairs = _pairs(variables, np.full((3, 2), 3.0), [4.0, 0.0])
+    out, apply = ClipGlobalNorm(2.0)(pairs)
+    expected, _ = tf.clip_by_global_norm([g for g, _ in pairs], 2.0)
+    assert apply is None
+    np.testing.assert_array_equal(_values(out)[0], expected[0].numpy())
+    assert float(global_norm(out)) == pytest.approx(2.0, rel=1e-6)
+    agc = AdaptiveClipping(0.1, exclude=["*bias*"])
+    agc.build(variables)
+    out, _ = agc(pairs)
+    reference = ga_tfx.adaptive_clip_gradients(pairs, 0.1, exclude=["*bias*"])
+    for a, b in zip(_values(out), _values(reference)):
+        np.testing.assert_array_equal(a, b)
+    assert np.all(_values(out)[0] < 3.0)  # the kernel was clipped, the bias excluded
+    np.testing.assert_array_equal(_values(out)[1], [4.0, 0.0])
+
+
+def test_state_checkpoints_under_stable_keys(tmp_path):
+    variables = _variables()
+    chain = make_chain("skip", clip_global_norm=1.0,
+                       transforms=[AdaptiveClipping(0.1), ("user", lambda pairs: pairs)])
+    chain.build(variables)
+    assert chain.order == ("nonfinite_guard", "clip_global_norm", "agc", "user")
+    chain(_pairs(variables, np.full((3, 2), np.nan), [0.0, 0.0]))
+    path = tf.train.Checkpoint(chain=chain).write(str(tmp_path / "ckpt"))
+    keys = {name for name, _ in tf.train.list_variables(path)}
+    assert "chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    restored = make_chain("skip")
+    restored.build(variables)
+    tf.train.Checkpoint(chain=restored).read(path).assert_existing_objects_matched()
+    assert int(restored.members["nonfinite_guard"].nonfinite_windows.numpy()) == 1
+    assert int(restored.members["nonfinite_guard"].consecutive_nonfinite.numpy()) == 1
+
+
+def test_bad_members_and_names_are_rejected():
+    with pytest.raises(ValueError, match="nonfinite_policy must be one of"):
+        NonFiniteGuard("ignore")
+    with pytest.raises(ValueError, match="Python identifier.*'my clip'"):
+        FunctionTransform(lambda p: p, "my clip")
+    with pytest.raises(TypeError, match="must be callable"):
+        FunctionTransform(3, "three")
+    with pytest.raises(TypeError, match="GradientTransform or a .name, callable. pair"):
+        GradientChain([lambda pairs: pairs])
+    with pytest.raises(ValueError, match=r"\['agc'\] appear more than once"):
+        GradientChain([AdaptiveClipping(0.1), AdaptiveClipping(0.2)])
+    with pytest.raises(ValueError, match="clip_global_norm must be > 0, got 0.0"):
+        ClipGlobalNorm(0)
+    with pytest.raises(NotImplementedError):
+        GradientTransform("base")([])
+    variables = _variables()
+    dropping = FunctionTransform(lambda pairs: pairs[:1], "dropping")
+    with pytest.raises(ValueError, match="'dropping' must return one .gradient, variable. pair"):
+        dropping(_pairs(variables, np.ones((3, 2)), [1.0, 1.0]))
+    with pytest.raises(ValueError, match="rank 0 to 5"):
+        AdaptiveClipping(0.1).build([tf.Variable(tf.zeros([1] * 6), name="big")])
