@@ -127,6 +127,13 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
 
         Keras calls it before loading saved optimizer state; training calls it on its own.
         """
+        if tf.distribute.has_strategy():
+            self._build(var_list)
+        else:  # the strategy the wrapper was created under
+            with self._distribution_strategy.scope():
+                self._build(var_list)
+
+    def _build(self, var_list):
         self._accumulator_for(list(var_list))
         if isinstance(self.optimizer, keras.optimizers.Optimizer):
             self.optimizer.build(var_list)
