@@ -13,6 +13,7 @@ import sys
 
 from ga_tfx._schema import Spec
 from ga_tfx._validation import ACCUM_STEPS
+from ga_tfx.components.trainer import preemption
 from ga_tfx.pipelines import options
 
 SHIPPED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits")
@@ -135,6 +136,8 @@ def main(argv=None):
     except ValueError as error:  # bad data or settings: found before anything ran
         print(f"ga-tfx {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # SIGTERM/SIGINT: the Trainer saved a checkpoint and stopped
+        return preemption.report_interruption(error)
 
 
 if __name__ == "__main__":

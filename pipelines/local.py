@@ -6,10 +6,8 @@ Metadata, from the artifacts of the latest run (cached ones included).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx._keras import tf
 
 import dataclasses
-import glob
 import json
 import os
 from typing import Any, Dict, List, Optional
@@ -19,6 +17,7 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 from tfx.utils import io_utils
 
+from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.pipelines import digits
 from ga_tfx.pipelines import pipeline as pipeline_lib
@@ -49,6 +48,7 @@ class RunSummary:
     pushed_model: Optional[str]
     serving_model: Optional[str]
     cached_components: List[str]
+    resumed_from_update: Optional[int] = None  # the Trainer's run record (None: not resumed)
 
     def lines(self):
         tuned = ", ".join(f"{k}={v}" for k, v in sorted(self.hyperparameters.items()))
@@ -56,6 +56,7 @@ class RunSummary:
         return [
             f"effective batch size: {self.effective_batch_size}",
             f"optimizer updates:    {self.updates}",
+            _resumed_line(self.resumed_from_update),
             f"tuned:                {tuned or 'no (Tuner off)'}",
             f"evaluation (eval split): {metrics}",
             f"blessed:              {'yes' if self.blessed else 'no'}",
@@ -109,12 +110,13 @@ def summarize(connection_config) -> RunSummary:
         sorted({artifact.type_id for artifact in artifacts}))}
     outputs = {type_names[artifact.type_id]: artifact for artifact in artifacts}
 
-    scalars = _last_scalars(outputs["ModelRun"].uri) if "ModelRun" in outputs else {}
+    record = run_record.read(outputs["ModelRun"].uri) if "ModelRun" in outputs else None
     blessing = outputs.get("ModelBlessing")
     pushed = outputs.get("PushedModel")
     return RunSummary(
-        effective_batch_size=_int(scalars.get("ga_tfx/effective_batch_size")),
-        updates=_int(scalars.get("ga_tfx/updates")),
+        effective_batch_size=record and record.effective_batch_size,
+        updates=record and record.updates,
+        resumed_from_update=record and record.resumed_from_update,
         hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
         metrics=_metrics(outputs.get("ModelEvaluation")),
         blessed=bool(blessing and blessing.custom_properties["blessed"].int_value),
@@ -125,19 +127,8 @@ def summarize(connection_config) -> RunSummary:
         cached_components=cached)
 
 
-def _int(value):
-    return None if value is None else int(round(value))
-
-
-def _last_scalars(model_run_dir):
-    """{tag: last value} of the ``ga_tfx/`` TensorBoard scalars the Trainer wrote."""
-    last = {}
-    for path in sorted(glob.glob(os.path.join(model_run_dir, "ga_tfx", "events.out.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.HasField("tensor"):
-                    last[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
-    return {tag: value for tag, (_, value) in last.items()}
+def _resumed_line(update):
+    return "resumed: no" if update is None else f"resumed: from update {update}"
 
 
 def _hyperparameters(artifact):

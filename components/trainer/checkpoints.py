@@ -96,7 +96,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         if self.latest:
             # Optimizer slots and accumulation buffers do not exist yet: their values are
             # restored when they are created (deferred restoration).
-            self._checkpoint.restore(self.latest)
+            self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
         self.done = self.saved_at = int(self.updates_done.numpy())
         self._saved_time = self._clock()

@@ -1,4 +1,4 @@
-"""Distribution: the tf.distribute strategy, which process is the chief, where each worker writes."""
+"""Distribution: the tf.distribute strategy, the chief, where each worker writes."""
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf

@@ -1,7 +1,7 @@
-"""The accumulation model: the user's model built under a dtype policy, BN replaced, warm-started, wrapped."""
+"""The accumulation model: built under a dtype policy, BN replaced, warm-started, wrapped."""
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx import keras
+from ga_tfx import _tf_keras_internals, keras
 
 import contextlib
 
@@ -28,7 +28,7 @@ def accumulation_model(build_model, hparams, settings, base_model_dir=None):
     if not isinstance(model, keras.Model) or model.optimizer is None:
         raise ValueError("build_model(hparams) must return a compiled tf.keras Model, got "
                          f"{model!r}.")
-    compile_args = model._get_compile_args()  # tf-keras 2.16: what clone_and_build uses
+    compile_args = _tf_keras_internals.compile_args(model)  # what clone_and_build uses
     if settings.replace_batchnorm:
         model = ga_tfx.replace_batchnorm_layers(model, settings.accum_steps)
     if base_model_dir:

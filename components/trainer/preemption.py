@@ -93,8 +93,7 @@ def interruption(error: BaseException) -> Optional[TrainingInterrupted]:
     """The :class:`TrainingInterrupted` that caused ``error`` (itself, or in its
     ``__cause__``/``__context__`` chain, as TFX's launcher may wrap it), else ``None``.
 
-    For a command-line entry point: print ``str(found)`` as the last line and exit with
-    ``found.exit_code``.
+    See :func:`report_interruption`.
     """
     seen = set()
     while error is not None and id(error) not in seen:
@@ -103,3 +102,13 @@ def interruption(error: BaseException) -> Optional[TrainingInterrupted]:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+def report_interruption(error: BaseException) -> int:
+    """For a command-line entry point's ``except``: prints the interruption's one line (the
+    last line of the output) and returns its exit code; re-raises any other ``error``."""
+    found = interruption(error)
+    if found is None:
+        raise error
+    print(found, flush=True)
+    return found.exit_code

@@ -38,12 +38,6 @@ class RunRecord:
     samples_per_second: Optional[float]
     final_metrics: Dict[str, float]
 
-    def resumed_line(self) -> str:
-        """``"resumed: from update N"`` or ``"resumed: no"`` (for a run summary)."""
-        if self.resumed_from_update is None:
-            return "resumed: no"
-        return f"resumed: from update {self.resumed_from_update}"
-
 
 def path(model_run_dir: str) -> str:
     return os.path.join(model_run_dir, FILE_NAME)

@@ -1,0 +1,190 @@
+"""The Trainer's checkpoint cadence, atomic checkpoint writes and stop-on-signal (no TFX).
+
+A small accumulation model trained with ``fit`` and
+:class:`~ga_tfx.components.trainer.checkpoints.UpdateCheckpoint`; the process-killing tests on
+the full Trainer are in ``tests/test_preemption_kills.py`` (slow tier).
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx import keras, tf
+
+import os
+import signal
+
+import numpy as np
+import pytest
+from tensorflow.python.checkpoint import checkpoint_management
+
+from ga_tfx.components.trainer import checkpoints, preemption
+
+K, MICRO, UPDATES = 2, 4, 7
+
+
+def _model():
+    keras.utils.set_random_seed(1)
+    inputs = keras.Input(shape=(3,))
+    hidden = ga_tfx.AccumBatchNormalization(accum_steps=K)(keras.layers.Dense(4)(inputs))
+    model = ga_tfx.wrap_model(keras.Model(inputs, keras.layers.Dense(1)(hidden)), accum_steps=K)
+    model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+    return model
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(UPDATES * K * MICRO, 3)).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(MICRO)
+
+
+class _Saves(checkpoints.UpdateCheckpoint):
+    """Records the update count of every checkpoint written."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.saved = []
+
+    def save(self):
+        before = self.saved_at
+        super().save()
+        if self.saved_at != before:
+            self.saved.append(self.saved_at)
+
+
+class _Before(keras.callbacks.Callback):
+    """Runs ``action(window)`` before each window (1-based), ahead of the checkpoint callback."""
+
+    def __init__(self, action):
+        super().__init__()
+        self._action, self._window = action, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._window += 1
+        self._action(self._window)
+
+
+def _fit(model, *callbacks):
+    model.fit(_data(), epochs=1, steps_per_epoch=UPDATES * K, verbose=0,
+              callbacks=list(callbacks))
+
+
+def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
+    model = _model()
+    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3,
+                   every_seconds=1e9)
+    assert saves.restore() == 0
+    _fit(model, saves)
+    saves.finish()
+    assert saves.saved == [3, 6, 7]  # mid-epoch (one epoch of 7), then the final state
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-6",
+                                                                              "ckpt-7"]
+
+
+def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
+    now = [0.0]
+    model = _model()
+    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=5,
+                   every_seconds=25.0, clock=lambda: now[0])
+    saves.restore()
+
+    def tick(window):  # each window takes 10 s
+        now[0] += 10.0
+
+    _fit(model, _Before(tick), saves)
+    assert saves.saved == [3, 6]  # 30 s at updates 3 and 6, before 5 updates; 7: 10 s
+    now[0] = 0.0
+    model = _model()
+    saves = _Saves(model, str(tmp_path / "updates_first"), total_updates=UPDATES,
+                   every_updates=2, every_seconds=25.0, clock=lambda: now[0])
+    saves.restore()
+    _fit(model, _Before(tick), saves)
+    assert saves.saved == [2, 4, 6]  # the update count comes first here
+
+
+def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
+    model = _model()
+    with preemption.stop_on_signals() as stop:
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=100,
+                       every_seconds=1e9, stop=stop)
+        saves.restore()
+        kill = _Before(lambda window: window == 4 and os.kill(os.getpid(), signal.SIGTERM))
+        with pytest.raises(preemption.TrainingInterrupted) as raised:
+            _fit(model, kill, saves)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+    assert str(raised.value) == ("interrupted at update 4 of 7; checkpoint saved; re-run the "
+                                 "same command to resume")
+    assert raised.value.exit_code == 128 + signal.SIGTERM
+    assert saves.saved == [4]
+    # The checkpoint is the state after 4 whole windows: 4 optimizer updates.
+    assert int(model.optimizer.iterations.numpy()) == 4
+    weights = [w.numpy() for w in model.weights]
+
+    resumed = _model()
+    again = checkpoints.UpdateCheckpoint(resumed, str(tmp_path), total_updates=UPDATES,
+                                         every_updates=100, every_seconds=1e9)
+    assert again.restore() == 4
+    for got, want in zip(resumed.weights, weights):  # weights and AccumBN statistics
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_second_signal_is_not_held_back():
+    before = signal.getsignal(signal.SIGINT)
+    with preemption.stop_on_signals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.signum == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):  # the previous handler runs
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_interruption_is_found_through_wrapping_errors(capsys):
+    cause = preemption.TrainingInterrupted(5, 8, signal.SIGINT)
+    try:
+        try:
+            raise cause
+        except preemption.TrainingInterrupted as error:
+            raise RuntimeError("component GradientAccumulationTrainer failed") from error
+    except RuntimeError as wrapped:
+        assert preemption.report_interruption(wrapped) == 130
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume")
+    with pytest.raises(ValueError, match="other"):
+        preemption.report_interruption(ValueError("other"))
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    """tf.train.CheckpointManager writes the files, then replaces the index file atomically:
+    a torn write of checkpoint 4 (files half written, index not yet updated) restores 2."""
+    model = _model()
+    saves = checkpoints.UpdateCheckpoint(model, str(tmp_path), total_updates=UPDATES,
+                                         every_updates=2, every_seconds=1e9)
+    saves.restore()
+    at_two = []
+    record = checkpoint_management.update_checkpoint_state_internal
+
+    def killed_before_the_index(save_dir, model_checkpoint_path, *args, **kwargs):
+        if model_checkpoint_path.endswith("ckpt-4"):
+            for name in os.listdir(save_dir):  # the new files, half written
+                if name.startswith("ckpt-4.data"):
+                    path = os.path.join(save_dir, name)
+                    with open(path, "r+b") as f:
+                        f.truncate(os.path.getsize(path) // 2)
+            raise SystemExit("killed")  # the process ends here
+        return record(save_dir, model_checkpoint_path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal",
+                        killed_before_the_index)
+    snapshot = _Before(lambda window: window == 3 and at_two.append(
+        [w.numpy() for w in model.weights]))
+    with pytest.raises(SystemExit):
+        _fit(model, snapshot, saves)
+    monkeypatch.undo()
+    assert any(name.startswith("ckpt-4.data") for name in os.listdir(tmp_path))
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+    resumed = _model()
+    again = checkpoints.UpdateCheckpoint(resumed, str(tmp_path), total_updates=UPDATES,
+                                         every_updates=2, every_seconds=1e9)
+    assert again.restore() == 2
+    for got, want in zip(resumed.weights, at_two[0]):
+        np.testing.assert_array_equal(got.numpy(), want)
