@@ -1,0 +1,95 @@
+"""``model.compile(optimizer=GradientAccumulateOptimizer(...))`` on a plain Keras model, then
+``fit(batch_size=micro)``: one update per K micro-batches, equal to big-batch training at the
+weight level, on one device and under MirroredStrategy (2 logical CPUs, see conftest)."""
+
+import numpy as np
+import pytest
+
+import ga_tfx
+from ga_tfx._keras import keras, tf
+from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce, \
+    two_replica_strategy
+
+pytestmark = []  # fast tier, library only (no TFX)
+
+MICRO, K, EPOCHS = 6, 4, 2
+N = 96  # 16 micro-batches of 6 per epoch: 4 windows per epoch, 8 updates
+UPDATES = EPOCHS * N // (MICRO * K)
+# float32 round-off of summing the window in another order than the big batch; observed ~1e-7.
+TOLERANCE = 1e-5
+
+
+def _schedule():
+    # Decays per optimizer update: counting micro-steps instead would decay 4x too fast.
+    return keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.8)
+
+
+OPTIMIZERS = {
+    "sgd_momentum_schedule": lambda: keras.optimizers.SGD(_schedule(), momentum=0.9),
+    "adam_schedule": lambda: keras.optimizers.Adam(
+        keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=1, decay_rate=0.8)),
+}
+
+
+def _big_batch(make_optimizer, x, y):
+    model = mlp(l2=1e-2)
+    model.compile(optimizer=make_optimizer(), loss=sparse_ce())
+    model.fit(x, y, batch_size=MICRO * K, epochs=EPOCHS, shuffle=False, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["one_device", "mirrored"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_compile_fit_matches_big_batch(name, distributed):
+    make_optimizer = OPTIMIZERS[name]
+    x, y = classification_data(n=N, seed=4)
+    big = _big_batch(make_optimizer, x, y)
+
+    strategy = two_replica_strategy() if distributed else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = mlp(l2=1e-2)  # a plain keras.Model
+        optimizer = ga_tfx.GradientAccumulateOptimizer(optimizer=make_optimizer(), accum_steps=K)
+        model.compile(optimizer=optimizer, loss=sparse_ce())
+    assert model.optimizer is optimizer
+    history = model.fit(x, y, batch_size=MICRO, epochs=EPOCHS, shuffle=False, verbose=0)
+
+    assert len(history.history["loss"]) == EPOCHS
+    assert iterations(model.optimizer) == iterations(big.optimizer) == UPDATES
+    assert int(optimizer.micro_steps.numpy()) == 0
+    # The schedule was evaluated at the update count, not at the micro-step count.
+    np.testing.assert_allclose(keras.backend.get_value(optimizer.learning_rate),
+                               keras.backend.get_value(big.optimizer.learning_rate), rtol=1e-6)
+    initial = keras.backend.get_value(make_optimizer().learning_rate)
+    # Keras evaluates the schedule before counting the update: schedule(UPDATES - 1).
+    np.testing.assert_allclose(keras.backend.get_value(optimizer.learning_rate),
+                               initial * 0.8 ** (UPDATES - 1), rtol=1e-6)
+    diff = max_weight_diff(big, model)
+    print(f"{name} {'mirrored' if distributed else 'one device'}: max |dw| = {diff:.3g}")
+    assert diff <= TOLERANCE
+    assert max_weight_diff(mlp(l2=1e-2), model) > 1e-2  # training moved the weights
+
+
+def test_compile_keeps_a_pending_window_across_fit_calls_and_checkpoints(tmp_path):
+    """fit's windows do not end with fit: 3 micro-batches per fit, K=4 -> windows cross fit
+    calls (as with a checkpoint taken between them); the result equals one uninterrupted run."""
+    x, y = classification_data(n=N, seed=5)
+    make = OPTIMIZERS["adam_schedule"]
+
+    def compiled():
+        model = mlp()
+        model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(make(), accum_steps=K),
+                      loss=sparse_ce())
+        return model
+
+    uninterrupted = compiled()
+    uninterrupted.fit(x[:72], y[:72], batch_size=MICRO, shuffle=False, verbose=0)
+
+    first = compiled()
+    first.fit(x[:18], y[:18], batch_size=MICRO, shuffle=False, verbose=0)  # 3 micro-steps
+    assert iterations(first.optimizer) == 0
+    path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).save(str(tmp_path / "c"))
+    resumed = compiled()
+    tf.train.Checkpoint(model=resumed, optimizer=resumed.optimizer).restore(path)
+    resumed.fit(x[18:72], y[18:72], batch_size=MICRO, shuffle=False, verbose=0)
+    assert iterations(resumed.optimizer) == iterations(uninterrupted.optimizer) == 3
+    assert max_weight_diff(uninterrupted, resumed) == 0.0  # same ops, same order
