@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Lint, format check and type check (configuration: pyproject.toml; tools: setup.py's `dev` extra,
+# pinned in requirements/lock.txt, installed in .venv/ by scripts/bootstrap.sh):
+#   ruff check           pycodestyle, pyflakes, import order (ga_tfx first), bugbear
+#   ruff format --check  the formatter's layout, line length 100
+#   mypy                 the public API: ga_tfx/__init__.py and the non-private ga_tfx modules
+# Usage: lint.sh          check only; exit status 1 if any of the three finds something
+#        lint.sh --fix    apply ruff's safe fixes and format the tree, then check
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/bootstrap.sh" tfx
+cd "$root"
+bin="$root/.venv/bin"
+
+case "${1:-}" in
+  "") ;;
+  --fix) "$bin/ruff" check --fix --quiet . || true  # what is left is reported below
+         "$bin/ruff" format --quiet . ;;
+  *) echo "error: unknown argument '$1' (allowed: --fix, or nothing)" >&2; exit 2 ;;
+esac
+
+status=0
+echo "== ruff check"; "$bin/ruff" check . || status=1
+echo "== ruff format --check"; "$bin/ruff" format --check . || status=1
+echo "== mypy (public API)"; "$bin/mypy" || status=1
+exit "$status"
