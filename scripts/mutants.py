@@ -54,13 +54,15 @@ class Mutation:
 
     name: short id (``area.what``); find: code text replaced (all occurrences); replace: the
     bug; tests: pytest arguments (files, node ids, ``-k`` expressions) that should kill it;
-    files: globs (relative to the root) to search instead of the source folders.
+    files: globs (relative to the root) to search instead of the source folders; slow: its
+    tests are in the slow tier (run only with ``--slow``, without ``-m "not slow"``).
     """
     name: str
     find: str
     replace: str
     tests: Tuple[str, ...]
     files: Tuple[str, ...] = ()
+    slow: bool = False
 
 
 MUTATIONS: List[Mutation] = [
@@ -85,8 +87,16 @@ MUTATIONS: List[Mutation] = [
              ("tests/test_distribution.py", "-k", "match_single_device")),
     Mutation("engine.buffers_not_reset",
              "return acc.reset()", "return tf.no_op()",
-             ("tests/test_equivalence.py", "-k", "every_optimizer and sgd_momentum"),
+             ("tests/test_equivalence.py", "tests/test_windows.py", "-k",
+              "every_optimizer and sgd_momentum or train_on_batch"),
              ("ga_tfx/engine/*.py",)),
+    Mutation("engine.accum_steps_1_agc_ignored",
+             "return (self._accum_steps > 1 or self._agc is not None",
+             "return (self._accum_steps > 1",
+             ("tests/test_agc.py", "-k", "accum_steps_one")),
+    Mutation("engine.parameter_server_accepted",
+             'if getattr(self, "_cluster_coordinator", None):', "if False:",
+             ("tests/test_validation.py", "-k", "parameter_server")),
     Mutation("engine.ema_per_micro_batch",
              "grads = tape.gradient(loss_to_differentiate, variables)",
              "grads = tape.gradient(loss_to_differentiate, variables); "
@@ -128,6 +138,9 @@ MUTATIONS: List[Mutation] = [
              "param_norm = tf.maximum(unitwise_norm(p, axes), tf.cast(eps, compute_dtype))",
              "param_norm = unitwise_norm(p, axes)",
              ("tests/test_agc.py",)),
+    Mutation("agc.rank_6_accepted",
+             "if rank > MAX_SUPPORTED_RANK:", "if rank > 6:",
+             ("tests/test_agc.py", "-k", "rank")),
     Mutation("agc.kernel_norm_over_all_axes",
              "return tuple(range(rank - 1))", "return tuple(range(rank))",
              ("tests/test_agc.py",)),
@@ -135,6 +148,32 @@ MUTATIONS: List[Mutation] = [
     Mutation("trainer.resume_does_not_skip_trained_data",
              "train.skip(epochs_done * micro_per_epoch)", "train.skip(0)",
              ("tests/test_trainer_component.py", "-k", "killed")),
+    Mutation("trainer.base_model_ignored",
+             "    if base_model_dir:\n        warm_start(model, base_model_dir)",
+             "    if base_model_dir:\n        pass",
+             ("tests/test_trainer_component.py", "-k", "warm_starts")),
+    Mutation("trainer.stock_route_settings_ignored",
+             "settings = settings_lib.from_dict(config[keys.GA_TFX])",
+             "settings = settings_lib.from_dict(dict(config[keys.GA_TFX], accum_steps=1))",
+             ("tests/test_trainer_component.py", "-k", "stock_trainer_runs")),
+    Mutation("trainer.mirrored_replica_factor_dropped",
+             "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
+             "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
+             ("tests/test_trainer_component.py", "-k", "big_batch_weights and sgd")),
+    Mutation("trainer.multi_worker_replica_factor_dropped",
+             "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
+             "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
+             ("tests/test_multi_worker.py",), slow=True),
+    Mutation("cli.no_cache_ignored",
+             "enable_cache=not args.no_cache", "enable_cache=True",
+             ("tests/test_pipeline_e2e.py", "-k", "no_cache")),
+    Mutation("tuning.out_of_memory_not_caught",
+             "except tf.errors.ResourceExhaustedError as error:",
+             "except tf.errors.CancelledError as error:",
+             ("tests/test_tuning.py", "-k", "out_of_memory")),
+    Mutation("tuner.search_restarts",
+             "project_name=PROJECT_NAME, overwrite=False", "project_name=PROJECT_NAME, overwrite=True",
+             ("tests/test_tuner_component.py", "-k", "resumes")),
     Mutation("tuner.budget_from_smallest_micro_batch",
              "return max(self.accum_steps) * max(self.micro_batch_size)",
              "return max(self.accum_steps) * min(self.micro_batch_size)",
@@ -194,8 +233,10 @@ def targets(tree: str, mutation: Mutation) -> List[str]:
                    if mutation.find in open(p, encoding="utf-8").read()})
 
 
-def run_pytest(tree: str, args, timeout=TIMEOUT_S) -> Tuple[Optional[int], float, str]:
-    command = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-m", "not slow",
+def run_pytest(tree: str, args, timeout=TIMEOUT_S, slow=False
+               ) -> Tuple[Optional[int], float, str]:
+    tier = [] if slow else ["-m", "not slow"]
+    command = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", *tier,
                "-W", "ignore", *args]
     start = time.monotonic()
     try:
@@ -214,9 +255,12 @@ def main(argv=None) -> int:
     parser.add_argument("-k", action="append", default=[],
                         help="run only mutations whose name contains this (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--slow", action="store_true",
+                        help="also the mutations whose tests are in the slow tier")
     parser.add_argument("--keep", action="store_true", help="keep the copy (path printed)")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if not args.k or any(k in m.name for k in args.k)]
+    chosen = [m for m in MUTATIONS if (not args.k or any(k in m.name for k in args.k))
+              and (args.slow or not m.slow)]
     if args.list:
         for m in chosen:
             print(f"{m.name:48s} {' '.join(m.tests)}")
@@ -232,8 +276,8 @@ def main(argv=None) -> int:
             return 2
         check_imports(tree)
         # Baseline: the unmutated copy passes each distinct test selection.
-        for selection in dict.fromkeys(m.tests for m in chosen):
-            code, seconds, summary = run_pytest(tree, selection)
+        for selection, slow in dict.fromkeys((m.tests, m.slow) for m in chosen):
+            code, seconds, summary = run_pytest(tree, selection, slow=slow)
             print(f"baseline   {' '.join(selection):48s} {seconds:5.0f}s  {summary}", flush=True)
             if code != 0:
                 print("ERROR: the unmutated copy fails these tests", file=sys.stderr)
@@ -247,7 +291,7 @@ def main(argv=None) -> int:
                 for p, text in saved.items():
                     with open(p, "w", encoding="utf-8") as f:
                         f.write(text.replace(m.find, m.replace))
-                code, seconds, summary = run_pytest(tree, m.tests)
+                code, seconds, summary = run_pytest(tree, m.tests, slow=m.slow)
             finally:
                 for p, text in saved.items():
                     with open(p, "w", encoding="utf-8") as f:

@@ -81,3 +81,17 @@ def test_model_without_trainable_variables():
     with pytest.raises(ValueError, match="no trainable variables"):
         wrapped.fit(np.zeros((4, 8), "float32"), np.zeros((4, 3), "float32"), batch_size=2,
                     verbose=0)
+
+
+def test_parameter_server_training_is_refused_by_name():
+    """Under ParameterServerStrategy Keras gives the model a ``ClusterCoordinator`` at
+    ``compile`` (``model._cluster_coordinator``) and dispatches its train function to workers;
+    the engine's train function refuses it before building anything. (A real parameter-server
+    cluster needs server processes; the attribute is what Keras' compile sets, and
+    ``make_train_function`` is what ``fit`` calls.)"""
+    model = ga_tfx.wrap_model(mlp(), accum_steps=2)
+    model.compile("sgd", "mse")
+    model._cluster_coordinator = object()
+    with pytest.raises(NotImplementedError, match="ParameterServerStrategy is not supported"):
+        model.make_train_function()
+    assert model.gradient_accumulator is None  # refused before the buffers were built
