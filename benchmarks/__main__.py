@@ -1,88 +1,182 @@
 """Command line: ``.venv/bin/python -m benchmarks [--output benchmarks/REPORT.md] ...``.
 
-Runs the three phases (memory in fresh subprocesses, correctness and BatchNormalization checks in
-a subprocess, throughput in this process), prints the report and optionally writes it.
+Runs the phases (peak memory and the XLA probes in fresh subprocesses; correctness and
+BatchNormalization checks in a subprocess; paired throughput rounds driven from this process),
+prints the report and optionally writes it (and the raw results as JSON).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow is imported)
 
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import os  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+import argparse
+import datetime
+import importlib.util
+import inspect
+import json
+import os
+import shlex
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks.configs import CONFIGS  # noqa: E402
-from benchmarks.machine import ga_tfx_source, machine_facts  # noqa: E402
-from benchmarks.report import render  # noqa: E402
-from benchmarks.runner import measure_throughput  # noqa: E402
-from benchmarks.workers import run_worker  # noqa: E402
+from benchmarks import anchor
+from benchmarks.configs import CONFIGS, DEFAULT_CONFIGS, memory_configs
+from benchmarks.machine import ga_tfx_source, machine_facts
+from benchmarks.report import render
+from benchmarks.runner import measure_throughput
+from benchmarks.workers import run_worker
+
+TRAINING_LOOP_MODULE = "ga_tfx.training_loop"
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Gradient accumulation benchmark: ga_tfx vs plain Keras 2 vs "
-                    "gradient-accumulator 0.5.2.")
+        description="Gradient accumulation benchmark: ga_tfx vs plain Keras 2, "
+        "gradient-accumulator 0.5.2, Keras 3's gradient_accumulation_steps and the bound.",
+    )
     parser.add_argument("--micro-batch", type=int, default=32, help="micro-batch size b")
     parser.add_argument("--accum-steps", type=int, default=8, help="accumulation steps K")
-    parser.add_argument("--repeats", type=int, default=15,
-                        help="timed rounds per configuration (interleaved)")
-    parser.add_argument("--samples", type=int, default=2048,
-                        help="samples per timed epoch (a multiple of K*b)")
+    parser.add_argument(
+        "--repeats", type=int, default=15, help="paired rounds (one epoch of every configuration)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=2048, help="samples per timed epoch (a multiple of K*b)"
+    )
+    parser.add_argument(
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help="comma-separated configurations to measure; default: "
+        + ",".join(DEFAULT_CONFIGS)
+        + "; also: "
+        + ",".join(name for name in CONFIGS if name not in DEFAULT_CONFIGS),
+    )
     parser.add_argument("--output", default=None, help="write the Markdown report here")
-    parser.add_argument("--memory-jobs", type=int, default=2,
-                        help="memory subprocesses run at a time (peak memory is per process)")
-    parser.add_argument("--skip-memory", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--json", default=None, help="write the raw results (every round's timings) here"
+    )
+    parser.add_argument(
+        "--memory-jobs",
+        type=int,
+        default=2,
+        help="subprocess workers (memory, XLA probes, checks) run at a time before the rounds",
+    )
+    parser.add_argument("--skip-memory", action="store_true", help="no memory workers")
+    parser.add_argument("--skip-checks", action="store_true", help="no correctness/BN phase")
     args = parser.parse_args(argv)
     if args.samples % (args.micro_batch * args.accum_steps):
-        parser.error(f"--samples {args.samples} must be a multiple of micro-batch * "
-                     f"accum-steps = {args.micro_batch * args.accum_steps}")
+        parser.error(
+            f"--samples {args.samples} must be a multiple of micro-batch * accum-steps = "
+            f"{args.micro_batch * args.accum_steps}"
+        )
+    args.config_names = [name for name in args.configs.split(",") if name]
+    unknown = [name for name in args.config_names if name not in CONFIGS]
+    if unknown or not args.config_names:
+        parser.error(f"--configs {args.configs!r}: unknown {unknown}; allowed: {list(CONFIGS)}")
     return args
+
+
+def training_loop_fact():
+    """What the report says about ``ga_tfx.TrainingLoop`` and XLA (issue 15, sections 2-3)."""
+    if importlib.util.find_spec(TRAINING_LOOP_MODULE) is None:
+        return f"`{TRAINING_LOOP_MODULE}` does not exist at this commit: no training-loop rows."
+    from ga_tfx.training_loop import TrainingLoop
+
+    if "jit_compile" in inspect.signature(TrainingLoop).parameters:
+        return (
+            "`ga_tfx.TrainingLoop` takes `jit_compile` at this commit, but this benchmark has no "
+            "XLA row for it yet."
+        )
+    return "`ga_tfx.TrainingLoop` takes no `jit_compile` at this commit: no XLA row for it."
 
 
 def main(argv=None):
     args = parse_args(argv)
     started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     t0 = time.perf_counter()
-    python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) \
+    python = (
+        os.path.relpath(sys.executable)
+        if sys.executable.startswith(os.getcwd())
         else sys.executable
+    )
     command = shlex.join([python, "-m", "benchmarks"] + sys.argv[1:])
     facts = machine_facts()
-    print(f"ga_tfx benchmark: b={args.micro_batch} K={args.accum_steps} "
-          f"samples={args.samples} repeats={args.repeats}", flush=True)
+    facts["anchor_import_error"] = anchor.IMPORT_ERROR
+    facts["training_loop"] = training_loop_fact()
+    names = args.config_names
+    print(
+        f"ga_tfx benchmark: b={args.micro_batch} K={args.accum_steps} "
+        f"samples={args.samples} repeats={args.repeats} configs={len(names)}",
+        flush=True,
+    )
 
-    memory, phases = {}, {}
+    memory, checks, probes, phases = {}, {}, {}, {}
     t_phase = time.perf_counter()
+    jobs = {}
     if not args.skip_memory:
-        print(f"[1/3] peak memory, one fresh subprocess per configuration "
-              f"({args.memory_jobs} at a time)", flush=True)
-        with ThreadPoolExecutor(max_workers=args.memory_jobs) as pool:
-            futures = {name: pool.submit(run_worker, "memory", args, name) for name in CONFIGS}
-            for name, future in futures.items():
-                memory[name] = r = future.result()
-                print(f"  {name}: " + (
-                    f"RSS pre {r['pre_train_maxrss_mib']:.0f} MiB, peak "
-                    f"{r['peak_maxrss_mib']:.0f} MiB; TF tensors steady peak "
-                    f"{r['tf_peak_steady_mib']:.1f} MiB (pre-train {r['tf_pre_train_mib']:.1f})"
-                    if r.get("status") == "ok" else f"FAILED {r.get('error')}"), flush=True)
-        phases["memory"] = time.perf_counter() - t_phase
-    print("[2/3] correctness and BatchNormalization checks (subprocess, op determinism)",
-          flush=True)
+        for name in memory_configs(names):
+            jobs[("memory", name)] = ("memory", {"config": name})
+    xla = [name for name in names if CONFIGS[name].jit]
+    for framework in sorted({CONFIGS[name].framework for name in xla}):
+        group = [name for name in xla if CONFIGS[name].framework == framework]
+        jobs[("xla_probe", framework)] = ("xla_probe", {"configs": group, "timeout": 1200})
+    if not args.skip_checks:
+        jobs[("correctness", "")] = ("correctness", {"timeout": 1200})
+    print(
+        f"[1-2/3] {len(jobs)} subprocess workers ({args.memory_jobs} at a time): peak memory, "
+        "XLA probes, correctness and BatchNormalization checks",
+        flush=True,
+    )
+    with ThreadPoolExecutor(max_workers=args.memory_jobs) as pool:
+        futures = {
+            key: pool.submit(run_worker, kind, args, **kwargs)
+            for key, (kind, kwargs) in jobs.items()
+        }
+        for (kind, what), future in futures.items():
+            r = future.result()
+            if kind == "memory":
+                memory[what] = r
+            elif kind == "xla_probe":
+                probes.update(r.get("probes", {}))
+                for name in jobs[(kind, what)][1]["configs"]:
+                    probes.setdefault(name, {"error": r.get("error", "not probed")})
+            else:
+                checks = r
+            print(f"  {kind} {what}: {r.get('status')} {r.get('error', '')}", flush=True)
+    phases["memory+probes+checks"] = time.perf_counter() - t_phase
+    print("[3/3] throughput, paired rounds", flush=True)
     t_phase = time.perf_counter()
-    checks = run_worker("correctness", args)
-    phases["correctness+BN"] = time.perf_counter() - t_phase
-    print("[3/3] throughput, interleaved rounds", flush=True)
-    t_phase = time.perf_counter()
-    throughput = measure_throughput(args)
+    throughput = measure_throughput(args, names)
     phases["throughput"] = time.perf_counter() - t_phase
     facts["load_avg_end"] = os.getloadavg()
     facts["ga_tfx_source_end"] = ga_tfx_source()
 
-    report = render(args, facts, throughput, memory, checks, command, started,
-                    time.perf_counter() - t0, phases)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "command": command,
+                    "facts": facts,
+                    "throughput": throughput,
+                    "memory": memory,
+                    "checks": checks,
+                },
+                f,
+                indent=1,
+                default=str,
+            )
+        print(f"wrote {args.json}")
+    report = render(
+        args,
+        facts,
+        throughput,
+        memory,
+        checks,
+        probes,
+        command,
+        started,
+        time.perf_counter() - t0,
+        phases,
+    )
     print()
     print(report)
     if args.output:

@@ -1,51 +1,224 @@
-"""Benchmark data, the conv net and the throughput/memory configurations.
+"""Benchmark declarations: the data, the conv net and the configurations.
 
-Every configuration trains the same conv net with BatchNormalization on the same synthetic data
-with ``SGD(lr=0.01, momentum=0.9)``; they differ in the batch size ``fit`` sees and in how the
-gradients of ``K`` micro-batches are accumulated.
+Import-light (numpy only): the Keras 2 and Keras 3 processes both read it. Every throughput
+and memory configuration trains the same conv net with BatchNormalization on the same synthetic
+data with ``SGD(lr=0.01, momentum=0.9)``; they differ in the batch ``fit`` sees, in how the
+gradients of ``K`` micro-batches are accumulated, in XLA, and in the process that measures
+them. How a configuration is built is :mod:`benchmarks.builders`.
 """
 
-import ga_tfx  # first import: selects Keras 2 before TensorFlow is imported
+from dataclasses import dataclass
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ga_tfx import keras  # noqa: E402
-
-# The anchor (gradient-accumulator 0.5.2, installed beside ga_tfx): only called, never copied.
-# Imported after ga_tfx, so its `tf.keras` is tf-keras (Keras 2) as well.
-try:
-    import gradient_accumulator as anchor_pkg  # noqa: F401
-    from gradient_accumulator import AccumBatchNormalization as AnchorAccumBN
-    from gradient_accumulator import GradientAccumulateModel as AnchorModel
-    from gradient_accumulator import GradientAccumulateOptimizer as AnchorOptimizer
-    from gradient_accumulator.utils import replace_batchnorm_layers as anchor_replace_bn
-    ANCHOR_IMPORT_ERROR = None
-except Exception as error:  # reported, not hidden
-    anchor_pkg = AnchorAccumBN = AnchorModel = AnchorOptimizer = anchor_replace_bn = None
-    ANCHOR_IMPORT_ERROR = f"{type(error).__name__}: {error}"
+from benchmarks.frameworks import KERAS2, KERAS3
 
 DATA_SEED = 0
 MODEL_SEED = 1234
 INPUT_SHAPE = (32, 32, 3)
 CLASSES = 10
 CONV_CHANNELS = (16, 32, 32)
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
 
-# name -> report label
-CONFIGS = {
-    "plain_b": "(a) plain Keras @ b",
-    "ga_tfx": "(b) ga_tfx @ (b, K)",
-    "plain_Kb": "(c) plain Keras @ K·b",
-    "anchor": "(d) gradient-accumulator @ (b, K)",
-    "plain_b_spe": "(a') plain Keras @ b, steps_per_execution=K",
-    "ga_tfx_accumbn": "(b') ga_tfx @ (b, K) + ga_tfx AccumBatchNormalization",
-    "anchor_accumbn": "(d') gradient-accumulator @ (b, K) + its AccumBatchNormalization",
+# Measuring processes ("hosts"). The main process runs Keras 2; Keras 3 needs its own process,
+# and its ga_tfx partner runs in a Keras 2 subprocess so that both sides of that pair pay the
+# same per-process costs.
+MAIN = "main"
+KERAS3_HOST = "keras3"
+KERAS2_SUB = "keras2_sub"
+MIRRORED_HOST = "keras2_2cpu"  # a Keras 2 process with 2 logical CPU devices (2 replicas)
+HOST_FRAMEWORK = {MAIN: KERAS2, KERAS3_HOST: KERAS3, KERAS2_SUB: KERAS2, MIRRORED_HOST: KERAS2}
+HOST_LOGICAL_CPUS = {MIRRORED_HOST: 2}  # logical CPU devices per host (default 1)
+HOST_LABEL = {
+    MAIN: "main",
+    KERAS3_HOST: "Keras 3 subprocess",
+    KERAS2_SUB: "Keras 2 subprocess",
+    MIRRORED_HOST: "Keras 2 subprocess, 2 logical CPUs",
 }
-MAIN_CONFIGS = ("plain_b", "ga_tfx", "plain_Kb", "anchor")
+
+KINDS = ("fit", "bound", "loop")  # model.fit, the summed fwd+bwd graph, ga_tfx.TrainingLoop
+WRAPPERS = ("none", "ga_tfx", "anchor", "keras3_ga")
+BN_LAYERS = ("keras", "ga_tfx", "anchor")
 
 
-def config_batch_size(name: str, b: int, k: int) -> int:
-    """The ``batch_size`` that ``fit`` gets: ``K·b`` for plain big-batch training, else ``b``."""
-    return b * k if name == "plain_Kb" else b
+@dataclass(frozen=True)
+class Config:
+    """One measured configuration.
+
+    Attributes:
+      name: key in reports and on command lines.
+      label: the report's row label.
+      host: the process that measures it (``MAIN``, ``KERAS3_HOST`` or ``KERAS2_SUB``).
+      kind: ``"fit"`` (``model.fit`` epochs), ``"bound"`` (one ``tf.function`` per epoch
+        summing the gradients of all micro-batches: no optimizer, no host loop) or ``"loop"``
+        (``ga_tfx.TrainingLoop``, the custom-loop runner, ``run`` one epoch at a time).
+      wrapper: ``"none"`` (plain Keras), ``"ga_tfx"`` (``ga_tfx.wrap_model``), ``"anchor"``
+        (gradient-accumulator's ``GradientAccumulateModel``) or ``"keras3_ga"`` (Keras 3's
+        optimizer ``gradient_accumulation_steps``).
+      big_batch: ``fit`` at ``K·b`` instead of ``b``.
+      jit: ``compile(jit_compile=True)`` (``tf.function(jit_compile=True)`` for the bound).
+      bn: the BatchNormalization layer: Keras', ga_tfx's or the anchor's AccumBatchNormalization.
+      steps_per_execution: ``compile(steps_per_execution=K)``.
+      replicas: replicas of a ``"loop"`` configuration (``MirroredStrategy`` over that many
+        logical CPU devices of its host; 1: no strategy).
+    """
+
+    name: str
+    label: str
+    host: str = MAIN
+    kind: str = "fit"
+    wrapper: str = "none"
+    big_batch: bool = False
+    jit: bool = False
+    bn: str = "keras"
+    steps_per_execution: bool = False
+    replicas: int = 1
+
+    def __post_init__(self):
+        for field, value, allowed in (
+            ("host", self.host, tuple(HOST_FRAMEWORK)),
+            ("kind", self.kind, KINDS),
+            ("wrapper", self.wrapper, WRAPPERS),
+            ("bn", self.bn, BN_LAYERS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"Config {self.name!r}: {field}={value!r}; allowed: {allowed}")
+        if self.replicas != 1 and (self.kind != "loop" or self.replicas > self.logical_cpus):
+            raise ValueError(
+                f"Config {self.name!r}: replicas={self.replicas}; allowed: 1, or up to the "
+                f"host's {self.logical_cpus} logical CPUs for a 'loop' configuration"
+            )
+
+    @property
+    def framework(self) -> str:
+        """``"keras2"`` or ``"keras3"``: the Keras of the configuration's process."""
+        return HOST_FRAMEWORK[self.host]
+
+    @property
+    def logical_cpus(self) -> int:
+        """Logical CPU devices of the configuration's process."""
+        return HOST_LOGICAL_CPUS.get(self.host, 1)
+
+    def batch_size(self, b: int, k: int) -> int:
+        """The ``batch_size`` that ``fit`` gets: ``K·b`` for big-batch training, else ``b``."""
+        return b * k if self.big_batch else b
+
+    def updates_per_epoch(self, n: int, b: int, k: int) -> int:
+        """Optimizer updates in one epoch of ``n`` samples (0 for the bound: no optimizer)."""
+        if self.kind == "bound":
+            return 0
+        accumulates = self.wrapper != "none" or self.big_batch or self.kind == "loop"
+        return n // (b * k) if accumulates else n // b
+
+
+def _declare():
+    rows = []
+    for jit in (False, True):
+        x, xla = ("_xla", ", XLA") if jit else ("", "")
+        rows += [
+            Config("plain_b" + x, f"plain Keras @ b{xla}", jit=jit),
+            Config("ga_tfx" + x, f"ga_tfx @ (b, K){xla}", wrapper="ga_tfx", jit=jit),
+            Config("plain_Kb" + x, f"plain Keras @ K·b{xla}", big_batch=True, jit=jit),
+            Config("anchor" + x, f"gradient-accumulator @ (b, K){xla}", wrapper="anchor", jit=jit),
+            Config(
+                "bound" + x,
+                f"bound: fwd+bwd of all micro-batches in one graph{xla}",
+                kind="bound",
+                jit=jit,
+            ),
+            Config(
+                "keras3_ga" + x,
+                f"Keras 3 gradient_accumulation_steps @ (b, K){xla} [own process]",
+                host=KERAS3_HOST,
+                wrapper="keras3_ga",
+                jit=jit,
+            ),
+            Config(
+                "ga_tfx_sub" + x,
+                f"ga_tfx @ (b, K){xla} [own process: Keras 3's partner]",
+                host=KERAS2_SUB,
+                wrapper="ga_tfx",
+                jit=jit,
+            ),
+        ]
+    rows += [
+        Config("loop_1dev", "ga_tfx.TrainingLoop @ (b, K), 1 device", kind="loop"),
+        Config(
+            "loop_2rep",
+            "ga_tfx.TrainingLoop @ (b, K), MirroredStrategy 2 replicas (2 logical CPUs) "
+            "[own process]",
+            kind="loop",
+            host=MIRRORED_HOST,
+            replicas=2,
+        ),
+        Config("keras3_plain_b", "Keras 3 plain @ b [own process; context]", host=KERAS3_HOST),
+        Config("plain_b_spe", "plain Keras @ b, steps_per_execution=K", steps_per_execution=True),
+        Config(
+            "ga_tfx_accumbn",
+            "ga_tfx @ (b, K) + ga_tfx AccumBatchNormalization",
+            wrapper="ga_tfx",
+            bn="ga_tfx",
+        ),
+        Config(
+            "anchor_accumbn",
+            "gradient-accumulator @ (b, K) + its AccumBatchNormalization",
+            wrapper="anchor",
+            bn="anchor",
+        ),
+    ]
+    return {c.name: c for c in rows}
+
+
+CONFIGS = _declare()
+BASELINE = "plain_b"  # every in-round ratio "vs plain" is against this configuration
+# Measured unless --configs says otherwise: all but the three that only help read the others
+# (steps_per_execution, the two AccumBatchNormalization variants).
+DEFAULT_CONFIGS = tuple(
+    name for name in CONFIGS if name not in ("plain_b_spe", "ga_tfx_accumbn", "anchor_accumbn")
+)
+
+# Configurations measured back to back in every round (their order alternating), so that their
+# ratio is taken between two neighbouring epochs: each cross-process pair.
+ADJACENT = (
+    ("keras3_ga", "ga_tfx_sub"),
+    ("keras3_ga_xla", "ga_tfx_sub_xla"),
+    ("loop_2rep", "loop_1dev"),
+)
+
+# The comparisons the report leads with: (numerator, denominator, what it answers).
+PAIRS = (
+    ("ga_tfx", "bound", "ga_tfx vs the bound (goal ≥ 0.97)"),
+    ("ga_tfx", "plain_b", "ga_tfx vs plain Keras @ b"),
+    ("ga_tfx", "anchor", "ga_tfx vs gradient-accumulator (goal > 1)"),
+    ("ga_tfx_sub", "keras3_ga", "ga_tfx vs Keras 3 built-in, both in own processes (goal > 1)"),
+    ("ga_tfx", "plain_Kb", "ga_tfx vs plain Keras @ K·b"),
+    ("bound", "plain_b", "bound vs plain Keras @ b"),
+    ("ga_tfx_xla", "ga_tfx", "ga_tfx: XLA vs not"),
+    ("plain_b_xla", "plain_b", "plain Keras @ b: XLA vs not"),
+    ("plain_Kb_xla", "plain_Kb", "plain Keras @ K·b: XLA vs not"),
+    ("anchor_xla", "anchor", "gradient-accumulator: XLA vs not"),
+    ("bound_xla", "bound", "bound: XLA vs not"),
+    ("keras3_ga_xla", "keras3_ga", "Keras 3 built-in: XLA vs not"),
+    ("ga_tfx_xla", "bound_xla", "ga_tfx vs the bound, both XLA"),
+    ("ga_tfx_sub_xla", "keras3_ga_xla", "ga_tfx vs Keras 3 built-in, both XLA, own processes"),
+    ("loop_1dev", "ga_tfx", "TrainingLoop (1 device) vs ga_tfx fit"),
+    ("loop_1dev", "bound", "TrainingLoop (1 device) vs the bound"),
+    ("loop_2rep", "loop_1dev", "TrainingLoop: 2 replicas vs 1 device (same 2 cores)"),
+    ("keras3_ga", "keras3_plain_b", "Keras 3: built-in accumulation vs plain @ b"),
+    ("ga_tfx_sub", "ga_tfx", "ga_tfx: own process vs main process (process effect)"),
+)
+
+
+def memory_configs(names):
+    """The configurations of ``names`` whose peak memory is measured: one process each, so not
+    the XLA ones (the probe decides whether XLA ran at all), not ``ga_tfx_sub`` (``ga_tfx`` in
+    another process) and not multi-replica ones (the allocator statistics are per device)."""
+    return [
+        name
+        for name in names
+        if not CONFIGS[name].jit and CONFIGS[name].replicas == 1 and name != "ga_tfx_sub"
+    ]
 
 
 def make_data(n: int, seed: int = DATA_SEED):
@@ -56,17 +229,24 @@ def make_data(n: int, seed: int = DATA_SEED):
     return x, y
 
 
-def conv_net(bn=True, bn_factory=None, seed=MODEL_SEED, name="convnet"):
-    """Conv2D(-BN)-ReLU x3 (max-pooling between), global average pooling, Dense(10) logits."""
+def conv_net(keras, bn=True, bn_factory=None, seed=MODEL_SEED, name="convnet", first_layer=None):
+    """Conv2D(-BN)-ReLU x3 (max-pooling between), global average pooling, Dense(10) logits.
+
+    ``keras`` is the Keras module to build with (2 or 3); ``bn_factory(name)`` makes the BN
+    layers (Keras' BatchNormalization by default); ``first_layer`` (a layer) is applied to the
+    input first, e.g. the XLA probe's.
+    """
     keras.utils.set_random_seed(seed)
     inputs = keras.Input(INPUT_SHAPE, name="image")
-    h = inputs
+    h = first_layer(inputs) if first_layer is not None else inputs
     for i, channels in enumerate(CONV_CHANNELS):
-        h = keras.layers.Conv2D(channels, 3, padding="same", use_bias=not bn,
-                                name=f"conv{i}")(h)
+        h = keras.layers.Conv2D(channels, 3, padding="same", use_bias=not bn, name=f"conv{i}")(h)
         if bn:
-            layer = bn_factory(f"bn{i}") if bn_factory else keras.layers.BatchNormalization(
-                name=f"bn{i}")
+            layer = (
+                bn_factory(f"bn{i}")
+                if bn_factory
+                else keras.layers.BatchNormalization(name=f"bn{i}")
+            )
             h = layer(h)
         h = keras.layers.ReLU(name=f"relu{i}")(h)
         if i < len(CONV_CHANNELS) - 1:
@@ -76,37 +256,6 @@ def conv_net(bn=True, bn_factory=None, seed=MODEL_SEED, name="convnet"):
     return keras.Model(inputs, outputs, name=name)
 
 
-def small_net(seed=MODEL_SEED):
-    """The conv net without BatchNormalization (biases on), for the correctness checks."""
-    return conv_net(bn=False, seed=seed, name="convnet_nobn")
-
-
-def loss_fn():
+def loss_fn(keras):
+    """Mean sparse categorical cross-entropy on logits."""
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def build_config(name: str, k: int):
-    """A compiled model for one throughput/memory configuration (``name`` in ``CONFIGS``)."""
-    if name == "ga_tfx_accumbn":
-        base = conv_net(bn_factory=lambda n: ga_tfx.AccumBatchNormalization(accum_steps=k, name=n))
-    elif name == "anchor_accumbn":
-        base = conv_net(bn_factory=lambda n: AnchorAccumBN(accum_steps=k, name=n))
-    else:
-        base = conv_net()
-    compile_kwargs = {}
-    if name in ("plain_b", "plain_Kb"):
-        model = base
-    elif name == "plain_b_spe":
-        model = base
-        compile_kwargs["steps_per_execution"] = k
-    elif name in ("ga_tfx", "ga_tfx_accumbn"):
-        model = ga_tfx.wrap_model(base, accum_steps=k)
-    elif name in ("anchor", "anchor_accumbn"):
-        if AnchorModel is None:
-            raise ImportError(ANCHOR_IMPORT_ERROR)
-        model = AnchorModel(accum_steps=k, inputs=base.input, outputs=base.output)
-    else:
-        raise ValueError(f"unknown configuration {name!r}; known: {sorted(CONFIGS)}")
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
-                  loss=loss_fn(), **compile_kwargs)
-    return model

@@ -4,18 +4,26 @@ Runs in a subprocess worker (op determinism is switched on for the whole process
 """
 
 import ga_tfx  # first import: selects Keras 2 before TensorFlow is imported
+from ga_tfx import keras, tf
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ga_tfx import keras, tf  # noqa: E402
-
-from benchmarks.configs import (ANCHOR_IMPORT_ERROR, DATA_SEED, MODEL_SEED,  # noqa: E402
-                                AnchorAccumBN, AnchorModel, AnchorOptimizer, anchor_replace_bn,
-                                conv_net, loss_fn, make_data, small_net)
-from benchmarks.errors import error_text  # noqa: E402
+from benchmarks import anchor
+from benchmarks.configs import DATA_SEED, MODEL_SEED, conv_net, make_data
+from benchmarks.configs import loss_fn as _loss_fn
+from benchmarks.errors import error_text
 
 BN_MOMENTUM = 0.9  # for the moving-statistics experiment (Keras' default is 0.99)
 CORRECTNESS_UPDATES = 8
+
+
+def small_net(seed=MODEL_SEED):
+    """The conv net without BatchNormalization (biases on)."""
+    return conv_net(keras, bn=False, seed=seed, name="convnet_nobn")
+
+
+def loss_fn():
+    return _loss_fn(keras)
 
 
 def max_abs_diff(a_list, b_list):
@@ -33,10 +41,12 @@ def worker_correctness(args, result):
     optimizers = {
         "SGD(lr=0.05, momentum=0.9)": (
             lambda: keras.optimizers.SGD(learning_rate=0.05, momentum=0.9),
-            lambda: keras.optimizers.legacy.SGD(learning_rate=0.05, momentum=0.9)),
+            lambda: keras.optimizers.legacy.SGD(learning_rate=0.05, momentum=0.9),
+        ),
         "Adam(lr=1e-3)": (
             lambda: keras.optimizers.Adam(learning_rate=1e-3),
-            lambda: keras.optimizers.legacy.Adam(learning_rate=1e-3)),
+            lambda: keras.optimizers.legacy.Adam(learning_rate=1e-3),
+        ),
     }
 
     def train(kind, make_opt, make_legacy):
@@ -52,15 +62,15 @@ def worker_correctness(args, result):
         elif kind == "ga_tfx":
             model, optimizer = ga_tfx.wrap_model(base, accum_steps=k), make_opt()
         elif kind == "anchor_model":
-            if AnchorModel is None:
-                raise ImportError(ANCHOR_IMPORT_ERROR)
-            model = AnchorModel(accum_steps=k, inputs=base.input, outputs=base.output)
+            model = anchor.require("GradientAccumulateModel")(
+                accum_steps=k, inputs=base.input, outputs=base.output
+            )
             optimizer = make_opt()
         elif kind == "anchor_optimizer":
-            if AnchorOptimizer is None:
-                raise ImportError(ANCHOR_IMPORT_ERROR)
             model = base
-            optimizer = AnchorOptimizer(optimizer=make_legacy(), accum_steps=k)
+            optimizer = anchor.require("GradientAccumulateOptimizer")(
+                optimizer=make_legacy(), accum_steps=k
+            )
         else:
             raise ValueError(kind)
         model.compile(optimizer=optimizer, loss=loss_fn())
@@ -76,9 +86,12 @@ def worker_correctness(args, result):
             ("plain Keras @ K·b (reference)", "big", "big"),
             ("ga_tfx.wrap_model @ (b, K)", "ga_tfx", "big"),
             ("gradient-accumulator GradientAccumulateModel @ (b, K)", "anchor_model", "big"),
-            ("gradient-accumulator GradientAccumulateOptimizer @ (b, K) [legacy optimizer; "
-             "reference: big batch with the same legacy optimizer]", "anchor_optimizer",
-             "big_legacy"),
+            (
+                "gradient-accumulator GradientAccumulateOptimizer @ (b, K) [legacy optimizer; "
+                "reference: big batch with the same legacy optimizer]",
+                "anchor_optimizer",
+                "big_legacy",
+            ),
             ("context: plain Keras @ b, no accumulation (K× more updates)", "plain_b", "big"),
         ]
         for label, kind, ref_kind in entries:
@@ -94,14 +107,20 @@ def worker_correctness(args, result):
                     weights, its = ref_w, ref_it
                 else:
                     weights, its = train(kind, make_opt, make_legacy)
-                row.update(status="ok", max_dw=max_abs_diff(weights, reference[0]),
-                           iterations=its, reference_iterations=reference[1],
-                           max_w_moved=moved)
+                row.update(
+                    status="ok",
+                    max_dw=max_abs_diff(weights, reference[0]),
+                    iterations=its,
+                    reference_iterations=reference[1],
+                    max_w_moved=moved,
+                )
             except Exception as error:
                 row.update(status="error", error=error_text(error))
             rows.append(row)
-            print(f"  correctness {opt_name} {kind}: {row.get('max_dw', row.get('error'))}",
-                  flush=True)
+            print(
+                f"  correctness {opt_name} {kind}: {row.get('max_dw', row.get('error'))}",
+                flush=True,
+            )
     result["correctness"] = rows
     result["correctness_setup"] = {"samples": n, "updates": CORRECTNESS_UPDATES}
 
@@ -111,8 +130,9 @@ def worker_correctness(args, result):
 
 def bn_window(shape, b, k, seed):
     rng = np.random.default_rng(seed)
-    parts = [rng.normal(size=(b,) + shape).astype("float32") + np.float32(10.0 * i)
-             for i in range(k)]
+    parts = [
+        rng.normal(size=(b,) + shape).astype("float32") + np.float32(10.0 * i) for i in range(k)
+    ]
     return np.concatenate(parts, axis=0)
 
 
@@ -140,21 +160,25 @@ def bn_moving_statistics(b, k):
         ref.build((None,) + shape)
         ref(tf.constant(window), training=True)
         ref_mean, ref_var = ref.moving_mean.numpy(), ref.moving_variance.numpy()
-        context = {"layout": layout, "ref_moving_mean_max": float(np.max(ref_mean)),
-                   "ref_moving_variance_max": float(np.max(ref_var)),
-                   "window_variance_max": float(np.max(np.var(
-                       window.reshape(-1, shape[-1]), axis=0)))}
+        context = {
+            "layout": layout,
+            "ref_moving_mean_max": float(np.max(ref_mean)),
+            "ref_moving_variance_max": float(np.max(ref_var)),
+            "window_variance_max": float(np.max(np.var(window.reshape(-1, shape[-1]), axis=0))),
+        }
 
-        def run(kind):
+        def run(kind, shape, window, target):
             if kind == "ga_tfx":
                 layer = ga_tfx.AccumBatchNormalization(accum_steps=k, momentum=BN_MOMENTUM)
                 model = ga_tfx.wrap_model(_bn_probe_model(shape, layer), accum_steps=k)
             elif kind == "anchor":
-                if AnchorModel is None:
-                    raise ImportError(ANCHOR_IMPORT_ERROR)
-                layer = AnchorAccumBN(accum_steps=k, momentum=BN_MOMENTUM)
+                layer = anchor.require("AccumBatchNormalization")(
+                    accum_steps=k, momentum=BN_MOMENTUM
+                )
                 base = _bn_probe_model(shape, layer)
-                model = AnchorModel(accum_steps=k, inputs=base.input, outputs=base.output)
+                model = anchor.require("GradientAccumulateModel")(
+                    accum_steps=k, inputs=base.input, outputs=base.output
+                )
             elif kind == "keras_bn":
                 layer = keras.layers.BatchNormalization(momentum=BN_MOMENTUM)
                 model = ga_tfx.wrap_model(_bn_probe_model(shape, layer), accum_steps=k)
@@ -166,36 +190,47 @@ def bn_moving_statistics(b, k):
 
         for label, kind in [
             ("ga_tfx AccumBatchNormalization (ga_tfx.wrap_model)", "ga_tfx"),
-            ("gradient-accumulator AccumBatchNormalization (its GradientAccumulateModel)",
-             "anchor"),
+            (
+                "gradient-accumulator AccumBatchNormalization (its GradientAccumulateModel)",
+                "anchor",
+            ),
             ("context: Keras BatchNormalization, updated every micro-batch", "keras_bn"),
         ]:
             row = dict(context, method=label, kind=kind)
             try:
-                mean, var = run(kind)
-                row.update(status="ok", max_d_mean=float(np.max(np.abs(mean - ref_mean))),
-                           max_d_var=float(np.max(np.abs(var - ref_var))),
-                           rel_d_var=float(np.max(np.abs(var - ref_var) / np.abs(ref_var))))
+                mean, var = run(kind, shape, window, target)
+                row.update(
+                    status="ok",
+                    max_d_mean=float(np.max(np.abs(mean - ref_mean))),
+                    max_d_var=float(np.max(np.abs(var - ref_var))),
+                    rel_d_var=float(np.max(np.abs(var - ref_var) / np.abs(ref_var))),
+                )
             except Exception as error:
                 row.update(status="error", error=error_text(error))
             rows.append(row)
-            print(f"  bn-moving {layout} {kind}: {row.get('max_d_var', row.get('error'))}",
-                  flush=True)
+            print(
+                f"  bn-moving {layout} {kind}: {row.get('max_d_var', row.get('error'))}", flush=True
+            )
     return rows
 
 
 def bn_replace(b, k):
     """Inference output before/after replace_batchnorm_layers on a model with non-trivial BN
     gamma, beta, moving mean and moving variance."""
-    model = conv_net(name="pretrained")
+    model = conv_net(keras, name="pretrained")
     rng = np.random.default_rng(DATA_SEED + 3)
-    bn_layers = [layer for layer in model.layers
-                 if isinstance(layer, keras.layers.BatchNormalization)]
+    bn_layers = [
+        layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)
+    ]
     originals = {}
     for layer in bn_layers:
         c = layer.gamma.shape[0]
-        values = [rng.uniform(0.5, 2.0, c), rng.normal(0.0, 1.0, c),
-                  rng.normal(0.0, 1.0, c), rng.uniform(0.5, 3.0, c)]
+        values = [
+            rng.uniform(0.5, 2.0, c),
+            rng.normal(0.0, 1.0, c),
+            rng.normal(0.0, 1.0, c),
+            rng.uniform(0.5, 3.0, c),
+        ]
         values = [v.astype("float32") for v in values]
         layer.set_weights(values)
         originals[layer.name] = values
@@ -209,30 +244,39 @@ def bn_replace(b, k):
         for old, new in zip(bn_layers, new_bn):
             for i, attr in enumerate(flags):
                 value = getattr(new, attr, None)
-                flags[attr].append(value is not None and np.allclose(
-                    np.asarray(value), originals[old.name][i]))
+                flags[attr].append(
+                    value is not None and np.allclose(np.asarray(value), originals[old.name][i])
+                )
         return {attr: (all(v) if v else False) for attr, v in flags.items()}, len(new_bn)
 
     rows = []
-    for label, kind in [("ga_tfx.replace_batchnorm_layers", "ga_tfx"),
-                        ("gradient_accumulator.utils.replace_batchnorm_layers", "anchor")]:
+    for label, kind in [
+        ("ga_tfx.replace_batchnorm_layers", "ga_tfx"),
+        ("gradient_accumulator.utils.replace_batchnorm_layers", "anchor"),
+    ]:
         row = {"method": label, "kind": kind, "ref_output_max": float(np.max(np.abs(ref)))}
         try:
             if kind == "ga_tfx":
                 new = ga_tfx.replace_batchnorm_layers(model, accum_steps=k)
             else:
-                if anchor_replace_bn is None:
-                    raise ImportError(ANCHOR_IMPORT_ERROR)
-                new = anchor_replace_bn(model, accum_steps=k)
+                new = anchor.require("replace_batchnorm_layers")(model, accum_steps=k)
             out = new(x, training=False).numpy()
             flags, count = carried(new)
-            shared = any(a is c for a in new.layers for c in model.layers
-                         if not isinstance(c, keras.layers.InputLayer))
-            row.update(status="ok", max_d_out=float(np.max(np.abs(out - ref))),
-                       carried=flags, bn_layers=count, shares_layers_with_original=shared)
+            shared = any(
+                a is c
+                for a in new.layers
+                for c in model.layers
+                if not isinstance(c, keras.layers.InputLayer)
+            )
+            row.update(
+                status="ok",
+                max_d_out=float(np.max(np.abs(out - ref))),
+                carried=flags,
+                bn_layers=count,
+                shares_layers_with_original=shared,
+            )
         except Exception as error:
             row.update(status="error", error=error_text(error))
         rows.append(row)
         print(f"  bn-replace {kind}: {row.get('max_d_out', row.get('error'))}", flush=True)
     return rows
-

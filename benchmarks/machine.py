@@ -1,17 +1,19 @@
 """Machine and source facts for the report header."""
 
 import ga_tfx  # first import: selects Keras 2 before TensorFlow is imported
+from ga_tfx import tf
 
-import os  # noqa: E402
-import platform  # noqa: E402
-import subprocess  # noqa: E402
+import os
+import platform
+import subprocess
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ga_tfx import tf  # noqa: E402
+from benchmarks import frameworks
 
 
 def machine_facts():
+    """CPU, memory, package versions, load average and the ga_tfx source fingerprint."""
     cpu_model = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -23,11 +25,13 @@ def machine_facts():
         pass
     try:
         import tf_keras
+
         tf_keras_version = tf_keras.__version__
     except Exception:
         tf_keras_version = "?"
     try:
         from importlib.metadata import version
+
         anchor_version = version("gradient-accumulator")
     except Exception:
         anchor_version = "?"
@@ -45,6 +49,7 @@ def machine_facts():
         "python": platform.python_version(),
         "tensorflow": tf.__version__,
         "tf_keras": tf_keras_version,
+        "keras3": frameworks.version(frameworks.KERAS3),
         "numpy": np.__version__,
         "gradient_accumulator": anchor_version,
         "ga_tfx": ga_tfx.__version__,
@@ -57,21 +62,28 @@ def machine_facts():
 def ga_tfx_source():
     """Fingerprint of the ga_tfx sources (to detect edits while the benchmark runs)."""
     import hashlib
+
     package = os.path.dirname(os.path.abspath(ga_tfx.__file__))
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(package)):
-        if name.endswith(".py"):
-            with open(os.path.join(package, name), "rb") as f:
-                digest.update(name.encode() + b"\0" + f.read())
+    for folder, _dirs, files in sorted(os.walk(package)):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as f:
+                    digest.update(os.path.relpath(path, package).encode() + b"\0" + f.read())
     info = {"fingerprint": digest.hexdigest()[:12]}
     try:
         root = os.path.dirname(package)
-        info["commit"] = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                                        capture_output=True, text=True).stdout.strip()
-        info["dirty"] = bool(subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--", "ga_tfx"],
-            capture_output=True, text=True).stdout.strip())
+        info["commit"] = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        info["dirty"] = bool(
+            subprocess.run(
+                ["git", "-C", root, "status", "--porcelain", "--", "ga_tfx"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
     except OSError:
         pass
     return info
-

@@ -12,24 +12,43 @@ import sys
 import tempfile
 import traceback
 
+from benchmarks import frameworks
+from benchmarks.configs import CONFIGS
 from benchmarks.errors import error_text
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_worker(kind, args, config=None, timeout=600):
-    """Run one worker in a fresh process; returns its result dict (never raises)."""
+def run_worker(kind, args, config=None, timeout=600, configs=None):
+    """Run one worker in a fresh process (Keras 3 for Keras 3 ``config``/``configs``, else
+    Keras 2); returns its result dict (never raises). ``configs``: a list, for the XLA probe."""
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
         path = f.name
-    cmd = [sys.executable, "-m", "benchmarks.workers", "--kind", kind, "--result", path,
-           "--micro-batch", str(args.micro_batch), "--accum-steps", str(args.accum_steps),
-           "--samples", str(args.samples)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.workers",
+        "--kind",
+        kind,
+        "--result",
+        path,
+        "--micro-batch",
+        str(args.micro_batch),
+        "--accum-steps",
+        str(args.accum_steps),
+        "--samples",
+        str(args.samples),
+    ]
     if config:
         cmd += ["--config", config]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore")
+    if configs:
+        cmd += ["--configs", ",".join(configs)]
+    first = config or (configs[0] if configs else None)
+    env = frameworks.subprocess_env(CONFIGS[first].framework if first else frameworks.KERAS2)
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO_ROOT)
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+        )
         with open(path) as f:
             text = f.read()
         result = json.loads(text) if text.strip() else {}
@@ -37,8 +56,11 @@ def run_worker(kind, args, config=None, timeout=600):
             sys.stdout.write(proc.stdout)
         if proc.returncode != 0 or not result:
             result.setdefault("status", "error")
-            result.setdefault("error", f"worker exited with {proc.returncode}: "
-                              + " ".join(proc.stderr.strip().splitlines()[-3:])[-300:])
+            result.setdefault(
+                "error",
+                f"worker exited with {proc.returncode}: "
+                + " ".join(proc.stderr.strip().splitlines()[-3:])[-300:],
+            )
         return result
     except subprocess.TimeoutExpired:
         return {"status": "error", "error": f"worker timed out after {timeout}s"}
@@ -48,20 +70,27 @@ def run_worker(kind, args, config=None, timeout=600):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="benchmark subprocess worker (internal)")
-    parser.add_argument("--kind", required=True, choices=("memory", "correctness"))
+    parser.add_argument("--kind", required=True, choices=("memory", "correctness", "xla_probe"))
     parser.add_argument("--result", required=True, help="JSON result file")
     parser.add_argument("--micro-batch", type=int, required=True)
     parser.add_argument("--accum-steps", type=int, required=True)
     parser.add_argument("--samples", type=int, required=True)
-    parser.add_argument("--config", default=None)
+    parser.add_argument("--config", default=None, choices=sorted(CONFIGS))
+    parser.add_argument("--configs", default=None, help="comma-separated (xla_probe)")
     args = parser.parse_args(argv)
     result = {}
     try:
         if args.kind == "memory":
             from benchmarks.memory import worker_memory
+
             worker_memory(args, result)
+        elif args.kind == "xla_probe":
+            from benchmarks.xla_probe import worker_xla_probe
+
+            worker_xla_probe(args, result)
         else:
             from benchmarks.correctness import worker_correctness
+
             worker_correctness(args, result)
         result.setdefault("status", "ok")
     except Exception as error:

@@ -1,0 +1,197 @@
+"""Building a configuration into something that trains one timed epoch.
+
+:func:`build` returns a slot: ``slot.run_epoch()`` trains one epoch over the slot's data and
+returns its :class:`Timing` (wall-clock and CPU seconds of this process). The caller must be
+running the configuration's framework (:func:`benchmarks.frameworks.load`).
+"""
+
+import gc
+import time
+from dataclasses import dataclass
+
+from benchmarks import frameworks
+from benchmarks.configs import LEARNING_RATE, MOMENTUM, Config, conv_net, loss_fn
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One epoch: ``wall`` = seconds of wall clock (``time.perf_counter``), ``cpu`` = CPU
+    seconds of the whole process, all threads (``time.process_time``)."""
+
+    wall: float
+    cpu: float
+
+
+def _epoch_timer_class(keras):
+    class EpochTimer(keras.callbacks.Callback):
+        """Wall and CPU time from epoch begin to epoch end (excludes fit's data set-up)."""
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = (time.perf_counter(), time.process_time())
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.timing = Timing(
+                time.perf_counter() - self.start[0], time.process_time() - self.start[1]
+            )
+
+    return EpochTimer
+
+
+class FitSlot:
+    """``model.fit(x, y, batch_size, epochs=1, shuffle=False)`` per epoch, timed by a callback."""
+
+    def __init__(self, keras, model, x, y, batch_size):
+        self.model, self.x, self.y, self.batch_size = model, x, y, batch_size
+        self.timer = _epoch_timer_class(keras)()
+
+    def run_epoch(self) -> Timing:
+        gc.collect()
+        self.model.fit(
+            self.x,
+            self.y,
+            batch_size=self.batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[self.timer],
+        )
+        return self.timer.timing
+
+
+class BoundSlot:
+    """The bound: one ``tf.function`` call per epoch that sums the gradients of the mean loss of
+    every micro-batch (training-mode forward and backward passes, BN included) in a graph loop.
+    No optimizer, no host loop, no accumulation bookkeeping beyond the sum itself.
+
+    With ``jit``, XLA compiles each micro-batch's forward and backward pass (the loop and the
+    sum stay in the TensorFlow graph). Compiling the whole loop with XLA was about 10x slower on
+    these CPUs (XLA:CPU runs a while loop of convolutions slowly), so it would not be a bound.
+    """
+
+    def __init__(self, tf, model, loss, x, y, b, jit):
+        n_micro = len(x) // b
+        xs = tf.reshape(tf.convert_to_tensor(x), (n_micro, b) + tuple(x.shape[1:]))
+        ys = tf.reshape(tf.convert_to_tensor(y), (n_micro, b))
+        variables = model.trainable_variables
+
+        @tf.function(jit_compile=jit)
+        def forward_backward(x_micro, y_micro):
+            with tf.GradientTape() as tape:
+                value = loss(y_micro, model(x_micro, training=True))
+            return tape.gradient(value, variables)
+
+        @tf.function
+        def epoch():
+            total = [tf.zeros_like(v) for v in variables]
+            for i in tf.range(n_micro):
+                total = [t + g for t, g in zip(total, forward_backward(xs[i], ys[i]))]
+            return total
+
+        self.epoch = epoch
+
+    def run_epoch(self) -> Timing:
+        gc.collect()
+        start = (time.perf_counter(), time.process_time())
+        total = self.epoch()
+        total[0].numpy()  # results are ready (CPU execution is synchronous; this makes sure)
+        return Timing(time.perf_counter() - start[0], time.process_time() - start[1])
+
+
+class LoopSlot:
+    """``ga_tfx.TrainingLoop`` over ``tf.data`` micro-batches of ``b`` (global: split across the
+    replicas), ``run`` one more epoch per call; timed around the call (iterator set-up
+    included). Not compiled with XLA: TrainingLoop has no jit option."""
+
+    def __init__(self, keras, tf, cfg, b, k, x, y):
+        import ga_tfx
+
+        import contextlib
+
+        strategy = None
+        if cfg.replicas > 1:
+            devices = [f"/cpu:{i}" for i in range(cfg.replicas)]
+            strategy = tf.distribute.MirroredStrategy(devices)
+        with strategy.scope() if strategy else contextlib.nullcontext():
+            model = conv_net(keras)
+            optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+        self.loop = ga_tfx.TrainingLoop(
+            model,
+            optimizer,
+            loss_fn=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+            dataset=tf.data.Dataset.from_tensor_slices((x, y)).batch(b),
+            accum_steps=k,
+            strategy=strategy,
+            verbose=False,
+        )
+
+    def run_epoch(self) -> Timing:
+        gc.collect()
+        start = (time.perf_counter(), time.process_time())
+        self.loop.run(epochs=self.loop.epoch + 1)  # epochs count from the start of training
+        return Timing(time.perf_counter() - start[0], time.process_time() - start[1])
+
+
+def set_logical_cpus(tf, count: int) -> None:
+    """Split the CPU into ``count`` logical devices (before TensorFlow's runtime starts)."""
+    if count > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * count
+        )
+
+
+def build_model(cfg: Config, b: int, k: int, first_layer=None):
+    """The (uncompiled for the bound, else compiled) Keras model of ``cfg``."""
+    keras, _ = frameworks.load(cfg.framework)
+    bn_factory = None
+    if cfg.bn == "ga_tfx":
+        import ga_tfx
+
+        bn_factory = lambda n: ga_tfx.AccumBatchNormalization(accum_steps=k, name=n)  # noqa
+    elif cfg.bn == "anchor":
+        from benchmarks import anchor
+
+        bn_factory = lambda n: anchor.require("AccumBatchNormalization")(  # noqa: E731
+            accum_steps=k, name=n
+        )
+    base = conv_net(keras, bn_factory=bn_factory, first_layer=first_layer)
+    if cfg.kind == "bound":
+        return base
+    optimizer_kwargs = {}
+    if cfg.wrapper == "ga_tfx":
+        import ga_tfx
+
+        model = ga_tfx.wrap_model(base, accum_steps=k)
+    elif cfg.wrapper == "anchor":
+        from benchmarks import anchor
+
+        model = anchor.require("GradientAccumulateModel")(
+            accum_steps=k, inputs=base.input, outputs=base.output
+        )
+    else:
+        model = base
+        if cfg.wrapper == "keras3_ga":
+            optimizer_kwargs["gradient_accumulation_steps"] = k
+    model.compile(
+        optimizer=keras.optimizers.SGD(
+            learning_rate=LEARNING_RATE, momentum=MOMENTUM, **optimizer_kwargs
+        ),
+        loss=loss_fn(keras),
+        jit_compile=cfg.jit,
+        steps_per_execution=k if cfg.steps_per_execution else 1,
+    )
+    return model
+
+
+def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
+    """A slot training ``cfg`` on ``(x, y)`` (numpy arrays or tensors; ``len(x)`` a multiple of
+    ``K·b``) at micro-batch ``b`` and ``K`` accumulation steps; not yet run (no tracing)."""
+    keras, tf = frameworks.load(cfg.framework)
+    if cfg.kind == "loop":
+        if first_layer is not None:
+            raise ValueError(f"{cfg.name}: a 'loop' configuration takes no first_layer")
+        return LoopSlot(keras, tf, cfg, b, k, x, y)
+    model = build_model(cfg, b, k, first_layer=first_layer)
+    if cfg.kind == "bound":
+        return BoundSlot(tf, model, loss_fn(keras), x, y, b, cfg.jit)
+    return FitSlot(keras, model, x, y, cfg.batch_size(b, k))
