@@ -31,29 +31,34 @@ UPDATES = 7
 # then scaled) than the big batch's mean; the observed difference is ~1e-7 after 7 updates.
 TOLERANCE = 1e-5
 
-_PER_EXAMPLE = keras.losses.SparseCategoricalCrossentropy(
+OPTIMIZERS = {
+    "sgd_nesterov": lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+}
+PER_EXAMPLE_LOSS = keras.losses.SparseCategoricalCrossentropy(
     from_logits=True, reduction=keras.losses.Reduction.NONE)
 
 
-def _data():
+def data():
+    """``(x, y)`` of ``sum(SIZES)`` samples."""
     return classification_data(n=sum(SIZES), seed=3)
 
 
-def _bounds(sizes):
+def bounds(sizes):
+    """``[(start, end)]`` sample ranges of consecutive micro-batches of ``sizes``."""
     ends = np.cumsum(sizes)
     return list(zip(ends - np.asarray(sizes), ends))
 
 
 def _windows():
     """(start, end) sample ranges of the big batches: K consecutive micro-batches each."""
-    bounds = _bounds(SIZES)
-    return [(bounds[i][0], bounds[min(i + K, len(bounds)) - 1][1])
-            for i in range(0, len(bounds), K)]
+    micro = bounds(SIZES)
+    return [(micro[i][0], micro[min(i + K, len(micro)) - 1][1]) for i in range(0, len(micro), K)]
 
 
-def _big_batch_reference(make_optimizer, agc_clip_factor=None):
+def big_batch_reference(make_optimizer, agc_clip_factor=None):
     """Plain training on one device, one big batch per window (mean loss + regularisation)."""
-    x, y = _data()
+    x, y = data()
     model = mlp(l2=1e-2)
     optimizer = make_optimizer()
     norms = []
@@ -61,7 +66,7 @@ def _big_batch_reference(make_optimizer, agc_clip_factor=None):
     @tf.function(reduce_retracing=True)
     def step(xb, yb):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(_PER_EXAMPLE(yb, model(xb, training=True)))
+            loss = tf.reduce_mean(PER_EXAMPLE_LOSS(yb, model(xb, training=True)))
             loss += tf.add_n(model.losses)
         grads_and_vars = list(zip(tape.gradient(loss, model.trainable_variables),
                                   model.trainable_variables))
@@ -79,12 +84,12 @@ def _big_batch_reference(make_optimizer, agc_clip_factor=None):
 def _uneven_dataset(x, y):
     return functools.reduce(lambda a, b: a.concatenate(b), [
         tf.data.Dataset.from_tensor_slices((x[s:e], y[s:e])).batch(e - s)
-        for s, e in _bounds(SIZES)])
+        for s, e in bounds(SIZES)])
 
 
 def _accumulate_mirrored(make_optimizer, strategy=None, build=True, **wrapper_kwargs):
     """The custom loop under 2 replicas; returns (model, optimizer, applied flags)."""
-    x, y = _data()
+    x, y = data()
     strategy = strategy or two_replica_strategy()
     with strategy.scope():
         model = mlp(l2=1e-2)
@@ -96,7 +101,7 @@ def _accumulate_mirrored(make_optimizer, strategy=None, build=True, **wrapper_kw
 
     def replica_step(xb, yb, n):
         with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(_PER_EXAMPLE(yb, model(xb, training=True)),
+            loss = tf.nn.compute_average_loss(PER_EXAMPLE_LOSS(yb, model(xb, training=True)),
                                               global_batch_size=n)
             loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         grads = tape.gradient(loss, model.trainable_variables)
@@ -122,16 +127,14 @@ def _expected_applied():
     return ([False] * (K - 1) + [True]) * full + [False] * (len(SIZES) % K) + [True, False]
 
 
-@pytest.mark.parametrize("make_optimizer, build", [
-    (lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), True),
-    (lambda: keras.optimizers.Adam(1e-2), False),
-], ids=["sgd_nesterov_built_first", "adam_built_in_strategy_run"])
-def test_mirrored_custom_loop_matches_big_batch_with_one_all_reduce_per_update(
-        make_optimizer, build):
+@pytest.mark.parametrize("name, build", [("sgd_nesterov", True), ("adam", False)],
+                         ids=["sgd_nesterov_built_first", "adam_built_in_strategy_run"])
+def test_mirrored_custom_loop_matches_big_batch_with_one_all_reduce_per_update(name, build):
     """Weights == one-device big batch; all-reduces counted at run time (CountingReduction, see
     tests/test_distribution.py, whose plain-Keras control counts one per micro-batch): one
     batched reduction per update (the flush included), none on the other micro-steps."""
-    reference, _ = _big_batch_reference(make_optimizer)
+    make_optimizer = OPTIMIZERS[name]
+    reference, _ = big_batch_reference(make_optimizer)
     counting = CountingReduction()
     model, optimizer, applied = _accumulate_mirrored(
         make_optimizer, strategy=two_replica_strategy(counting), build=build)
@@ -147,7 +150,7 @@ def test_mirrored_custom_loop_matches_big_batch_with_one_all_reduce_per_update(
 
 def test_agc_and_global_clipnorm_act_once_per_update_on_the_all_reduced_gradient():
     make_optimizer = lambda: keras.optimizers.SGD(0.5, momentum=0.9, global_clipnorm=0.15)  # noqa: E731
-    reference, norms = _big_batch_reference(make_optimizer, agc_clip_factor=0.05)
+    reference, norms = big_batch_reference(make_optimizer, agc_clip_factor=0.05)
     assert min(norms) > 0.15  # global_clipnorm binds on every update
     model, optimizer, _ = _accumulate_mirrored(make_optimizer, agc_clip_factor=0.05)
     assert iterations(optimizer) == UPDATES
