@@ -1,32 +1,37 @@
-"""One Trainer run through the real ga-tfx run_fn, for tests/test_multi_worker.py.
+"""Trainer runs through the real ga-tfx run_fn, for tests/test_multi_worker.py.
 
-``python -m tests.multi_worker_script OUT MODULE_FILE STRATEGY MICRO_BATCH ACCUM_STEPS UPDATES``
-builds the artifacts and ``FnArgs`` as the Trainer's executor does (taxi testdata of the TFX
-wheel, see tests/test_trainer_component.py), calls
-:func:`ga_tfx.components.trainer.run_fn.train_and_export` and saves the trained model's weights to
-``OUT/weights.npz``. Under ``strategy=multi_worker`` each worker
-process runs it with its own ``TF_CONFIG``; the strategy is then created before any other
-TensorFlow operation runs, as it must be.
+``python -m tests.multi_worker_script OUT MODULE_FILE STRATEGY MICRO_BATCH ACCUM_STEPS UPDATES
+OPTIMIZERS`` builds the artifacts and ``FnArgs`` as the Trainer's executor does (taxi testdata
+of the TFX wheel, see tests/test_trainer_component.py) and, for each optimizer of the
+comma-separated ``OPTIMIZERS`` (names of ``tests.taxi.MODEL_MODULE``: ``sgd``,
+``sgd_momentum``, ``adam``), calls :func:`ga_tfx.components.trainer.run_fn.train_and_export`
+with outputs under ``OUT/<optimizer>`` and saves the trained model's weights to
+``OUT/<optimizer>/weights.npz``. Under ``strategy=multi_worker`` each worker process runs it
+with its own ``TF_CONFIG``; the strategy is created once, before any other TensorFlow
+operation runs, as it must be, and serves every training of the process.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 
+import functools
 import os
 import sys
 
 import numpy as np
 
-from ga_tfx.components.trainer import Executor, run_fn, user_module
+from ga_tfx.components.trainer import Executor, distribution, run_fn, user_module
 from ga_tfx.components.trainer import settings as settings_lib
 from tests.test_trainer_component import _artifacts, _exec_properties
 
-# No BatchNormalization: it normalises each replica's share of a micro-batch on its own.
-HYPERPARAMETERS = {"batchnorm": False}
+
+def hyperparameters(optimizer):
+    # No BatchNormalization: it normalises each replica's share of a micro-batch on its own.
+    return {"batchnorm": False, "optimizer": optimizer}
 
 
-def train(out, module_file, strategy, micro_batch_size, accum_steps, updates):
+def train(out, module_file, strategy, micro_batch_size, accum_steps, updates, optimizer):
     """Trains through ``train_and_export``; returns the path of the saved weights."""
-    inputs, outputs = _artifacts(out, HYPERPARAMETERS)
+    inputs, outputs = _artifacts(out, hyperparameters(optimizer))
     props = _exec_properties(module_file, num_steps=updates, eval_steps=0,
                              accum_steps=accum_steps, micro_batch_size=micro_batch_size,
                              strategy=strategy, updates_per_epoch=1)
@@ -40,5 +45,10 @@ def train(out, module_file, strategy, micro_batch_size, accum_steps, updates):
 
 
 if __name__ == "__main__":
-    out_dir, module, strategy_name, micro, accum, steps = sys.argv[1:]
-    print(train(out_dir, module, strategy_name, int(micro), int(accum), int(steps)), flush=True)
+    # One MultiWorkerMirroredStrategy per worker process (it can only be created at start-up):
+    # every training of the process uses the first one. (Only here: not in the test process.)
+    distribution.make_strategy = functools.lru_cache(maxsize=None)(distribution.make_strategy)
+    out_dir, module, strategy_name, micro, accum, steps, optimizers = sys.argv[1:]
+    for name in optimizers.split(","):
+        print(train(os.path.join(out_dir, name), module, strategy_name, int(micro), int(accum),
+                    int(steps), name), flush=True)

@@ -13,13 +13,17 @@ from tfx.types import standard_component_specs as specs
 
 TESTDATA = os.path.join(os.path.dirname(tfx.__file__), "components", "testdata")
 
-# A module file defining build_model(hparams): hparams "units" (default 8) and "batchnorm"
-# (default True) are read.
+# A module file defining build_model(hparams): hparams "units" (default 8), "batchnorm"
+# (default True) and "optimizer" (default "adam"; "sgd" and "sgd_momentum", whose steps are
+# proportional to the gradient, for weight-level comparisons) are read.
 MODEL_MODULE = '''
 import ga_tfx  # noqa: F401
 from ga_tfx._keras import keras, tf
 
 FEATURES = ("fare_xf", "trip_miles_xf", "trip_seconds_xf")
+OPTIMIZERS = {"adam": lambda: keras.optimizers.Adam(1e-2),
+              "sgd": lambda: keras.optimizers.SGD(0.1),
+              "sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9)}
 
 
 def build_model(hparams):
@@ -32,7 +36,7 @@ def build_model(hparams):
     x = keras.layers.Activation("relu")(x)
     outputs = keras.layers.Dense(2, name="logits")(x)
     model = keras.Model(inputs, outputs)
-    model.compile(keras.optimizers.Adam(1e-2),
+    model.compile(OPTIMIZERS[hparams.get("optimizer", "adam")](),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 '''

@@ -1,7 +1,11 @@
-"""strategy="multi_worker": 2 worker processes on 127.0.0.1 == 1 process, same global batch.
+"""strategy="multi_worker": 2 worker processes on 127.0.0.1 == plain big-batch training.
 
-Each worker runs the real run_fn (tests/multi_worker_script.py) with its own ``TF_CONFIG``;
-the reference runs the same training in this process with ``strategy="none"``. Unlike in a
+Each worker runs the real run_fn (tests/multi_worker_script.py) with its own ``TF_CONFIG``,
+K=2 windows of a global micro-batch of 8 (4 per worker); the reference is plain Keras training
+on batches of K x 8 = 16 in this process (the Trainer with ``accum_steps=1``,
+``strategy="none"``), same data order. The optimizers: SGD and SGD with momentum (steps
+proportional to the gradient: a gradient off by any factor, e.g. the number of workers, moves
+the weights by that factor) and Adam (per-variable state). Unlike in a
 TFX job (where all workers get the same output URIs), each worker here gets its own outputs
 so that what each one wrote can be told apart; the resume checkpoints, derived from the
 component directory, are shared as in TFX.
@@ -18,14 +22,20 @@ import time
 import numpy as np
 import pytest
 
-from tests.multi_worker_script import train
+from tests.multi_worker_script import hyperparameters, train
 from tests.test_trainer_component import _module, _scalars
 
-pytestmark = [pytest.mark.tfx]  # the TFX Trainer's run_fn in each worker
+pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # the TFX Trainer's run_fn in 2 workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO, K, UPDATES = 8, 2, 3  # global micro-batch of 8 = 4 examples per worker
-TIMEOUT_S = 480  # about 4 minutes on 2 busy cores (3 TensorFlow processes)
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
+# float32 round-off: the workers' all-reduce sums the gradient in another order than one
+# big batch does, a few ulp (eps = 1.2e-7) of each gradient; the weights (|w| < 2) move by
+# 1e-2 to 1e-1 in 3 updates. 1e-5 is ~40 ulp of the largest weight, and a factor of 1.001 on
+# the gradient would already exceed it.
+TOLERANCE = 1e-5
+TIMEOUT_S = 600  # 3 TensorFlow processes on 2 busy cores, 3 trainings each
 
 
 def _free_ports(n):
@@ -52,7 +62,8 @@ def _start_workers(tmp_path, module_file):
         log = open(tmp_path / f"worker{index}.log", "w")
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "tests.multi_worker_script", str(tmp_path / f"w{index}"),
-             module_file, "multi_worker", str(MICRO), str(K), str(UPDATES)],
+             module_file, "multi_worker", str(MICRO), str(K), str(UPDATES),
+             ",".join(OPTIMIZERS)],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
         log.close()
     return procs
@@ -89,46 +100,49 @@ def _max_diff(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
-def test_two_workers_match_one_process_and_only_the_chief_writes(tmp_path):
+def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path):
     module_file = _module(tmp_path)
     start = time.monotonic()
     procs = _start_workers(tmp_path, module_file)
     try:
-        # The one-process reference trains while the workers start.
-        single = _weights(
-            train(str(tmp_path / "single"), module_file, "none", MICRO, K, UPDATES))
+        # The big-batch references train while the workers start.
+        big = {name: _weights(train(str(tmp_path / "big" / name), module_file, "none",
+                                    MICRO * K, 1, UPDATES, name)) for name in OPTIMIZERS}
         _wait(procs, tmp_path, start + TIMEOUT_S)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    print(f"two workers + reference: {time.monotonic() - start:.1f}s")
+    print(f"two workers + references: {time.monotonic() - start:.1f}s")
 
-    chief = _weights(tmp_path / "w0" / "weights.npz")
-    other = _weights(tmp_path / "w1" / "weights.npz")
-    assert _updates(tmp_path / "single") == _updates(tmp_path / "w0") == [
-        float(update) for update in range(1, UPDATES + 1)]
-    assert _max_diff(chief, other) == 0.0  # the workers hold one set of mirrored weights
-    diff = _max_diff(chief, single)
-    print(f"max |w_2workers - w_1process| = {diff:.3g}")
-    assert diff <= 1e-5, diff
-    # Training moved the weights: the comparison is not between initial weights.
     namespace = {}
     exec(open(module_file).read(), namespace)
-    initial = namespace["build_model"]({"batchnorm": False}).get_weights()
-    assert _max_diff(initial, single) > 1e-3
+    for name in OPTIMIZERS:
+        chief = _weights(tmp_path / "w0" / name / "weights.npz")
+        other = _weights(tmp_path / "w1" / name / "weights.npz")
+        assert _updates(tmp_path / "big" / name) == _updates(tmp_path / "w0" / name) == [
+            float(update) for update in range(1, UPDATES + 1)]
+        assert _max_diff(chief, other) == 0.0  # the workers hold one set of mirrored weights
+        diff = _max_diff(chief, big[name])
+        initial = namespace["build_model"](hyperparameters(name)).get_weights()
+        moved = _max_diff(initial, big[name])
+        print(f"{name}: max |w_2workers - w_big_batch| = {diff:.3g} (weights moved {moved:.3g})")
+        assert diff <= TOLERANCE, (name, diff)
+        # Training moved the weights far beyond the tolerance: not a comparison of initial
+        # weights, and a scale error would show.
+        assert moved > 1000 * TOLERANCE, (name, moved)
 
-    # Only the chief wrote the Trainer's outputs: its serving model and TensorBoard logs.
-    for index, writes in ((0, True), (1, False)):
-        out = tmp_path / f"w{index}"
-        serving_dir = out / "model" / "Format-Serving"
-        events = glob.glob(str(out / "model_run" / "**" / "events.out.tfevents.*"),
-                           recursive=True)
-        assert os.path.exists(serving_dir / "saved_model.pb") == writes, index
-        assert bool(os.path.exists(serving_dir) and os.listdir(serving_dir)) == writes, index
-        assert bool(events) == writes, (index, events)
-        assert any("/ga_tfx/" in path for path in events) == writes, index
+        # Only the chief wrote the Trainer's outputs: its serving model and TensorBoard logs.
+        for index, writes in ((0, True), (1, False)):
+            out = tmp_path / f"w{index}" / name
+            serving_dir = out / "model" / "Format-Serving"
+            events = glob.glob(str(out / "model_run" / "**" / "events.out.tfevents.*"),
+                               recursive=True)
+            assert os.path.exists(serving_dir / "saved_model.pb") == writes, index
+            assert bool(os.path.exists(serving_dir) and os.listdir(serving_dir)) == writes, index
+            assert bool(events) == writes, (index, events)
+            assert any("/ga_tfx/" in path for path in events) == writes, index
     # The non-chief's temporary copies are removed; the finished training's checkpoints too.
     assert not glob.glob(str(tmp_path / "tmp*" / "ga_tfx_worker_*"))
     assert not glob.glob(str(tmp_path / ".ga_tfx_resume" / "*" / "*"))
