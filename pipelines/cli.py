@@ -10,6 +10,7 @@
 import argparse
 import os
 import sys
+import traceback
 
 from ga_tfx._schema import Spec
 from ga_tfx._validation import ACCUM_STEPS
@@ -49,6 +50,9 @@ def build_parser():
                           "(default ./pipeline_output)")
     run.add_argument("--pipeline-name", default="ga-tfx-digits",
                      help="pipeline name in ML Metadata (default ga-tfx-digits)")
+    run.add_argument("--verbose", action="store_true",
+                     help="print every log line (absl, Beam, TensorFlow) on the console "
+                          "instead of the log file")
     run.add_argument("--no-cache", action="store_true",
                      help="re-run every component even if its inputs did not change")
     run.add_argument("--direct-num-workers", type=options.flag_type("direct_num_workers", _WORKERS),
@@ -95,20 +99,70 @@ def training_options(args):
 
 
 def _run(args):
-    from absl import logging
-    from ga_tfx.pipelines import local
+    from ga_tfx.pipelines.console import RunConsole
 
-    logging.set_verbosity(logging.INFO)  # LocalDagRunner's "Component X is running" lines
     output_dir = os.path.abspath(args.output_dir)
-    summary = local.run(
-        args.pipeline_name, os.path.join(output_dir, "root"), args.data_root,
-        os.path.join(output_dir, "serving_model"), training_options(args),
-        metadata_path=os.path.join(output_dir, "metadata.db"),
-        enable_cache=not args.no_cache, direct_num_workers=args.direct_num_workers)
-    print("\n== ga-tfx digits pipeline: done ==")
-    for line in summary.lines():
-        print(line)
-    return 0
+    failure = None
+    with RunConsole(verbose=args.verbose) as console:
+        try:
+            from absl import logging
+            from ga_tfx.pipelines import local
+
+            logging.set_verbosity(logging.INFO)  # the component lines come from these logs
+
+            def started():
+                log = console.keep_log(os.path.join(output_dir, "logs"), args.pipeline_name)
+                console.line(f"ga-tfx: pipeline {args.pipeline_name}"
+                             + (f" (full log: {log})" if log else ""))
+
+            summary = local.run(
+                args.pipeline_name, os.path.join(output_dir, "root"), args.data_root,
+                os.path.join(output_dir, "serving_model"), training_options(args),
+                metadata_path=os.path.join(output_dir, "metadata.db"),
+                enable_cache=not args.no_cache, direct_num_workers=args.direct_num_workers,
+                on_checked=started)
+            console.line("")
+            console.line("== ga-tfx digits pipeline: done ==")
+            for line in summary.lines():
+                console.line(line)
+            if args.tune:
+                _tuning_report(console, output_dir)
+            if console.log_path:
+                console.line(f"log:                  {console.log_path}")
+        except Exception as error:  # reported below, once the console is restored
+            if args.verbose:
+                raise
+            traceback.print_exc()  # into the log file
+            failure, log_path = error, console.log_path
+    if failure is None:
+        return 0
+    if preemption.interruption(failure) is None:
+        if isinstance(failure, ValueError):
+            args.log_path = log_path
+            raise failure  # main() prints it as the last line (exit status 2)
+        lines = [line for line in str(failure).strip().splitlines() if line.strip()]
+        print(f"ga-tfx run: error: {type(failure).__name__}: "
+              f"{lines[0][:300] if lines else 'failed'} (full log: {log_path})",
+              file=sys.stderr)
+        return 1
+    print(f"full log: {log_path}", flush=True)
+    raise failure  # main(): the interruption's one line, last
+
+
+def _tuning_report(console, output_dir):
+    """The trials of the run's search: a table on the console, a CSV and a plot on disk."""
+    from ga_tfx.pipelines import pipeline, tuning_report
+
+    report = tuning_report.write(pipeline.trials_file(os.path.join(output_dir, "root")),
+                                 output_dir, pipeline.TUNER_OBJECTIVE)
+    if report is None:
+        console.line("tuning:               no trial recorded (the Tuner was cached from a "
+                     "run before trial records)")
+        return
+    console.line(f"tuning trials ({pipeline.TUNER_OBJECTIVE}, best first):")
+    for line in report["lines"]:
+        console.line("  " + line)
+    console.line(f"tuning report:        {report['csv']}, {report['png']}")
 
 
 def _compile(args):
@@ -134,7 +188,9 @@ def main(argv=None):
         run_demo(accum_steps=args.accum_steps, micro_batch=args.micro_batch, epochs=args.epochs)
         return 0
     except ValueError as error:  # bad data or settings: found before anything ran
-        print(f"ga-tfx {args.command}: error: {error}", file=sys.stderr)
+        log_path = getattr(args, "log_path", None)
+        print(f"ga-tfx {args.command}: error: {error}"
+              + (f" (full log: {log_path})" if log_path else ""), file=sys.stderr)
         return 2
     except Exception as error:  # SIGTERM/SIGINT: the Trainer saved a checkpoint and stopped
         return preemption.report_interruption(error)

@@ -10,7 +10,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 import dataclasses
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -67,13 +67,14 @@ class RunSummary:
 
 def run(pipeline_name: str, pipeline_root: str, data_root: str, serving_model_dir: str,
         options: pipeline_lib.TrainingOptions, *, metadata_path: Optional[str] = None,
-        enable_cache: bool = True, direct_num_workers: int = 1) -> RunSummary:
+        enable_cache: bool = True, direct_num_workers: int = 1,
+        on_checked: Optional[Callable[[], Any]] = None) -> RunSummary:
     """Checks the data, runs the pipeline with ``LocalDagRunner``, returns its summary.
 
     ``metadata_path`` (default ``<pipeline_root>/metadata.db``) is the SQLite ML Metadata
     store; re-running with the same store reuses cached outputs and resumes a failed Trainer.
-    Raises ``ValueError`` for bad data before any component runs; a failing component
-    raises (its error is TFX's), and nothing is pushed.
+    Raises ``ValueError`` for bad data before any component runs (and before ``on_checked``
+    is called); a failing component raises (its error is TFX's), and nothing is pushed.
     """
     digits.check_csv_dir(data_root)
     metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
@@ -85,6 +86,8 @@ def run(pipeline_name: str, pipeline_root: str, data_root: str, serving_model_di
         pipeline_name, pipeline_root, os.path.abspath(data_root), serving_model_dir, options,
         metadata_connection_config=config, enable_cache=enable_cache,
         beam_pipeline_args=beam_args(direct_num_workers))
+    if on_checked is not None:  # e.g. the console moving its log into the output directory
+        on_checked()
     os.makedirs(os.path.dirname(os.path.abspath(metadata_path)), exist_ok=True)
     tfx.orchestration.LocalDagRunner().run(pipeline)
     return summarize(config)

@@ -9,6 +9,7 @@ locally (:mod:`ga_tfx.pipelines.local`) and in the Kubeflow image (:mod:`ga_tfx.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 
+import os
 from typing import List, Optional
 
 import tensorflow_model_analysis as tfma
@@ -23,6 +24,15 @@ from ga_tfx.pipelines.options import TrainingOptions
 MODEL_FN = "ga_tfx.pipelines.digits"
 PREPROCESSING_FN = "ga_tfx.pipelines.digits.preprocessing_fn"
 TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
+
+
+TUNER_OBJECTIVE = "val_accuracy"
+TUNER_SEED = 0  # trials are seeded from it and their id: a repeated search ranks them the same
+
+
+def trials_file(pipeline_root: str) -> str:
+    """Where the Tuner appends its finished trials (read by the tuning report)."""
+    return os.path.join(pipeline_root, "Tuner", "trials.jsonl")
 
 
 def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
@@ -66,7 +76,8 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
                 "agc_clip_factor": (None if options.search_agc_clip_factor is None
                                     else list(options.search_agc_clip_factor)),
                 "micro_batch_size": options.micro_batch_size},
-            keys.TUNER: {"max_trials": options.tuning_trials, "objective": "val_accuracy"},
+            keys.TUNER: {"max_trials": options.tuning_trials, "objective": TUNER_OBJECTIVE,
+                         "seed": TUNER_SEED, "trials_file": trials_file(pipeline_root)},
         }
         # Checked now, so that a bad search space fails when the pipeline is built.
         parsed = tuner_fn.parse_config(tuner_config, eval_steps=options.eval_steps)

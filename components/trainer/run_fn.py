@@ -107,7 +107,7 @@ def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=
             every_updates=settings.checkpoint_every_updates,
             every_seconds=settings.checkpoint_every_seconds, stop=stop)
         logger = run_log.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
-                                            settings)
+                                            settings, total_updates=updates)
         try:
             resumed = checkpoint.restore()
             if resumed:

@@ -5,6 +5,7 @@ from ga_tfx import keras, tf
 
 import time
 
+from ga_tfx.components.trainer import progress
 from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
 
 
@@ -17,8 +18,9 @@ class AccumulationLogger(keras.callbacks.Callback):
     is weighted by samples: exact as all micro-batches are full).
     """
 
-    def __init__(self, log_dir, settings):
+    def __init__(self, log_dir, settings, total_updates=None, label="Trainer"):
         super().__init__()
+        self._total, self._label = total_updates, label
         self._log_dir = log_dir
         self._micro = settings.micro_batch_size
         self._effective = settings.effective_batch_size
@@ -52,6 +54,11 @@ class AccumulationLogger(keras.callbacks.Callback):
                               window * self._micro / max(now - self._time, 1e-9))
             tf.summary.scalar("ga_tfx/loss_per_update",
                               (loss_total - self._loss_total) / window)
+        if self._total:  # the console's progress line (ga_tfx.components.trainer.progress)
+            progress.report(label=self._label, update=step, total=self._total,
+                            loss=(loss_total - self._loss_total) / window,
+                            samples_per_second=window * self._micro / max(now - self._time,
+                                                                          1e-9))
         self._seen, self._loss_total, self._time = seen, loss_total, now
 
     def on_epoch_end(self, epoch, logs=None):

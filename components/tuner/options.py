@@ -26,7 +26,12 @@ class TunerOptions(Settings):
         None, kind=int, minimum=1, optional=True,
         help=f"epochs of a hyperband search (None: {DEFAULT_MAX_EPOCHS})")
     seed: Optional[int] = setting(None, kind=int, optional=True,
-                                  help="seed of the search (None: random)")
+                                  help="seed of the search; each trial's seed derives from it "
+                                       "and the trial id")
+    trials_file: Optional[str] = setting(
+        None, kind=str, optional=True,
+        help="a JSON-lines file where every finished trial (failed ones too) is appended, "
+             "with TensorBoard HParams beside it (None: no record)")
 
     def __post_init__(self):
         super().__post_init__()

@@ -75,6 +75,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 import dataclasses
 import importlib
 import numbers
+import os
 from typing import Any, Dict, Mapping, Optional
 
 import keras_tuner
@@ -83,6 +84,7 @@ from tfx.components.tuner.component import TunerFnResult
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import data, distribution, user_module
 from ga_tfx.components.trainer.model import mixed_precision_policy
+from ga_tfx.components.tuner import trials
 from ga_tfx.components.tuner.options import DEFAULT_MAX_EPOCHS, DEFAULT_MAX_TRIALS, TunerOptions
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
@@ -104,6 +106,7 @@ class TunerConfig:
     max_trials: Optional[int] = None
     max_epochs: Optional[int] = None
     seed: Optional[int] = None
+    trials_file: Optional[str] = None
 
 
 def parse_config(custom_config: Optional[Mapping[str, Any]],
@@ -152,7 +155,8 @@ def parse_config(custom_config: Optional[Mapping[str, Any]],
     seed = options.seed
     return TunerConfig(model_fn=model_fn, settings=settings, search_space=space, kind=options.kind,
                        objective=objective, max_trials=max_trials, max_epochs=max_epochs,
-                       seed=seed)
+                       seed=seed,
+                       trials_file=options.trials_file)
 
 
 def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace) -> int:
@@ -218,14 +222,19 @@ def tuner_fn(fn_args) -> TunerFnResult:
         mixed_precision=settings.mixed_precision)
     common = dict(objective=config.objective, seed=config.seed,
                   directory=fn_args.working_dir, project_name=PROJECT_NAME, overwrite=False,
-                  distribution_strategy=strategy if replicas > 1 else None)
+                  distribution_strategy=strategy if replicas > 1 else None,
+                  search_seed=config.seed, samples_per_trial=samples,
+                  trials_file=config.trials_file,
+                  run_id=os.path.basename(os.path.normpath(fn_args.working_dir or "")))
     if config.kind == "random":
-        tuner = keras_tuner.RandomSearch(hypermodel, max_trials=config.max_trials, **common)
+        tuner = trials.recording_tuner(keras_tuner.RandomSearch)(
+            hypermodel, max_trials=config.max_trials, **common)
     elif config.kind == "bayesian":
-        tuner = keras_tuner.BayesianOptimization(hypermodel, max_trials=config.max_trials,
-                                                 **common)
+        tuner = trials.recording_tuner(keras_tuner.BayesianOptimization)(
+            hypermodel, max_trials=config.max_trials, **common)
     else:
-        tuner = keras_tuner.Hyperband(hypermodel, max_epochs=config.max_epochs, **common)
+        tuner = trials.recording_tuner(keras_tuner.Hyperband)(
+            hypermodel, max_epochs=config.max_epochs, **common)
 
     def batches(files, micro_batch_size, shuffle):  # the Trainer's data path, any batch size
         return data.micro_batches(

@@ -1,0 +1,123 @@
+"""Per-trial bookkeeping of the ga-tfx Tuner: seeds, progress, the trial record, HParams.
+
+:func:`recording_tuner` gives a Keras Tuner class (RandomSearch, BayesianOptimization,
+Hyperband) three extra duties, none of which changes what a trial computes beyond its seed:
+
+* **seed**: before a trial builds its model, the global seed is set from the search's seed and
+  the trial id (``crc32("<seed>:<trial_id>")``), so a repeated search initialises each trial's
+  model the same way and ranks its trials the same (the data order is fixed by
+  ``shuffle_seed``);
+* **progress**: one :mod:`ga_tfx.components.trainer.progress` event per optimizer update,
+  labelled ``Tuner trial i/N`` (the ``ga-tfx`` console draws it);
+* **record**: when ``trials_file`` is given, one JSON line per finished trial (failed ones
+  included): ``trial_id``, ``status``, ``score``, the trial's hyperparameter ``values`` and its
+  last ``metrics`` (``effective_batch_size``, ``updates``, ...), plus ``run`` (an id of this
+  search, so that a file shared by several runs can be read per run). With ``trials_file``,
+  TensorBoard HParams summaries (hyperparameters, effective batch, updates, score) go to
+  ``<trials_file directory>/hparams/<run>/<trial_id>``.
+"""
+
+import json
+import os
+import zlib
+from typing import Any, Dict, Optional
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx import keras, tf
+
+from ga_tfx.components.trainer import progress
+
+RECORDED_METRICS = ("effective_batch_size", "updates", "samples_seen")
+
+
+def trial_seed(search_seed: Optional[int], trial_id: str) -> int:
+    """The global seed of a trial: a function of the search's seed and the trial id only."""
+    return zlib.crc32(f"{search_seed}:{trial_id}".encode()) % (2 ** 31)
+
+
+class _UpdateProgress(keras.callbacks.Callback):
+    """Reports each optimizer update of a trial (one train-function call = one window)."""
+
+    def __init__(self, label: str, total_updates: int):
+        super().__init__()
+        self._label, self._total = label, total_updates
+
+    def on_train_batch_end(self, batch, logs=None):
+        progress.report(label=self._label, update=int(self.model.optimizer.iterations.numpy()),
+                        total=self._total, loss=(logs or {}).get("loss"))
+
+
+def recording_tuner(base: type) -> type:
+    """``base`` (a ``keras_tuner`` Tuner class) with the duties in the module docstring.
+
+    Extra constructor arguments: ``search_seed`` (the seed trials derive theirs from),
+    ``samples_per_trial`` (samples of one trial's epoch, for the progress total),
+    ``trials_file`` (where finished trials are appended, or None) and ``run_id``.
+    """
+
+    class Recording(base):
+        def __init__(self, *args, search_seed=None, samples_per_trial=None, trials_file=None,
+                     run_id="", **kwargs):
+            super().__init__(*args, **kwargs)
+            self._ga_seed = search_seed
+            self._ga_samples = samples_per_trial
+            self._ga_trials_file = trials_file
+            self._ga_run = run_id
+            self._ga_count = 0
+
+        def run_trial(self, trial, *args, **kwargs):
+            keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))
+            self._ga_count += 1
+            values = trial.hyperparameters.values
+            effective = values.get("accum_steps", 1) * values.get("micro_batch_size", 1)
+            if self._ga_samples and "micro_batch_size" in values:
+                label = f"Tuner trial {self._ga_count}/{self.oracle.max_trials or '?'}"
+                updates = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
+                kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [
+                    _UpdateProgress(label, updates)]
+            return super().run_trial(trial, *args, **kwargs)
+
+        def on_trial_end(self, trial):
+            super().on_trial_end(trial)
+            if self._ga_trials_file:
+                record = trial_record(trial, self._ga_run)
+                with tf.io.gfile.GFile(self._ga_trials_file, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+                _write_hparams(os.path.join(os.path.dirname(self._ga_trials_file), "hparams",
+                                            self._ga_run or "run", trial.trial_id), record)
+
+    Recording.__name__ = Recording.__qualname__ = f"Recording{base.__name__}"
+    return Recording
+
+
+def trial_record(trial: Any, run_id: str = "") -> Dict[str, Any]:
+    """A finished trial as a JSON-able dict (see the module docstring)."""
+    metrics = {}
+    for name in RECORDED_METRICS:
+        try:
+            value = trial.metrics.get_last_value(name)
+        except (KeyError, ValueError, AttributeError):
+            value = None
+        if value is not None:
+            metrics[name] = float(value)
+    status = getattr(trial.status, "value", trial.status)
+    return {"run": run_id, "trial_id": trial.trial_id, "status": str(status).lower(),
+            "score": None if trial.score is None else float(trial.score),
+            "values": dict(trial.hyperparameters.values), "metrics": metrics}
+
+
+def _write_hparams(log_dir: str, record: Dict[str, Any]) -> None:
+    """The trial in TensorBoard's HParams plugin: its values, effective batch, updates, score."""
+    from tensorboard.plugins.hparams import api as hparams_api
+
+    hparams = {k: v for k, v in record["values"].items()
+               if isinstance(v, (bool, int, float, str))}
+    for name in ("effective_batch_size", "updates"):
+        if name in record["metrics"]:
+            hparams[name] = record["metrics"][name]
+    writer = tf.summary.create_file_writer(log_dir)
+    with writer.as_default():
+        hparams_api.hparams(hparams, trial_id=record["trial_id"])
+        if record["score"] is not None:
+            tf.summary.scalar("score", record["score"], step=0)
+    writer.close()
