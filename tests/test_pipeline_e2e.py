@@ -57,6 +57,7 @@ def runs(tmp_path_factory):
     return root, resumed, cached
 
 
+@pytest.mark.slow  # three pipeline runs (the module's store)
 def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
     root, summary, _ = runs
     print("\n".join(summary.lines()))
@@ -78,6 +79,7 @@ def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
     assert summary.pushed_model.startswith(str(root / "serving"))
 
 
+@pytest.mark.slow  # three pipeline runs (the module's store)
 def test_pushed_model_answers_serialized_examples(runs):
     _, summary, _ = runs
     model = tf.saved_model.load(summary.pushed_model)
@@ -96,6 +98,7 @@ def test_pushed_model_answers_serialized_examples(runs):
     assert accuracy > 0.3  # ten classes: chance is 0.1
 
 
+@pytest.mark.slow  # three pipeline runs (the module's store)
 def test_third_run_is_served_from_the_cache(runs):
     _, resumed, cached = runs
     assert set(cached.cached_components) == ALL_COMPONENTS
@@ -137,7 +140,7 @@ def test_bad_flags_and_settings_are_rejected_with_the_value(tmp_path, capsys):
     assert "unrecognized arguments: --acum-steps" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["run", "--accum-steps", "0"])
-    assert "expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert "accum_steps must be an integer >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["run", "--search-accum-steps", "1,two"])
     assert "comma-separated integers" in capsys.readouterr().err
@@ -155,3 +158,32 @@ def test_help_explains_the_flags(capsys):
     for flag in ("--accum-steps", "--micro-batch", "--tune", "--output-dir", "--data-root",
                  "--direct-num-workers", "--no-cache"):
         assert flag in text
+
+
+def test_no_cache_and_direct_num_workers_reach_the_pipeline(tmp_path, monkeypatch, capsys):
+    """``ga-tfx run --no-cache --direct-num-workers N``: the pipeline handed to LocalDagRunner
+    (replaced here: no component runs) has caching off and Beam's multi-processing
+    DirectRunner with N workers; without the flags, caching on and the in-memory runner."""
+    pipelines = []
+
+    class RecordingRunner:
+        def run(self, pipeline):
+            pipelines.append(pipeline)
+
+    monkeypatch.setattr(local.tfx.orchestration, "LocalDagRunner", RecordingRunner)
+    monkeypatch.setattr(local, "summarize", lambda config: type(
+        "Summary", (), {"lines": lambda self: ["(not run)"]})())
+    assert cli.main(["run", "--output-dir", str(tmp_path / "a"), "--no-cache",
+                     "--direct-num-workers", "3"]) == 0
+    assert cli.main(["run", "--output-dir", str(tmp_path / "b")]) == 0
+    flagged, default = pipelines
+    assert flagged.enable_cache is False and default.enable_cache is True
+    assert flagged.beam_pipeline_args == ["--direct_running_mode=multi_processing",
+                                          "--direct_num_workers=3"]
+    assert default.beam_pipeline_args == ["--direct_running_mode=in_memory",
+                                          "--direct_num_workers=1"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "--direct-num-workers", "-1"])
+    assert exit_info.value.code == 2
+    assert "-1" in capsys.readouterr().err
