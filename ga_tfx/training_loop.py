@@ -293,14 +293,12 @@ class TrainingLoop:
         self._checkpoint = tf.train.Checkpoint(
             model=model, optimizer=optimizer, accumulator=self.accumulator,
             gradient_chain=self.chain, loop_state=self.state)
-        self._manager = None
-        if checkpoint_dir is not None:
-            self._write_dir = (checkpoint_dir if self._is_chief("should_checkpoint")
-                               else tempfile.mkdtemp(prefix="ga_tfx_loop_worker_"))
-            self._manager = tf.train.CheckpointManager(
-                self._checkpoint, self._write_dir,
-                max_to_keep=_validation.check_accum_steps(max_checkpoints_to_keep,
-                                                          "max_checkpoints_to_keep"))
+        max_to_keep = _validation.check_accum_steps(max_checkpoints_to_keep,
+                                                    "max_checkpoints_to_keep")
+        self._manager = None  # the chief's; other workers write to temporary directories
+        if checkpoint_dir is not None and self._is_chief("should_checkpoint"):
+            self._manager = tf.train.CheckpointManager(self._checkpoint, checkpoint_dir,
+                                                       max_to_keep=max_to_keep)
         self._writer = (tf.summary.create_file_writer(log_dir)
                         if log_dir is not None and self._is_chief("should_save_summary")
                         else None)
@@ -346,12 +344,17 @@ class TrainingLoop:
         """Writes a checkpoint now (mid-window state included); returns its path (chief) or
         ``None`` without ``checkpoint_dir``. Every worker must call it (reading replica-local
         buffers all-reduces them)."""
-        if self._manager is None:
+        if self._manager is not None:
+            return self._manager.save()
+        if self.checkpoint_dir is None:
             return None
-        path = self._manager.save()
-        if self._write_dir != self.checkpoint_dir:
-            shutil.rmtree(self._write_dir, ignore_errors=True)
-        return path if self._write_dir == self.checkpoint_dir else None
+        # Not the chief: the same collective reads, written to a directory deleted at once.
+        temp_dir = tempfile.mkdtemp(prefix="ga_tfx_loop_worker_")
+        try:
+            tf.train.CheckpointManager(self._checkpoint, temp_dir, max_to_keep=1).save()
+        finally:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        return None
 
     def restore(self) -> bool:
         """Restores the latest checkpoint of ``checkpoint_dir``; ``False`` if there is none."""

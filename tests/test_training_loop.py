@@ -50,8 +50,9 @@ def windows_of(x, y, micro=MICRO, k=K):
 
 def big_batch(model, optimizer, windows, regularization=None, transform=None, lr_at=None):
     """One plain update per window (its samples as one batch). Returns the pre-transform
-    global gradient norms. ``lr_at={update: lr}`` sets the learning rate after that update."""
-    norms = []
+    global gradient norms and the losses (regularisation included) of the updates.
+    ``lr_at={update: lr}`` sets the learning rate after that update."""
+    norms, losses = [], []
     for update, (xb, yb) in enumerate(windows, start=1):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(per_example_loss()(yb, model(xb, training=True)))
@@ -62,12 +63,13 @@ def big_batch(model, optimizer, windows, regularization=None, transform=None, lr
         grads = tape.gradient(loss, model.trainable_variables)
         pairs = list(zip(grads, model.trainable_variables))
         norms.append(float(tf.linalg.global_norm(grads)))
+        losses.append(float(loss))
         if transform is not None:
             pairs = transform(pairs)
         optimizer.apply_gradients(pairs)
         if lr_at and update in lr_at:
             optimizer.learning_rate = lr_at[update]
-    return norms
+    return norms, losses
 
 
 def max_diff(a, b):
@@ -104,7 +106,7 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     loop.run(epochs=2)
 
     reference, ref_optimizer = mlp(seed=22, l2=1e-2), make_optimizer()
-    norms = big_batch(reference, ref_optimizer, windows_of(x, y) * 2)
+    norms, losses = big_batch(reference, ref_optimizer, windows_of(x, y) * 2)
     diff = max_diff(loop.model.get_weights(), reference.get_weights())
     print(f"{strategy_name} {make_optimizer.__name__}: max |dw| vs big batch = {diff:.3g}")
     assert diff <= TOLERANCE, diff
@@ -112,6 +114,7 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     assert loop.updates == int(loop.optimizer.iterations.numpy()) == 6
     assert [log["samples"] for log in loop.history] == [21.0, 21.0, 8.0] * 2
     np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
+    np.testing.assert_allclose([log["loss"] for log in loop.history], losses, rtol=1e-5)
 
 
 def test_regularization_counted_once_per_update():
@@ -150,7 +153,6 @@ def test_nonfinite_window_is_skipped_bitwise(strategy_name, capsys):
                      callbacks=[ga_tfx.UpdateCallback(
                          lambda loop, logs: fired.append(logs["window"]), every_n_updates=1)])
     loop.run(epochs=1)
-    assert fired == [1, 3]  # callbacks follow updates: none for the skipped window 2
     # The same loop on the data without that window: weights, Adam's moments and iterations
     # must be bitwise identical.
     x_ok, y_ok = _drop_micro_batches(x, y, [3, 4, 5])
@@ -160,6 +162,7 @@ def test_nonfinite_window_is_skipped_bitwise(strategy_name, capsys):
     assert max_diff(optimizer_state(loop.optimizer), optimizer_state(clean.optimizer)) == 0.0
     assert int(loop.optimizer.iterations.numpy()) == loop.updates == 2
     assert loop.skipped_windows == 1 and loop.windows == 3
+    assert fired == [1, 3]  # callbacks follow updates: none for the skipped window 2
     assert [log["applied"] for log in loop.history] == [True, False, True]
     assert np.isnan(loop.history[1]["grad_norm"])
     assert [log["skipped_windows"] for log in loop.history] == [0, 1, 1]
@@ -218,7 +221,7 @@ def test_clip_global_norm_then_transforms_once_per_update():
         return ga_tfx.adaptive_clip_gradients(
             [(g, v) for g, (_, v) in zip(grads, pairs)], 0.02, exclude=["*logits/bias*"])
 
-    norms = big_batch(reference, optimizer, windows_of(x, y), transform=chain)
+    norms, _ = big_batch(reference, optimizer, windows_of(x, y), transform=chain)
     diff = max_diff(loop.model.get_weights(), reference.get_weights())
     assert diff <= TOLERANCE, diff
     np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
@@ -281,12 +284,6 @@ def test_resume_mid_window_matches_uninterrupted(strategy_name, tmp_path):
     second = make_loop(STRATEGIES[strategy_name](), adam, data, seed=99,
                        callbacks=lr_callback(), checkpoint_dir=str(tmp_path))
     second.run(epochs=2)
-    assert second.learning_rate == pytest.approx(3e-3)  # set by a callback before the interrupt
-    assert second.updates == whole.updates == 6
-    if strategy_name == "one_device":
-        # Under MirroredStrategy the int64 replica-local samples_seen counter is restored as
-        # floor(sum / 2) per replica (tf.distribute's SUM restore), so an odd count loses 1.
-        assert second.samples_seen == whole.samples_seen == 126
     diff = max(max_diff(second.model.get_weights(), whole.model.get_weights()),
                max_diff(optimizer_state(second.optimizer), optimizer_state(whole.optimizer)))
     print(f"{strategy_name}: resumed vs uninterrupted max diff {diff:.3g}")
@@ -296,6 +293,12 @@ def test_resume_mid_window_matches_uninterrupted(strategy_name, tmp_path):
         # A replica-local SUM buffer is restored as half its sum on each replica; the later
         # micro-batches then add to other partial sums: float32 round-off of one window.
         assert diff <= 1e-6, diff
+    assert second.learning_rate == pytest.approx(3e-3)  # set by a callback before the interrupt
+    assert second.updates == whole.updates == 6
+    if strategy_name == "one_device":
+        # Under MirroredStrategy the int64 replica-local samples_seen counter is restored as
+        # floor(sum / 2) per replica (tf.distribute's SUM restore), so an odd count loses 1.
+        assert second.samples_seen == whole.samples_seen == 126
 
 
 def test_crash_resumes_from_every_n_updates_checkpoint(tmp_path):

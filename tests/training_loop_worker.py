@@ -1,0 +1,78 @@
+"""One worker of a MultiWorkerMirroredStrategy TrainingLoop, for tests/test_training_loop_multi_worker.py.
+
+``python -m tests.training_loop_worker OUT CHECKPOINT_DIR`` with ``TF_CONFIG`` set: creates the
+strategy first (as it must be), trains the test model with :class:`ga_tfx.TrainingLoop`
+(interrupted mid-window after ``INTERRUPT_AFTER`` micro-batches, then resumed by new loop
+objects from the shared checkpoint directory) and writes ``OUT/weights.npz`` and
+``OUT/stats.json``. The data (see :func:`data`) has a NaN window and a short last window.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from ga_tfx import keras, tf
+
+MICRO, K, EPOCHS = 7, 3, 2
+N_SAMPLES = 57  # 9 micro-batches: 8 of 7 samples, 1 of 1 sample; windows of 21, 21, 15
+NAN_MICRO_BATCH = 4  # window 2 has a NaN input: skipped in every epoch
+INTERRUPT_AFTER = 13  # micro-batches: epoch 2, inside its first window
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N_SAMPLES, 8)).astype("float32")
+    y = rng.integers(0, 3, N_SAMPLES).astype("int64")
+    x[NAN_MICRO_BATCH * MICRO + 1, 2] = np.nan
+    return x, y
+
+
+def build_model(seed):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((8,))
+    h = keras.layers.Dense(16, activation="tanh",
+                           kernel_regularizer=keras.regularizers.l2(1e-2))(inputs)
+    return keras.Model(inputs, keras.layers.Dense(3, name="logits")(h))
+
+
+def make_optimizer():
+    return keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)
+
+
+def make_loop(strategy, checkpoint_dir, log_dir, seed):
+    with strategy.scope():
+        model = build_model(seed)
+        optimizer = make_optimizer()
+    x, y = data()
+    return ga_tfx.TrainingLoop(
+        model, optimizer,
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO), K, strategy=strategy,
+        checkpoint_dir=checkpoint_dir, checkpoint_every_n_updates=1, log_dir=log_dir)
+
+
+def main(out, checkpoint_dir):
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    os.makedirs(out, exist_ok=True)
+    log_dir = os.path.join(out, "logs")
+    first = make_loop(strategy, checkpoint_dir, log_dir, seed=22)
+    first.run(epochs=EPOCHS, max_micro_batches=INTERRUPT_AFTER)
+    pending = int(first.accumulator.micro_steps.numpy())
+    second = make_loop(strategy, checkpoint_dir, log_dir, seed=7)  # other initial weights
+    second.run(epochs=EPOCHS)
+    np.savez(os.path.join(out, "weights.npz"), *second.model.get_weights())
+    stats = {"replicas": strategy.num_replicas_in_sync, "pending_at_interrupt": pending,
+             "updates": second.updates, "skipped_windows": second.skipped_windows,
+             "iterations": int(second.optimizer.iterations.numpy()),
+             "is_chief": bool(strategy.extended.should_checkpoint)}
+    with open(os.path.join(out, "stats.json"), "w") as f:
+        json.dump(stats, f)
+    print(json.dumps(stats), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
