@@ -200,7 +200,9 @@ class GradientAccumulateOptimizer(ga_tfx.GradientAccumulateOptimizer):
                 f"allowed: {list(_CLIP_ARGUMENTS)} (applied by the wrapped optimizer, once per "
                 "update). Set the learning rate and its decay on the wrapped optimizer."
             )
-        super().__init__(optimizer, accum_steps, name=name)  # resolves names and configs
+        if isinstance(optimizer, (str, dict)):  # a name or config, as the package accepts
+            optimizer = keras.optimizers.get(optimizer)
+        super().__init__(optimizer, accum_steps, name=name)
         for key, value in kwargs.items():
             _set_clipping(self.optimizer, key, value)
         self.reduction = reduction
