@@ -46,6 +46,21 @@ class TrainingOptions(Settings):
         0.8, kind=float, above=0, maximum=1,
         help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
              "least this")
+    label: Optional[str] = setting(
+        None, kind=str, optional=True,
+        help="the label column of your own CSV files (--data-root): trains the generic "
+             "model of ga_tfx.pipelines.tabular; None: the shipped digits pipeline")
+    task: str = setting("classification", kind=str, choices=("classification", "regression"),
+                        help="what --label is: classes (accuracy) or a number (RMSE, MAE)")
+    module_file: Optional[str] = setting(
+        None, kind=str, optional=True,
+        help="your own TFX module file for --label data: preprocessing_fn(inputs[, "
+             "custom_config]) and build_model(hparams[, transform_output]) (None: the "
+             "generic module)")
+    max_rmse: Optional[float] = setting(
+        None, kind=float, above=0, optional=True,
+        help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
+             "(None: no threshold)")
     tune: bool = setting(False, kind=bool,
                          help="add a Tuner searching accum steps and the AGC clip factor; its "
                               "best values override --accum-steps/--agc-clip-factor")
@@ -62,6 +77,9 @@ class TrainingOptions(Settings):
     def __post_init__(self):
         super().__post_init__()
         check_updates(self.train_updates, self.updates_per_epoch)
+        if self.label is None and (self.module_file or self.task != "classification"):
+            raise SettingError("module_file and task apply to your own CSV data: give its "
+                               "label column with label (--label COLUMN).")
 
 
 # ---------------------------------------------------------------------- command-line flags

@@ -5,6 +5,8 @@ from ga_tfx import _tf_keras_internals, keras
 
 import contextlib
 
+from ga_tfx.components.trainer import user_module
+
 
 @contextlib.contextmanager
 def mixed_precision_policy(name):
@@ -17,14 +19,17 @@ def mixed_precision_policy(name):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def accumulation_model(build_model, hparams, settings, base_model_dir=None):
+def accumulation_model(build_model, hparams, settings, base_model_dir=None,
+                       transform_output=None):
     """``build_model(hparams)`` (compiled), BN replaced if asked, warm-started from
     ``base_model_dir`` when given (see :func:`warm_start`), wrapped, compiled again.
+    ``build_model`` may take the ``transform_output`` as a second argument
+    (:func:`~ga_tfx.components.trainer.user_module.call_build_model`).
 
     The user's model must be compiled; its optimizer, losses and metrics compile the
     accumulation model (the original model is only a graph of layers afterwards).
     """
-    model = build_model(hparams)
+    model = user_module.call_build_model(build_model, hparams, transform_output)
     if not isinstance(model, keras.Model) or model.optimizer is None:
         raise ValueError("build_model(hparams) must return a compiled tf.keras Model, got "
                          f"{model!r}.")

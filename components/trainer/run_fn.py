@@ -63,10 +63,13 @@ def run_fn(fn_args):
                          f'{sorted(config)}.')
     settings = settings_lib.from_dict(config[keys.GA_TFX])
     build_model = user_module.load_build_model(dotted_path=config[keys.MODEL_FN])
-    train_and_export(fn_args, settings, build_model, model_identity=config[keys.MODEL_FN])
+    train_and_export(fn_args, settings, build_model, model_identity=config[keys.MODEL_FN],
+                     make_serving_fn=user_module.load_optional(
+                         export.SERVING_FN_NAME, dotted_path=config[keys.MODEL_FN]))
 
 
-def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=None):
+def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=None,
+                     make_serving_fn=None):
     """Trains ``build_model``'s model as described in the module docstring; returns it
     (the plain, unwrapped Keras model that was exported).
 
@@ -74,6 +77,8 @@ def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=
     inputs and settings it decides which earlier attempt's checkpoints a run resumes from.
     ``stop``: a :class:`~ga_tfx.components.trainer.preemption.StopRequest` to use instead of
     SIGTERM/SIGINT handlers (tests); by default the handlers are installed for the call.
+    ``make_serving_fn``: the module's own ``make_serving_fn(model, transform_output)`` for
+    ``serving_default`` (see :mod:`~ga_tfx.components.trainer.export`), if it has one.
     Raises :class:`~ga_tfx.components.trainer.preemption.TrainingInterrupted` after saving a
     checkpoint when a stop is requested.
     """
@@ -101,7 +106,8 @@ def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=
     with signals as stop, model_lib.mixed_precision_policy(settings.mixed_precision):
         with strategy.scope():
             model = model_lib.accumulation_model(build_model, hparams, settings,
-                                                 base_model_dir=fn_args.base_model)
+                                                 base_model_dir=fn_args.base_model,
+                                                 transform_output=transform_output)
         checkpoint = checkpoints.UpdateCheckpoint(
             model, resume_dir, total_updates=updates,
             every_updates=settings.checkpoint_every_updates,
@@ -131,8 +137,11 @@ def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=
                 metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
             checkpoint.finish()  # the final state: an export killed later re-runs from here
             plain = ga_tfx.unwrap_model(model)
+            raw_label_keys = ((settings.raw_label_key,) if settings.raw_label_key else
+                              export.label_only_raw_features(transform_output,
+                                                             settings.label_key))
             export.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
-                                        schema, settings.serving_label_key)
+                                        schema, raw_label_keys, make_serving_fn)
             checkpoint.finish()  # a stop requested during the export: keep the checkpoints
         finally:
             checkpoint.close()

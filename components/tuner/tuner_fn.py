@@ -181,7 +181,7 @@ def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace
     return samples
 
 
-def load_hp_build_model(model_fn: str):
+def load_hp_build_model(model_fn: str, transform_output=None):
     """``build(hp) -> compiled keras.Model`` from the ``model_fn`` module (docstring)."""
     module_name, _, attr = model_fn.rpartition(".")
     if attr == TUNABLE_MODEL_FN:
@@ -197,7 +197,8 @@ def load_hp_build_model(model_fn: str):
     build_model = user_module.load_build_model(dotted_path=model_fn)
 
     def build_from_values(hp):
-        return build_model(dict(hp.values))  # what the Trainer passes: {name: value}
+        # What the Trainer passes: {name: value} (and the Transform output when it is asked).
+        return user_module.call_build_model(build_model, dict(hp.values), transform_output)
 
     return build_from_values
 
@@ -207,13 +208,13 @@ def tuner_fn(fn_args) -> TunerFnResult:
     config = parse_config(fn_args.custom_config, fn_args.eval_steps)
     space, settings = config.search_space, config.settings
     samples = trial_budget(fn_args.train_steps, space)
-    build = load_hp_build_model(config.model_fn)
+    schema, transform_output = data.schema_and_transform(fn_args)
+    build = load_hp_build_model(config.model_fn, transform_output)
     strategy = distribution.make_strategy(settings.strategy)
     replicas = strategy.num_replicas_in_sync
     if min(space.micro_batch_size) < replicas:
         raise ValueError(f"micro_batch_size={min(space.micro_batch_size)} is smaller than the "
                          f"{replicas} replicas of the strategy.")
-    schema, _ = data.schema_and_transform(fn_args)
 
     hypermodel = _PolicyHyperModel(
         build, space, replace_batchnorm=settings.replace_batchnorm,

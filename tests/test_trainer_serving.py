@@ -1,0 +1,67 @@
+"""The Trainer's export as a TFX user expects it: {'outputs': ...}, the module's own serving
+function, and the raw label found from the Transform graph when Transform renames it."""
+
+import os
+
+import pytest
+import tensorflow_transform as tft
+
+from ga_tfx import tf
+from ga_tfx.components.trainer import export
+from tests import taxi
+from tests.test_trainer_component import _module, _raw_examples, _run
+
+pytestmark = [pytest.mark.tfx]
+
+TRANSFORM_GRAPH = os.path.join(taxi.TESTDATA, "transform", "transform_graph")
+
+SERVING_FN = '''
+
+def make_serving_fn(model, transform_output):
+    layer = transform_output.transform_features_layer()
+    model.own_tft_layer = layer  # tracked with the model, as penguin does
+    spec = transform_output.raw_feature_spec()
+    spec.pop("tips")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve(serialized):
+        return {"scores": model(layer(tf.io.parse_example(serialized, spec)))}
+
+    return serve
+'''
+
+
+def _without(examples, feature):
+    """The serialized examples with ``feature`` removed (what a serving client sends)."""
+    out = []
+    for serialized in examples.numpy():
+        example = tf.train.Example.FromString(serialized)
+        del example.features.feature[feature]
+        out.append(example.SerializeToString())
+    return tf.constant(out)
+
+
+def test_label_only_raw_features_come_from_the_transform_graph():
+    transform_output = tft.TFTransformOutput(TRANSFORM_GRAPH)
+    # tips_xf (big tipper) is computed from tips and fare; fare also feeds fare_xf.
+    assert export.label_only_raw_features(transform_output, "tips_xf") == ("tips",)
+    assert export.label_only_raw_features(transform_output, "fare") == ("fare",)
+    assert export.label_only_raw_features(None, "y") == ("y",)
+
+
+def test_serving_default_returns_outputs_and_needs_no_raw_label(tmp_path):
+    serving_dir, _ = _run(tmp_path, "run", accum_steps=2, micro_batch_size=8, num_steps=2,
+                          raw_label_key=None)
+    serving = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    assert set(serving.structured_outputs) == {export.SERVING_OUTPUT_KEY}
+    answer = serving(examples=_without(_raw_examples(8), "tips"))
+    assert answer["outputs"].shape == (8, 2)
+
+
+def test_a_module_serving_function_is_used(tmp_path):
+    module = _module(tmp_path, taxi.MODEL_MODULE + SERVING_FN, name="with_serving.py")
+    serving_dir, _ = _run(tmp_path, "own", module_file=module, accum_steps=2,
+                          micro_batch_size=8, num_steps=2)
+    serving = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    assert set(serving.structured_outputs) == {"scores"}
+    assert serving(examples=_without(_raw_examples(4), "tips"))["scores"].shape == (4, 2)
