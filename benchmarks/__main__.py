@@ -1,7 +1,8 @@
 """Command line: ``.venv/bin/python -m benchmarks [--output benchmarks/REPORT.md] ...``.
 
-Runs the phases (peak memory and the XLA probes in fresh subprocesses; correctness and
-BatchNormalization checks in a subprocess; paired throughput rounds driven from this process),
+Runs the phases (the XLA probes, and the correctness and BatchNormalization checks, in
+subprocesses; then the paired throughput rounds, which also measure peak tensor memory, driven
+from this process),
 prints the report and optionally writes it (and the raw results as JSON).
 """
 
@@ -19,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from benchmarks import anchor
-from benchmarks.configs import CONFIGS, DEFAULT_CONFIGS, memory_configs
+from benchmarks.configs import CONFIGS, DEFAULT_CONFIGS
 from benchmarks.machine import ga_tfx_source, machine_facts
 from benchmarks.report import render
 from benchmarks.runner import measure_throughput
@@ -55,12 +56,11 @@ def parse_args(argv=None):
         "--json", default=None, help="write the raw results (every round's timings) here"
     )
     parser.add_argument(
-        "--memory-jobs",
+        "--jobs",
         type=int,
         default=2,
-        help="subprocess workers (memory, XLA probes, checks) run at a time before the rounds",
+        help="subprocess workers (XLA probes, checks) run at a time, before the rounds",
     )
-    parser.add_argument("--skip-memory", action="store_true", help="no memory workers")
     parser.add_argument("--skip-checks", action="store_true", help="no correctness/BN phase")
     args = parser.parse_args(argv)
     if args.samples % (args.micro_batch * args.accum_steps):
@@ -109,41 +109,37 @@ def main(argv=None):
         flush=True,
     )
 
-    memory, checks, probes, phases = {}, {}, {}, {}
+    checks, probes, phases = {}, {}, {}
     t_phase = time.perf_counter()
     jobs = {}
-    if not args.skip_memory:
-        for name in memory_configs(names):
-            jobs[("memory", name)] = ("memory", {"config": name})
     xla = [name for name in names if CONFIGS[name].jit]
     for framework in sorted({CONFIGS[name].framework for name in xla}):
         group = [name for name in xla if CONFIGS[name].framework == framework]
-        jobs[("xla_probe", framework)] = ("xla_probe", {"configs": group, "timeout": 1200})
+        jobs[f"xla_probe {framework}"] = ("xla_probe", {"configs": group, "timeout": 1200})
     if not args.skip_checks:
-        jobs[("correctness", "")] = ("correctness", {"timeout": 1200})
+        jobs["correctness"] = ("correctness", {"timeout": 1200})
     print(
-        f"[1-2/3] {len(jobs)} subprocess workers ({args.memory_jobs} at a time): peak memory, "
-        "XLA probes, correctness and BatchNormalization checks",
+        f"[1/2] {len(jobs)} subprocess workers ({args.jobs} at a time): XLA probes, correctness "
+        "and BatchNormalization checks",
         flush=True,
     )
-    with ThreadPoolExecutor(max_workers=args.memory_jobs) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {
             key: pool.submit(run_worker, kind, args, **kwargs)
             for key, (kind, kwargs) in jobs.items()
         }
-        for (kind, what), future in futures.items():
+        for key, future in futures.items():
             r = future.result()
-            if kind == "memory":
-                memory[what] = r
-            elif kind == "xla_probe":
+            kind, kwargs = jobs[key]
+            if kind == "xla_probe":
                 probes.update(r.get("probes", {}))
-                for name in jobs[(kind, what)][1]["configs"]:
+                for name in kwargs["configs"]:
                     probes.setdefault(name, {"error": r.get("error", "not probed")})
             else:
                 checks = r
-            print(f"  {kind} {what}: {r.get('status')} {r.get('error', '')}", flush=True)
-    phases["memory+probes+checks"] = time.perf_counter() - t_phase
-    print("[3/3] throughput, paired rounds", flush=True)
+            print(f"  {key}: {r.get('status')} {r.get('error', '')}", flush=True)
+    phases["probes+checks"] = time.perf_counter() - t_phase
+    print("[2/2] throughput and tensor memory, paired rounds", flush=True)
     t_phase = time.perf_counter()
     throughput = measure_throughput(args, names)
     phases["throughput"] = time.perf_counter() - t_phase
@@ -157,8 +153,10 @@ def main(argv=None):
                     "command": command,
                     "facts": facts,
                     "throughput": throughput,
-                    "memory": memory,
                     "checks": checks,
+                    "xla_probes": probes,
+                    "phases": phases,
+                    "args": vars(args),
                 },
                 f,
                 indent=1,
@@ -169,7 +167,6 @@ def main(argv=None):
         args,
         facts,
         throughput,
-        memory,
         checks,
         probes,
         command,

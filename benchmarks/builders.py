@@ -1,38 +1,54 @@
 """Building a configuration into something that trains one timed epoch.
 
 :func:`build` returns a slot: ``slot.run_epoch()`` trains one epoch over the slot's data and
-returns its :class:`Timing` (wall-clock and CPU seconds of this process). The caller must be
+returns its :class:`Timing` (wall-clock and CPU seconds of this process, peak tensor
+memory). The caller must be
 running the configuration's framework (:func:`benchmarks.frameworks.load`).
 """
 
 import gc
-import time
 from dataclasses import dataclass
+from typing import Optional
 
 from benchmarks import frameworks
 from benchmarks.configs import LEARNING_RATE, MOMENTUM, Config, conv_net, loss_fn
+from benchmarks.memory import clocks, tensor_peak_mib, tensor_peak_start
 
 
 @dataclass(frozen=True)
 class Timing:
     """One epoch: ``wall`` = seconds of wall clock (``time.perf_counter``), ``cpu`` = CPU
-    seconds of the whole process, all threads (``time.process_time``)."""
+    seconds of the whole process, all threads (``time.process_time``), ``tensor_peak_mib`` =
+    the epoch's peak tensor memory above what was allocated before it (:mod:`benchmarks.memory`;
+    None where the allocator keeps no statistics)."""
 
     wall: float
     cpu: float
+    tensor_peak_mib: Optional[float] = None
+
+
+def _timed(tf, fn, timer=None):
+    """Run ``fn()`` and return its Timing: wall and CPU seconds around the call, or those the
+    ``timer`` callback took inside it (``timer.seconds``), and the tensor peak of the call."""
+    gc.collect()
+    memory = tensor_peak_start(tf)
+    start = clocks()
+    fn()
+    end = clocks()
+    wall, cpu = timer.seconds if timer is not None else (end[0] - start[0], end[1] - start[1])
+    return Timing(wall, cpu, tensor_peak_mib(tf, memory))
 
 
 def _epoch_timer_class(keras):
     class EpochTimer(keras.callbacks.Callback):
-        """Wall and CPU time from epoch begin to epoch end (excludes fit's data set-up)."""
+        """Wall and CPU seconds from epoch begin to epoch end (excludes fit's data set-up)."""
 
         def on_epoch_begin(self, epoch, logs=None):
-            self.start = (time.perf_counter(), time.process_time())
+            self.start = clocks()
 
         def on_epoch_end(self, epoch, logs=None):
-            self.timing = Timing(
-                time.perf_counter() - self.start[0], time.process_time() - self.start[1]
-            )
+            end = clocks()
+            self.seconds = (end[0] - self.start[0], end[1] - self.start[1])
 
     return EpochTimer
 
@@ -40,13 +56,12 @@ def _epoch_timer_class(keras):
 class FitSlot:
     """``model.fit(x, y, batch_size, epochs=1, shuffle=False)`` per epoch, timed by a callback."""
 
-    def __init__(self, keras, model, x, y, batch_size):
-        self.model, self.x, self.y, self.batch_size = model, x, y, batch_size
+    def __init__(self, keras, tf, model, x, y, batch_size):
+        self.tf, self.model, self.x, self.y, self.batch_size = tf, model, x, y, batch_size
         self.timer = _epoch_timer_class(keras)()
 
     def run_epoch(self) -> Timing:
-        gc.collect()
-        self.model.fit(
+        fit = lambda: self.model.fit(
             self.x,
             self.y,
             batch_size=self.batch_size,
@@ -55,7 +70,7 @@ class FitSlot:
             verbose=0,
             callbacks=[self.timer],
         )
-        return self.timer.timing
+        return _timed(self.tf, fit, self.timer)
 
 
 class BoundSlot:
@@ -69,9 +84,10 @@ class BoundSlot:
     """
 
     def __init__(self, tf, model, loss, x, y, b, jit):
+        self.tf = tf
         n_micro = len(x) // b
-        xs = tf.reshape(tf.convert_to_tensor(x), (n_micro, b) + tuple(x.shape[1:]))
-        ys = tf.reshape(tf.convert_to_tensor(y), (n_micro, b))
+        xs = tf.reshape(x, (n_micro, b) + tuple(x.shape[1:]))
+        ys = tf.reshape(y, (n_micro, b))
         variables = model.trainable_variables
 
         @tf.function(jit_compile=jit)
@@ -87,14 +103,12 @@ class BoundSlot:
                 total = [t + g for t, g in zip(total, forward_backward(xs[i], ys[i]))]
             return total
 
-        self.epoch = epoch
+        # The results are ready when the call returns (CPU execution is synchronous);
+        # reading one makes sure.
+        self.run = lambda: epoch()[0].numpy()
 
     def run_epoch(self) -> Timing:
-        gc.collect()
-        start = (time.perf_counter(), time.process_time())
-        total = self.epoch()
-        total[0].numpy()  # results are ready (CPU execution is synchronous; this makes sure)
-        return Timing(time.perf_counter() - start[0], time.process_time() - start[1])
+        return _timed(self.tf, self.run)
 
 
 class LoopSlot:
@@ -107,6 +121,7 @@ class LoopSlot:
 
         import contextlib
 
+        self.tf = tf
         strategy = None
         if cfg.replicas > 1:
             devices = [f"/cpu:{i}" for i in range(cfg.replicas)]
@@ -125,10 +140,15 @@ class LoopSlot:
         )
 
     def run_epoch(self) -> Timing:
-        gc.collect()
-        start = (time.perf_counter(), time.process_time())
-        self.loop.run(epochs=self.loop.epoch + 1)  # epochs count from the start of training
-        return Timing(time.perf_counter() - start[0], time.process_time() - start[1])
+        # epochs count from the start of training: one more each call
+        return _timed(self.tf, lambda: self.loop.run(epochs=self.loop.epoch + 1))
+
+
+def as_tensors(tf, x, y):
+    """``(x, y)`` as tensors owned by TensorFlow's allocator (``tf.constant`` may alias numpy
+    memory, or not, depending on its alignment), made once per process and shared by all its
+    configurations: no epoch copies its data (``fit`` slices the tensors into batches)."""
+    return tf.add(tf.constant(x), 0.0), tf.add(tf.constant(y), 0)
 
 
 def set_logical_cpus(tf, count: int) -> None:
@@ -184,8 +204,8 @@ def build_model(cfg: Config, b: int, k: int, first_layer=None):
 
 
 def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
-    """A slot training ``cfg`` on ``(x, y)`` (numpy arrays or tensors; ``len(x)`` a multiple of
-    ``K·b``) at micro-batch ``b`` and ``K`` accumulation steps; not yet run (no tracing)."""
+    """A slot training ``cfg`` on ``(x, y)`` (tensors, see :func:`as_tensors`; ``len(x)`` a
+    multiple of ``K·b``) at micro-batch ``b`` and ``K`` accumulation steps; not yet run."""
     keras, tf = frameworks.load(cfg.framework)
     if cfg.kind == "loop":
         if first_layer is not None:
@@ -194,4 +214,4 @@ def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
     model = build_model(cfg, b, k, first_layer=first_layer)
     if cfg.kind == "bound":
         return BoundSlot(tf, model, loss_fn(keras), x, y, b, cfg.jit)
-    return FitSlot(keras, model, x, y, cfg.batch_size(b, k))
+    return FitSlot(keras, tf, model, x, y, cfg.batch_size(b, k))

@@ -210,17 +210,6 @@ PAIRS = (
 )
 
 
-def memory_configs(names):
-    """The configurations of ``names`` whose peak memory is measured: one process each, so not
-    the XLA ones (the probe decides whether XLA ran at all), not ``ga_tfx_sub`` (``ga_tfx`` in
-    another process) and not multi-replica ones (the allocator statistics are per device)."""
-    return [
-        name
-        for name in names
-        if not CONFIGS[name].jit and CONFIGS[name].replicas == 1 and name != "ga_tfx_sub"
-    ]
-
-
 def make_data(n: int, seed: int = DATA_SEED):
     """``n`` synthetic samples: x float32 ``(n, 32, 32, 3)`` ~ N(0, 1), y int64 in [0, 10)."""
     rng = np.random.default_rng(seed)

@@ -1,52 +1,35 @@
-"""Peak memory of training one configuration (run in a fresh process per configuration).
+"""Peak tensor memory of one epoch, measured in the process that runs it.
 
-Two measures: the process's resident set (``ru_maxrss``: TensorFlow runtime, traced graphs,
-allocator caches included) and the TensorFlow CPU allocator's peak of bytes in use
-(``tf.config.experimental.get_memory_info("CPU:0")``): tensor memory only (weights, optimizer
-slots, accumulation buffers, activations, gradients, input batches).
+TensorFlow's CPU allocator counts the bytes of live tensors (weights, optimizer slots,
+accumulation buffers, activations, gradients, input batches) and their peak since the last
+reset (``tf.config.experimental.get_memory_info("CPU:0")``). Around one epoch: reset the peak,
+run, and take ``peak − bytes in use before``: the memory the epoch itself needed on top of what
+was already there (this and every other configuration's weights and the shared data). Only one
+configuration runs at a time in a process, so the figure belongs to that configuration.
 """
 
-import resource
+import time
 
-from benchmarks import builders, frameworks
-from benchmarks.configs import CONFIGS, make_data
-
-
-def maxrss_mib():
-    """The process's peak resident set size so far (ru_maxrss), in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+_MIB = 2**20
 
 
-def tf_memory(tf, reset=False):
-    """TensorFlow's CPU allocator: bytes in use and peak since the last reset, in MiB."""
-    info = tf.config.experimental.get_memory_info("CPU:0")
-    if reset:
+def tensor_peak_start(tf):
+    """Reset the allocator's peak; returns the bytes in use now (None if not available)."""
+    try:
+        current = tf.config.experimental.get_memory_info("CPU:0")["current"]
         tf.config.experimental.reset_memory_stats("CPU:0")
-    return info["current"] / 2**20, info["peak"] / 2**20
+        return current
+    except (ValueError, RuntimeError):  # no allocator statistics in this build
+        return None
 
 
-def memory_samples(args):
-    """Samples per memory epoch: 4 windows of ``K·b`` (at most ``--samples``)."""
-    return min(args.samples, 4 * args.micro_batch * args.accum_steps)
+def tensor_peak_mib(tf, start):
+    """MiB of the allocator's peak since :func:`tensor_peak_start` above its bytes then."""
+    if start is None:
+        return None
+    return (tf.config.experimental.get_memory_info("CPU:0")["peak"] - start) / _MIB
 
 
-def worker_memory(args, result):
-    """Fresh process: peak memory of two epochs of ``args.config`` (the first traces)."""
-    cfg = CONFIGS[args.config]
-    _, tf = frameworks.load(cfg.framework)
-    b, k = args.micro_batch, args.accum_steps
-    n = memory_samples(args)
-    x, y = make_data(n)
-    # Copies owned by TensorFlow's allocator (tf.constant may alias numpy memory, or not,
-    # depending on its alignment): the same pre-training baseline in every subprocess.
-    x, y = tf.add(tf.constant(x), 0.0), tf.add(tf.constant(y), 0)
-    result.update(config=cfg.name, status="ok", samples=n)
-    slot = builders.build(cfg, b, k, x, y)
-    result["pre_train_maxrss_mib"] = maxrss_mib()
-    result["tf_pre_train_mib"], _ = tf_memory(tf, reset=True)
-    slot.run_epoch()  # includes tracing
-    result["after_first_epoch_maxrss_mib"] = maxrss_mib()
-    result["tf_before_steady_mib"], result["tf_peak_first_epoch_mib"] = tf_memory(tf, reset=True)
-    slot.run_epoch()
-    _, result["tf_peak_steady_mib"] = tf_memory(tf)
-    result["peak_maxrss_mib"] = maxrss_mib()
+def clocks():
+    """``(wall, cpu)``: ``time.perf_counter()`` and this process's ``time.process_time()``."""
+    return time.perf_counter(), time.process_time()

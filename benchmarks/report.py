@@ -1,7 +1,7 @@
 """The Markdown report: tables of the measured numbers and statements derived from them.
 
 Nothing in the report is hard-coded: every figure and every verdict comes from the results the
-runner, the memory workers and the correctness worker returned.
+runner (rates, ratios, tensor memory), the XLA probes and the correctness worker returned.
 """
 
 from benchmarks.configs import (
@@ -15,7 +15,6 @@ from benchmarks.configs import (
     MOMENTUM,
 )
 from benchmarks.correctness import BN_MOMENTUM
-from benchmarks.memory import memory_samples
 
 BOUND_GOAL = 0.97  # issue 15: ga_tfx at least this fraction of the bound (per CPU-second)
 
@@ -38,7 +37,7 @@ def _pair(throughput, num, den):
     return None
 
 
-def render(args, facts, throughput, memory, checks, probes, command, started, elapsed, phases=None):
+def render(args, facts, throughput, checks, probes, command, started, elapsed, phases=None):
     """The whole report (Markdown text)."""
     b, k = args.micro_batch, args.accum_steps
     lines = []
@@ -60,7 +59,7 @@ def render(args, facts, throughput, memory, checks, probes, command, started, el
     _setup(out, args, throughput)
     _pairs(out, throughput)
     _throughput(out, args, throughput, probes)
-    _memory(out, args, memory)
+    _memory(out, throughput)
     if phases:
         out(
             "Phase wall times: "
@@ -71,7 +70,7 @@ def render(args, facts, throughput, memory, checks, probes, command, started, el
     _checks(out, checks, b, k)
     out("## Interpretation")
     out("")
-    for paragraph in interpret(throughput, memory, checks, probes):
+    for paragraph in interpret(throughput, checks, probes):
         out(f"- {paragraph}")
     out("")
     out("## Notes and limits")
@@ -251,76 +250,51 @@ def _xla_cell(cfg, probe):
     if not probe or "honoured" not in probe:
         return "not probed"
     if probe["honoured"] is None:
-        return f"probe inconclusive (control failed: `{probe['control']}`)"
+        what = "control failed" if probe["control"] else "the XLA run failed for another reason"
+        return f"probe inconclusive ({what}: `{probe['control'] or probe['jit']}`)"
     return "honoured" if probe["honoured"] else "**NOT honoured** (an XLA-incompatible op trained)"
 
 
-def _memory(out, args, memory):
-    if not memory:
-        return
-    out("## 3. Peak memory")
+def tensor_peaks(throughput):
+    """name -> median peak tensor memory of its epochs (MiB), where measured."""
+    return {
+        name: row["tensor_peak_mib"]["median"]
+        for name, row in throughput.get("configs", {}).items()
+        if row.get("tensor_peak_mib")
+    }
+
+
+def _memory(out, throughput):
+    configs = throughput.get("configs", {})
+    peaks = tensor_peaks(throughput)
+    out("## 3. Peak tensor memory")
     out("")
     out(
-        f"Each configuration in a fresh subprocess (up to {args.memory_jobs} workers at a time, "
-        "before the throughput rounds), "
-        f"{memory_samples(args)} samples, 2 epochs (the first traces). TF tensor peak = the "
-        "TensorFlow CPU allocator's peak bytes in use (`tf.config.experimental."
-        "get_memory_info('CPU:0')`) during the second epoch minus the bytes it held before "
-        "training (weights, data): activations, gradients, optimizer slots, accumulation "
-        "buffers, batches. RSS: `pre-train` = ru_maxrss after data, model build and compile; "
-        "increment = final ru_maxrss − pre-train (TensorFlow runtime, traced graphs, allocator "
-        "caches included). Ratios against `plain_b`. Not measured: the XLA configurations "
-        "(see the probe), `ga_tfx_sub` (`ga_tfx` in another process) and multi-replica ones "
-        "(the allocator statistics are per device)."
+        "Measured in every timed epoch, in the process that ran it: TensorFlow's CPU allocator "
+        "peak of bytes in use during the epoch minus the bytes in use before it "
+        "(`tf.config.experimental.reset_memory_stats` / `get_memory_info('CPU:0')`), i.e. what "
+        "the epoch needed on top of the weights and the shared data: activations, gradients, "
+        "optimizer slots created on the first update, accumulation buffers, batches. One "
+        "configuration runs at a time per process, so the figure is that configuration's. It "
+        "is tensor memory only: not the TensorFlow runtime, traced graphs or allocator caches "
+        "(process RSS, which is shared by all configurations of a process and mostly runtime, "
+        "is not reported). Multi-replica rows: the statistics are those of the CPU:0 allocator; "
+        "whether the second logical device's tensors are counted there is not checked. XLA rows "
+        "whose probe says XLA ran may allocate some XLA temporaries outside it."
     )
     out("")
-    out(
-        "| configuration | name | TF tensor peak MiB | ratio vs plain_b | peak RSS MiB | RSS "
-        "increment MiB | ratio vs plain_b |"
-    )
-    out("|---|---|---:|---:|---:|---:|---:|")
-    for mem in memory.values():
-        if mem.get("status") == "ok":
-            mem["increment_mib"] = mem["peak_maxrss_mib"] - mem["pre_train_maxrss_mib"]
-            mem["tf_steady_mib"] = mem["tf_peak_steady_mib"] - mem["tf_pre_train_mib"]
-    base = memory.get(BASELINE, {})
-    failures = []
-    for name, mem in memory.items():
-        cells = [CONFIGS[name].label, f"`{name}`"]
-        if mem.get("status") == "ok":
-            cells += [
-                f"{mem['tf_steady_mib']:.1f}",
-                f"{mem['tf_steady_mib'] / base['tf_steady_mib']:.2f}"
-                if base.get("tf_steady_mib")
-                else "n/a",
-                f"{mem['peak_maxrss_mib']:.0f}",
-                f"{mem['increment_mib']:.0f}",
-                f"{mem['increment_mib'] / base['increment_mib']:.2f}"
-                if base.get("increment_mib")
-                else "n/a",
-            ]
-        else:
-            cells += ["FAILED", "—", "—", "—", "—"]
-            failures.append(f"`{name}`: `{mem.get('error', 'not run')}`")
-        out("| " + " | ".join(cells) + " |")
-    out("")
-    ok = {name: m for name, m in memory.items() if m.get("status") == "ok"}
-    if ok:
+    out(f"| configuration | name | tensor peak MiB, median [IQR] | vs {BASELINE} (medians) |")
+    out("|---|---|---:|---:|")
+    base = peaks.get(BASELINE)
+    for name, row in configs.items():
+        if not row.get("tensor_peak_mib"):
+            continue
+        ratio = f"{peaks[name] / base:.2f}" if base else "n/a"
         out(
-            "Pre-training RSS (TF runtime, data, model) was "
-            f"{min(m['pre_train_maxrss_mib'] for m in ok.values()):.0f}–"
-            f"{max(m['pre_train_maxrss_mib'] for m in ok.values()):.0f} MiB per subprocess. "
-            "TF allocator peak of the first epoch (tracing included), MiB: "
-            + ", ".join(
-                f"{name} {m['tf_peak_first_epoch_mib'] - m['tf_pre_train_mib']:.1f}"
-                for name, m in ok.items()
-            )
-            + "."
+            f"| {CONFIGS[name].label} | `{name}` | {fmt_spread(row['tensor_peak_mib'], '.1f')} "
+            f"| {ratio} |"
         )
-        out("")
-    if failures:
-        out("Failures: " + "; ".join(failures))
-        out("")
+    out("")
 
 
 def _checks(out, checks, b, k):
@@ -425,7 +399,7 @@ def _checks(out, checks, b, k):
     out("")
 
 
-def interpret(throughput, memory, checks, probes):
+def interpret(throughput, checks, probes):
     """Plain statements derived from the measured numbers (nothing hard-coded)."""
     notes = []
     configs = throughput.get("configs", {})
@@ -487,11 +461,7 @@ def interpret(throughput, memory, checks, probes):
                     "XLA cannot compile trained, so this ratio compares two non-XLA runs)"
                 )
             notes.append(text + ".")
-    tfm = {
-        name: m.get("tf_steady_mib")
-        for name, m in memory.items()
-        if m.get("status") == "ok" and m.get("tf_steady_mib") is not None
-    }
+    tfm = tensor_peaks(throughput)
     if BASELINE in tfm and tfm[BASELINE]:
         ga = [name for name in ("ga_tfx", "ga_tfx_xla") if name in tfm]
         if ga:
@@ -599,19 +569,16 @@ def caveats(facts, probes):
     ]
     if facts.get("training_loop"):
         items.append(facts["training_loop"])
-    not_honoured = [name for name, p in probes.items() if p.get("honoured") is False]
-    if not_honoured:
-        items.append(
-            "`compile(jit_compile=True)` was NOT honoured by: "
-            + ", ".join(f"`{name}`" for name in not_honoured)
-            + " (the probe model with a "
-            "`tf.numpy_function` layer trained with jit_compile=True). Their XLA rows measure "
-            "the non-XLA path."
-        )
-    elif probes:
-        items.append(
-            "Every XLA configuration probed honours jit_compile=True: "
-            + ", ".join(f"`{name}`" for name in probes)
-            + "."
-        )
+    verdicts = {
+        "honoured (XLA refused the probe's op)": True,
+        "NOT honoured (the probe model with a `tf.numpy_function` layer trained with "
+        "jit_compile=True; its XLA rows measure the non-XLA path)": False,
+        "not decided by the probe (see the XLA column)": None,
+    }
+    for text, value in verdicts.items():
+        names = [name for name, p in probes.items() if p.get("honoured", None) is value]
+        if names:
+            items.append(
+                "`compile(jit_compile=True)` " + text + ": " + ", ".join(f"`{n}`" for n in names)
+            )
     return items

@@ -29,8 +29,11 @@ def build_slots(names, args):
     Returns ``(slots, status)``: name -> slot for those that work; name -> ``{"status": "ok",
     "warmup_s": ...}`` or ``{"status": "error", "error": text}`` for all.
     """
-    x, y = make_data(args.samples)
     slots, status = {}, {}
+    if not names:
+        return slots, status
+    _, tf = frameworks.load(CONFIGS[names[0]].framework)
+    x, y = builders.as_tensors(tf, *make_data(args.samples))
     for name in names:
         try:
             start = time.perf_counter()
@@ -102,7 +105,7 @@ class RemoteHost:
         self.proc.stdin.write(f"epoch {name}\n")
         self.proc.stdin.flush()
         message = self._read()
-        return builders.Timing(message["wall"], message["cpu"])
+        return builders.Timing(**message)
 
     def close(self):
         try:
@@ -200,12 +203,18 @@ def summarize(args, names, status, times):
     n, b, k = args.samples, args.micro_batch, args.accum_steps
     wall = {name: [t.wall if t else None for t in ts] for name, ts in times.items()}
     cpu = {name: [t.cpu if t else None for t in ts] for name, ts in times.items()}
+    peak = {name: [t.tensor_peak_mib if t else None for t in ts] for name, ts in times.items()}
     configs = {}
     for name in names:
         row = dict(status.get(name, {"status": "error", "error": "not run"}))
         row["updates_per_epoch"] = CONFIGS[name].updates_per_epoch(n, b, k)
         if row["status"] == "ok" and any(wall.get(name, [])):
-            row["rounds"] = [{"wall": w, "cpu": c} for w, c in zip(wall[name], cpu[name])]
+            row["rounds"] = [
+                {"wall": w, "cpu": c, "tensor_peak_mib": m}
+                for w, c, m in zip(wall[name], cpu[name], peak[name])
+            ]
+            if any(m is not None for m in peak[name]):
+                row["tensor_peak_mib"] = spread(m for m in peak[name] if m is not None)
             row["wall_rate"] = spread(n / w for w in wall[name] if w)
             row["cpu_rate"] = spread(n / c for c in cpu[name] if c)
             if BASELINE in wall and any(wall[BASELINE]):

@@ -4,11 +4,13 @@ process).
 ``python -m benchmarks.server --host keras3 --configs keras3_ga,... --micro-batch 32
 --accum-steps 8 --samples 2048`` builds and warms up its configurations, then answers one JSON
 line per command read from stdin: ``epoch NAME`` runs one epoch of NAME and replies
-``{"wall": s, "cpu": s}``; ``quit`` ends. Its first line is ``{"ready": {NAME: status}}``.
-Everything else the process prints goes to stderr, so stdout carries only the protocol.
+``{"wall": s, "cpu": s, "tensor_peak_mib": MiB}``; ``quit`` ends. Its first line is
+``{"ready": {NAME: status}}``. Everything else the process prints goes to stderr, so stdout
+carries only the protocol.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -52,7 +54,7 @@ def main(argv=None):
             )
             continue
         timing = slots[name].run_epoch()
-        reply({"wall": timing.wall, "cpu": timing.cpu})
+        reply(dataclasses.asdict(timing))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Subprocess workers: the parent's launcher and the child's entry point.
 
-The child is ``python -m benchmarks.workers --kind memory|correctness ...``; it writes one JSON
+The child is ``python -m benchmarks.workers --kind correctness|xla_probe ...``; it writes one JSON
 result (``status`` "ok" or "error" with the error text) to the file named by ``--result``.
 """
 
@@ -19,9 +19,12 @@ from benchmarks.errors import error_text
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_worker(kind, args, config=None, timeout=600, configs=None):
-    """Run one worker in a fresh process (Keras 3 for Keras 3 ``config``/``configs``, else
-    Keras 2); returns its result dict (never raises). ``configs``: a list, for the XLA probe."""
+def run_worker(kind, args, configs=(), timeout=600):
+    """Run one worker in a fresh process; returns its result dict (never raises).
+
+    ``configs``: configuration names (the XLA probe's), all of one framework: the process runs
+    Keras 3 if they are Keras 3 ones, else Keras 2.
+    """
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
         path = f.name
     cmd = [
@@ -39,12 +42,9 @@ def run_worker(kind, args, config=None, timeout=600, configs=None):
         "--samples",
         str(args.samples),
     ]
-    if config:
-        cmd += ["--config", config]
     if configs:
         cmd += ["--configs", ",".join(configs)]
-    first = config or (configs[0] if configs else None)
-    env = frameworks.subprocess_env(CONFIGS[first].framework if first else frameworks.KERAS2)
+    env = frameworks.subprocess_env(CONFIGS[configs[0]].framework if configs else frameworks.KERAS2)
     try:
         proc = subprocess.run(
             cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
@@ -70,21 +70,16 @@ def run_worker(kind, args, config=None, timeout=600, configs=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="benchmark subprocess worker (internal)")
-    parser.add_argument("--kind", required=True, choices=("memory", "correctness", "xla_probe"))
+    parser.add_argument("--kind", required=True, choices=("correctness", "xla_probe"))
     parser.add_argument("--result", required=True, help="JSON result file")
     parser.add_argument("--micro-batch", type=int, required=True)
     parser.add_argument("--accum-steps", type=int, required=True)
     parser.add_argument("--samples", type=int, required=True)
-    parser.add_argument("--config", default=None, choices=sorted(CONFIGS))
     parser.add_argument("--configs", default=None, help="comma-separated (xla_probe)")
     args = parser.parse_args(argv)
     result = {}
     try:
-        if args.kind == "memory":
-            from benchmarks.memory import worker_memory
-
-            worker_memory(args, result)
-        elif args.kind == "xla_probe":
+        if args.kind == "xla_probe":
             from benchmarks.xla_probe import worker_xla_probe
 
             worker_xla_probe(args, result)

@@ -26,15 +26,23 @@ def _numpy_identity_layer(keras, tf):
     return NumpyIdentity(name="xla_probe_numpy_identity")
 
 
+def refused_by_xla(error: BaseException) -> bool:
+    """True when ``error`` is XLA refusing the probe's op: its text names both XLA and the
+    ``PyFunc`` op that ``tf.numpy_function`` creates (any other failure is not evidence)."""
+    text = str(error)
+    return "XLA" in text and "PyFunc" in text
+
+
 def check(cfg: Config, b: int, k: int) -> dict:
     """``{"honoured": True | False | None, "control": error or None, "jit": error or None}``.
 
-    ``honoured`` is None when the control (same probe model, ``jit=False``) fails: then the
-    probe says nothing.
+    ``honoured`` is True when the probe model trains without XLA and fails with it because XLA
+    refuses the probe's op; False when it trains with ``jit_compile=True`` too; None (nothing
+    learnt) when the control fails or the XLA run fails for another reason.
     """
     keras, tf = frameworks.load(cfg.framework)
-    x, y = make_data(k * b, seed=DATA_SEED + 5)
-    errors = {}
+    x, y = builders.as_tensors(tf, *make_data(k * b, seed=DATA_SEED + 5))
+    errors, refused = {}, False
     for jit in (False, True):
         probe_cfg = dataclasses.replace(cfg, jit=jit)
         try:
@@ -44,7 +52,11 @@ def check(cfg: Config, b: int, k: int) -> dict:
             errors[jit] = None
         except Exception as error:
             errors[jit] = error_text(error)
-    honoured = None if errors[False] else errors[True] is not None
+            refused = jit and refused_by_xla(error)
+    if errors[False] or (errors[True] and not refused):
+        honoured = None
+    else:
+        honoured = errors[True] is not None
     return {"honoured": honoured, "control": errors[False], "jit": errors[True]}
 
 
