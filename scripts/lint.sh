@@ -20,7 +20,7 @@ case "${1:-}" in
 esac
 
 status=0
-echo "== ruff check"; "$bin/ruff" check . || status=1
-echo "== ruff format --check"; "$bin/ruff" format --check . || status=1
+echo "== ruff check"; "$bin/ruff" check --output-format concise . || status=1
+echo "== ruff format --check"; "$bin/ruff" format --check --output-format concise . || status=1
 echo "== mypy (public API)"; "$bin/mypy" || status=1
 exit "$status"
