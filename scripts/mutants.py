@@ -31,6 +31,7 @@ mutation's target text is missing or the baseline fails.
 
 import argparse
 import dataclasses
+import fnmatch
 import glob
 import os
 import shutil
@@ -186,13 +187,13 @@ MUTATIONS: List[Mutation] = [
 
 
 def _ignore(directory, names):
-    return {n for n in names for pattern in EXCLUDE if glob.fnmatch.fnmatch(n, pattern)}
+    return {n for n in names for pattern in EXCLUDE if fnmatch.fnmatch(n, pattern)}
 
 
-def make_copy(destination: str) -> str:
+def make_copy(destination: str, source: str = ROOT) -> str:
     """Copies the tree to ``destination/tree``; links the namespace packages into ga_tfx/."""
     tree = os.path.join(destination, "tree")
-    shutil.copytree(ROOT, tree, ignore=_ignore, symlinks=True)
+    shutil.copytree(source, tree, ignore=_ignore, symlinks=True)
     for name in ("components", "pipelines"):
         link = os.path.join(tree, "ga_tfx", name)
         if not os.path.lexists(link):
@@ -258,6 +259,9 @@ def main(argv=None) -> int:
     parser.add_argument("--slow", action="store_true",
                         help="also the mutations whose tests are in the slow tier")
     parser.add_argument("--keep", action="store_true", help="keep the copy (path printed)")
+    parser.add_argument("--source", default=ROOT,
+                        help="the tree to copy (default: this checkout), e.g. an export of "
+                             "a commit: git archive HEAD | tar -x -C DIR")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if (not args.k or any(k in m.name for k in args.k))
               and (args.slow or not m.slow)]
@@ -268,7 +272,7 @@ def main(argv=None) -> int:
 
     work = tempfile.mkdtemp(prefix="ga_tfx_mutants_")
     try:
-        tree = make_copy(work)
+        tree = make_copy(work, os.path.abspath(args.source))
         missing = [m.name for m in chosen if not targets(tree, m)]
         if missing:
             print(f"ERROR: target text not found for {missing}: update the mutation list",

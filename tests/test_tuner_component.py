@@ -231,6 +231,30 @@ def test_settings_agc_factor_is_used_by_every_trial_unless_agc_is_searched(
                                agc_clip_factor=0.1)
 
 
+def test_a_tuning_run_resumes_in_its_working_directory(tmp_path, model_module, monkeypatch):
+    """A second Tuner execution over the same working directory (a re-run after a crash, or
+    more trials) reloads the finished trials and runs only the missing ones."""
+    fits = []
+    original_fit = AccumulationHyperModel.fit
+    monkeypatch.setattr(AccumulationHyperModel, "fit", lambda self, hp, model, *a, **kw: (
+        fits.append(hp.get("accum_steps")) or original_fit(self, hp, model, *a, **kw)))
+    name = model_module()
+    out = str(tmp_path / "tune")
+    _, working_dir = _tune(out, _config(name, tuner={"max_trials": 2, "seed": 6}))
+    first = {tuple(sorted(values.items())): metrics
+             for _, values, metrics in _trials(working_dir)}
+    assert len(first) == 2 and len(fits) == 2
+    _, again = _tune(out, _config(name, tuner={"max_trials": 3, "seed": 6}))
+    assert again == working_dir
+    assert len(fits) == 3  # one new trial; the first two were not trained again
+    trials = _trials(working_dir)
+    assert len(trials) == 3 and {status for status, _, _ in trials} == {"COMPLETED"}
+    for _, values, metrics in trials:  # the reloaded trials kept their results
+        key = tuple(sorted(values.items()))
+        if key in first:
+            assert metrics == first[key]
+
+
 # ---------------------------------------------------------------------- errors before trials
 @pytest.mark.parametrize("change, match", [
     ({"ga_tfx_serch": {}}, r"Unknown custom_config key\(s\) \['ga_tfx_serch'\]"),

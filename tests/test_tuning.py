@@ -7,7 +7,7 @@ import pytest
 
 import keras_tuner as kt
 
-from ga_tfx._keras import keras
+from ga_tfx._keras import keras, tf
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 from tests.helpers import classification_data
 
@@ -99,21 +99,54 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path):
     assert "Loss became nan" in failed.message
 
 
+class _OutOfMemoryAt(keras.callbacks.Callback):
+    """Raises the error TensorFlow raises on an allocation failure, in the trials whose
+    accumulation model has ``accum_steps`` = ``k`` (as a real OOM surfaces: from training)."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.model.accum_steps == self.k:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+
+def test_an_out_of_memory_trial_fails_alone_and_the_search_goes_on(tmp_path):
+    x, y = classification_data(n=N)
+    space = {"accum_steps": [1, 2, 4], "micro_batch_size": 8}
+    tuner = _tuner(tmp_path, AccumulationHyperModel(build_model, space), max_trials=6)
+    tuner.search(x, y, epochs=1, verbose=0, callbacks=[_OutOfMemoryAt(2)])
+    trials = {t.hyperparameters.get("accum_steps"): t for t in tuner.oracle.trials.values()}
+    assert trials[2].status == "FAILED"
+    assert "ran out of memory at effective batch size 16 (micro-batch 8)" in trials[2].message
+    assert trials[1].status == trials[4].status == "COMPLETED"
+    assert tuner.get_best_hyperparameters()[0].get("accum_steps") in (1, 4)
+
+
 @pytest.mark.parametrize("tuner_class, kwargs", [
     (kt.BayesianOptimization, {"max_trials": 3}),
     (kt.Hyperband, {"max_epochs": 2, "factor": 2, "hyperband_iterations": 1}),
 ], ids=["bayesian", "hyperband"])
 def test_other_tuners(tmp_path, tuner_class, kwargs):
+    """Bayesian optimisation and Hyperband drive the same trials: each completed trial records
+    its effective batch and whole epochs of N samples whatever its K (Keras Tuner keeps the
+    metrics of the trial's best epoch, the 1st or the 2nd), and the best trial's model
+    rebuilds with its accumulation settings."""
     x, y = classification_data(n=N)
     space = {"accum_steps": [1, 2], "micro_batch_size": 8, "agc_clip_factor": (0.01, 0.1)}
     tuner = _tuner(tmp_path, AccumulationHyperModel(build_model, space), tuner_class, **kwargs)
     tuner.search(x, y, epochs=2, verbose=0)
     completed = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
-    assert completed
+    assert len(completed) >= 2
     for trial in completed:
-        epochs = len(trial.metrics.get_history("samples_seen"))
-        assert trial.metrics.get_last_value("samples_seen") >= N
-        assert epochs >= 1
+        k = trial.hyperparameters.get("accum_steps")
+        assert trial.metrics.get_last_value("effective_batch_size") == 8 * k
+        assert trial.metrics.get_last_value("samples_seen") in (N, 2 * N)
+    best = tuner.get_best_hyperparameters()[0]
+    model = tuner.hypermodel.build(best)
+    assert model.accum_steps == best.get("accum_steps")
+    assert (model.agc is None) == (not best.get("agc"))
 
 
 @pytest.mark.parametrize("space, error, match", [
