@@ -210,6 +210,12 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                             "takes grads_and_vars, sample_count and Keras' name, "
                             "skip_gradients_aggregation, experimental_aggregate_gradients.")
         ctx = self._replica_context("apply_gradients")
+        if self.accumulator is not None and (
+                tf.distribute.get_strategy() is not self._accumulation_strategy):
+            raise RuntimeError(
+                "GradientAccumulateOptimizer.apply_gradients was called outside the distribution "
+                f"strategy its accumulator was created in ({self._accumulation_strategy!r}); "
+                "call it inside strategy.run.")
         if (skip_gradients_aggregation or not aggregate) and ctx.num_replicas_in_sync > 1:
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients takes each replica's own gradients "
@@ -234,8 +240,13 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         """
         if self.accumulator is None:
             return tf.constant(False)
-        if tf.distribute.in_cross_replica_context():
-            return self._flush_cross_replica(tf.distribute.get_strategy())
+        strategy = self._accumulation_strategy
+        if tf.distribute.get_replica_context() is None or not tf.distribute.has_strategy():
+            # Cross-replica context, or outside any strategy scope (e.g. after `fit`): decide
+            # in the accumulator's strategy (reading its replica-local buffers outside it
+            # would sum them over replicas).
+            with strategy.scope():
+                return self._flush_cross_replica(strategy)
         return self._replica_context("flush").merge_call(self._flush_cross_replica)
 
     # ------------------------------------------------------------------ cross-replica decision
@@ -272,6 +283,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             if self._agc is not None:
                 self._agc.check_variables(variables)
             self.accumulator = GradientAccumulator(variables)
+            self._accumulation_strategy = tf.distribute.get_strategy()
         elif not self.accumulator.matches(variables):
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients must receive the same variables in "

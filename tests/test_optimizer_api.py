@@ -169,6 +169,9 @@ def test_misuse_gives_clear_errors():
 
     with pytest.raises(ValueError, match="skip_gradients_aggregation=True.*2 replicas"):
         pre_aggregated()
+    strategy.run(tf.function(lambda: optimizer.apply_gradients(zip(zeros, variables))))
+    with pytest.raises(RuntimeError, match="outside the distribution strategy.*strategy.run"):
+        optimizer.apply_gradients(zip(zeros, variables))  # no scope: default strategy
     with pytest.raises(TypeError, match="already a GradientAccumulateOptimizer"):
         ga_tfx.GradientAccumulateOptimizer(optimizer, K)
     with pytest.raises(TypeError, match=r"Unexpected keyword arguments \['loss_scale'\]"):

@@ -93,3 +93,29 @@ def test_compile_keeps_a_pending_window_across_fit_calls_and_checkpoints(tmp_pat
     resumed.fit(x[18:72], y[18:72], batch_size=MICRO, shuffle=False, verbose=0)
     assert iterations(resumed.optimizer) == iterations(uninterrupted.optimizer) == 3
     assert max_weight_diff(uninterrupted, resumed) == 0.0  # same ops, same order
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["one_device", "mirrored"])
+def test_flush_after_fit_applies_the_pending_window(distributed):
+    """90 samples = 15 micro-batches: 3 windows and 3 pending micro-batches, which
+    ``optimizer.flush()`` (eager, outside the strategy scope) applies as the big batch's last,
+    smaller batch of 18."""
+    x, y = classification_data(n=90, seed=6)
+    make = lambda: keras.optimizers.SGD(0.1, momentum=0.9)  # noqa: E731
+    big = mlp()
+    big.compile(optimizer=make(), loss=sparse_ce())
+    big.fit(x, y, batch_size=MICRO * K, shuffle=False, verbose=0)
+
+    strategy = two_replica_strategy() if distributed else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = mlp()
+        model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(make(), K), loss=sparse_ce())
+    model.fit(x, y, batch_size=MICRO, shuffle=False, verbose=0)
+    optimizer = model.optimizer
+    assert (iterations(optimizer), int(optimizer.micro_steps.numpy())) == (3, 3)
+    assert bool(optimizer.flush())
+    assert not bool(optimizer.flush())  # nothing pending
+    assert iterations(optimizer) == iterations(big.optimizer) == 4
+    diff = max_weight_diff(big, model)
+    print(f"flush after fit ({'mirrored' if distributed else 'one device'}): max |dw| = {diff:.3g}")
+    assert diff <= TOLERANCE
