@@ -47,7 +47,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.engine import apply_aggregated_gradients
+from ga_tfx.engine.step import apply_aggregated_gradients, batch_size
 from ga_tfx.transforms import Member, NonFiniteGuard, global_norm, make_chain
 
 _ON_READ = tf.VariableSynchronization.ON_READ
@@ -140,16 +140,6 @@ def _default_targets(batch):
             f"a batch of type {type(batch).__name__}. Pass targets_fn=... (e.g. "
             "targets_fn=lambda batch: batch to give loss_fn the whole batch).")
     return batch[1]
-
-
-def _leading_dim(x):
-    """Number of samples in a (nested) batch: the leading dimension of its first tensor."""
-    first = tf.nest.flatten(x)[0]
-    if isinstance(first, tf.SparseTensor):
-        return tf.cast(first.dense_shape[0], tf.float32)
-    if isinstance(first, tf.RaggedTensor):
-        return tf.cast(first.nrows(), tf.float32)
-    return tf.cast(tf.shape(first)[0], tf.float32)
 
 
 def _mean_loss(loss, samples):
@@ -494,7 +484,7 @@ class TrainingLoop:
     def _micro_step(self, batch):
         """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss``."""
         x = self.inputs_fn(batch)
-        samples = (_leading_dim(x) if self.sample_count_fn is None
+        samples = (batch_size(x) if self.sample_count_fn is None
                    else tf.cast(self.sample_count_fn(batch), tf.float32))
         with tf.GradientTape() as tape:
             outputs = self.model(x, training=True)

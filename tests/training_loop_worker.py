@@ -4,7 +4,9 @@
 strategy first (as it must be), trains the test model with :class:`ga_tfx.TrainingLoop`
 (interrupted mid-window after ``INTERRUPT_AFTER`` micro-batches, then resumed by new loop
 objects from the shared checkpoint directory) and writes ``OUT/weights.npz`` and
-``OUT/stats.json``. The data (see :func:`data`) has a NaN window and a short last window.
+``OUT/stats.json``. The data (see :func:`data`) has a NaN window and a short last window; it
+is read from two TFRecord files, so that the AUTO auto-shard policy would give each worker
+other files (the loop sets DATA: every worker takes its part of each global micro-batch).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
@@ -31,6 +33,32 @@ def data():
     return x, y
 
 
+def write_files(out):
+    """Writes :func:`data` to two TFRecord files (samples 0..27 and 28..56), in order."""
+    x, y = data()
+    paths = []
+    for index, rows in enumerate((range(0, 28), range(28, N_SAMPLES))):
+        path = os.path.join(out, f"data-{index}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for i in rows:
+                writer.write(tf.train.Example(features=tf.train.Features(feature={
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=x[i])),
+                    "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[y[i]])),
+                })).SerializeToString())
+        paths.append(path)
+    return paths
+
+
+def read_files(paths):
+    spec = {"x": tf.io.FixedLenFeature([8], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, spec)
+        return example["x"], example["y"]
+
+    return tf.data.TFRecordDataset(paths).map(parse).batch(MICRO)
+
+
 def build_model(seed):
     keras.utils.set_random_seed(seed)
     inputs = keras.Input((8,))
@@ -43,15 +71,14 @@ def make_optimizer():
     return keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)
 
 
-def make_loop(strategy, checkpoint_dir, log_dir, seed):
+def make_loop(strategy, paths, checkpoint_dir, log_dir, seed):
     with strategy.scope():
         model = build_model(seed)
         optimizer = make_optimizer()
-    x, y = data()
     return ga_tfx.TrainingLoop(
         model, optimizer,
         keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO), K, strategy=strategy,
+        read_files(paths), K, strategy=strategy,
         checkpoint_dir=checkpoint_dir, checkpoint_every_n_updates=1, log_dir=log_dir)
 
 
@@ -59,10 +86,11 @@ def main(out, checkpoint_dir):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     os.makedirs(out, exist_ok=True)
     log_dir = os.path.join(out, "logs")
-    first = make_loop(strategy, checkpoint_dir, log_dir, seed=22)
+    paths = write_files(out)
+    first = make_loop(strategy, paths, checkpoint_dir, log_dir, seed=22)
     first.run(epochs=EPOCHS, max_micro_batches=INTERRUPT_AFTER)
     pending = int(first.accumulator.micro_steps.numpy())
-    second = make_loop(strategy, checkpoint_dir, log_dir, seed=7)  # other initial weights
+    second = make_loop(strategy, paths, checkpoint_dir, log_dir, seed=7)  # other initial weights
     second.run(epochs=EPOCHS)
     np.savez(os.path.join(out, "weights.npz"), *second.model.get_weights())
     stats = {"replicas": strategy.num_replicas_in_sync, "pending_at_interrupt": pending,
