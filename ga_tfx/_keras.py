@@ -51,27 +51,10 @@ def _check_tf_keras_is_keras_2():
         )
 
 
-def _leave_tf_keras_to_itself_in_autograph():
-    """Adds ``DoNotConvert("tf_keras")`` to autograph's rules (once).
-
-    TensorFlow's rules leave the ``keras`` package unconverted, as Keras 2 was written to be
-    traced as it is (it converts a layer's ``call`` itself). Under its new name ``tf_keras``
-    the same code is converted, which measured here costs tens of seconds per traced train
-    function (a small ga_tfx ``fit``: 42 s -> 2.6 s with the rule). Code outside tf_keras
-    (ga_tfx's windowed loop, users' layers) is converted as before.
-    """
-    try:
-        from tensorflow.python.autograph.core import config as autograph_config
-    except ImportError:  # a TensorFlow without this private module: nothing to adjust
-        return
-    rules = autograph_config.CONVERSION_RULES
-    if not any(isinstance(rule, autograph_config.DoNotConvert) and rule.matches("tf_keras")
-               for rule in rules):
-        autograph_config.CONVERSION_RULES = rules + (
-            autograph_config.DoNotConvert("tf_keras"),)
-
-
 _check_tf_keras_is_keras_2()
-_leave_tf_keras_to_itself_in_autograph()
+
+from ga_tfx import _tf_keras_internals  # noqa: E402  (after TensorFlow and tf-keras)
+
+_tf_keras_internals.leave_tf_keras_unconverted_by_autograph()
 
 __all__ = ["keras", "tf", "KerasVersionError"]

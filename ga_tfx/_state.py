@@ -1,5 +1,9 @@
 """Accumulation state kept beside Keras' weights: in checkpoints, never in ``get_weights()``."""
 
+from ga_tfx import _tf_keras_internals
+
+from typing import Any
+
 
 class Untracked:
     """A plain holder: Keras does not track what it holds as layer weights.
@@ -9,15 +13,15 @@ class Untracked:
     exported models. Holding the module through this object avoids that.
     """
 
-    def __init__(self, value=None):
+    def __init__(self, value: Any = None) -> None:
         self.value = value
 
 
-def attach_state(owner, holder, module, name):
+def attach_state(owner: Any, holder: Untracked, module: Any, name: str) -> None:
     """Puts ``module`` in ``holder`` and makes it a checkpoint dependency of ``owner``.
 
     ``tf.train.Checkpoint`` and Keras' ``BackupAndRestore`` then save and restore it (deferred
     restoration included), while ``owner.weights`` stays unchanged.
     """
     holder.value = module
-    owner._track_trackable(module, name=name, overwrite=True)
+    _tf_keras_internals.track_trackable(owner, module, name)

@@ -11,6 +11,7 @@ micro-batch's gradient never communicates, and :meth:`reduce_window` sums all re
 with one batched all-reduce per optimizer update.
 """
 
+from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
 
@@ -160,8 +161,7 @@ class GradientAccumulator(tf.Module):
 def _local_component(buffer):
     """This replica's copy of a replica-local buffer (``ON_READ`` distributed variables do not
     support ``scatter_add`` themselves; their per-device components do)."""
-    get_local = getattr(buffer, "_get_on_device_or_primary", None)
-    return get_local() if get_local is not None else buffer
+    return _tf_keras_internals.local_component(buffer)
 
 
 def _static_shape(variable):

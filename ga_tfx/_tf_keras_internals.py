@@ -1,0 +1,273 @@
+"""Every private tf-keras (and TensorFlow) name ga-tfx relies on, in one place.
+
+ga-tfx extends Keras 2 where tf-keras has no public hook: the window loop reads and, for
+``partial_window="carry"``, sets the model's ``steps_per_execution`` variable, counts updates
+in Keras' train counter, reduces per-replica logs as ``fit`` does, rebuilds functional graphs
+from a config, and subclasses ``BatchNormalization``. Nothing else in ga-tfx (library,
+components, pipelines) touches a private tf-keras attribute or imports ``tf_keras.src``; it
+calls the functions below. A tf-keras release that moves one of these fails here, at import,
+with an error naming the missing internal and the versions ga-tfx was proven on, instead of an
+``AttributeError`` deep inside a traced train function.
+
+Version check: :data:`PROVEN_TF_KERAS_VERSIONS` lists the tf-keras ``major.minor`` releases the
+test suite passed on. Another release gets a :class:`UnprovenTfKerasVersionWarning` at import
+(once), and works if every internal below is still there (checked at import by
+:func:`missing_internals`). ``tests/test_internals_shim.py`` checks each function against the
+installed tf-keras.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+import tf_keras
+
+# tf-keras major.minor releases the ga-tfx test suite passed on.
+PROVEN_TF_KERAS_VERSIONS: Tuple[str, ...] = ("2.16", "2.21")
+
+
+class UnprovenTfKerasVersionWarning(UserWarning):
+    """The installed tf-keras is not one ga-tfx was tested on (it may still work)."""
+
+
+class TfKerasInternalsError(ImportError):
+    """A tf-keras internal that ga-tfx needs is missing in the installed tf-keras."""
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def check_version(version: Optional[str] = None) -> bool:
+    """Warns (:class:`UnprovenTfKerasVersionWarning`) if ``version`` is not a proven release.
+
+    Args:
+      version: a tf-keras version string such as ``"2.16.0"``; defaults to the installed one.
+
+    Returns:
+      True if ``version``'s ``major.minor`` is in :data:`PROVEN_TF_KERAS_VERSIONS`.
+    """
+    version = tf_keras.__version__ if version is None else version
+    if _major_minor(version) in PROVEN_TF_KERAS_VERSIONS:
+        return True
+    warnings.warn(
+        f"ga_tfx was tested with tf-keras {', '.join(v + '.x' for v in PROVEN_TF_KERAS_VERSIONS)}"
+        f"; this process has tf-keras {version}. The tf-keras internals ga_tfx uses are present "
+        "(checked at import), but results on this version are not verified.",
+        UnprovenTfKerasVersionWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+# --------------------------------------------------------------------------- private modules
+def _import_private(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise TfKerasInternalsError(
+            f"ga_tfx needs the tf-keras internal module {module!r}, which tf-keras "
+            f"{tf_keras.__version__} does not have ({error}). ga_tfx was tested with tf-keras "
+            f"{', '.join(v + '.x' for v in PROVEN_TF_KERAS_VERSIONS)}."
+        ) from error
+
+
+_training = _import_private("tf_keras.src.engine.training")
+_functional = _import_private("tf_keras.src.engine.functional")
+_control_flow_util = _import_private("tf_keras.src.utils.control_flow_util")
+
+# (owner, attribute) pairs that must exist on the classes/modules of the installed tf-keras.
+# Instance attributes created in __init__/compile/build (``_steps_per_execution``,
+# ``_train_counter``, ``_param_shape``, ...) are checked on real objects by the tests.
+_REQUIRED: Tuple[Tuple[Any, str], ...] = (
+    (_training, "reduce_per_replica"),
+    (_functional, "get_network_config"),
+    (_functional, "reconstruct_from_config"),
+    (_functional, "connect_ancillary_layers"),
+    (_control_flow_util, "constant_value"),
+    (_control_flow_util, "smart_cond"),
+    (tf_keras.Model, "_flatten_layers"),
+    (tf_keras.Model, "_track_trackable"),
+    (tf_keras.Model, "_get_compile_args"),
+    (tf_keras.Model, "_validate_target_and_loss"),
+    (tf_keras.layers.BatchNormalization, "_assign_moving_average"),
+    (tf_keras.layers.BatchNormalization, "_get_training_value"),
+    (tf_keras.layers.BatchNormalization, "_param_dtype"),
+)
+
+
+def missing_internals(required: Iterable[Tuple[Any, str]] = _REQUIRED) -> List[str]:
+    """Names (``"owner.attribute"``) of required internals the installed tf-keras lacks."""
+    return [
+        f"{getattr(owner, '__name__', owner)}.{name}"
+        for owner, name in required
+        if not hasattr(owner, name)
+    ]
+
+
+def check_internals(required: Iterable[Tuple[Any, str]] = _REQUIRED) -> None:
+    """Raises :class:`TfKerasInternalsError` naming every missing internal (none: returns)."""
+    missing = missing_internals(required)
+    if missing:
+        raise TfKerasInternalsError(
+            f"tf-keras {tf_keras.__version__} lacks internals ga_tfx needs: "
+            f"{', '.join(missing)}. ga_tfx was tested with tf-keras "
+            f"{', '.join(v + '.x' for v in PROVEN_TF_KERAS_VERSIONS)}."
+        )
+
+
+# --------------------------------------------------------------------------- Model: fit loop
+def steps_per_execution(model: tf_keras.Model) -> tf.Variable:
+    """The compiled model's ``steps_per_execution`` variable (micro-batches per execution,
+    read by Keras' data handler before each call of the train function)."""
+    return model._steps_per_execution
+
+
+def set_steps_per_execution(model: tf_keras.Model, steps: int) -> None:
+    """Sets the number of micro-batches Keras hands the next train-function call (host side).
+
+    The one assignment to a Keras private attribute in ga-tfx: ``partial_window="carry"`` makes
+    the first execution of an epoch ``K - pending`` micro-batches long (Keras' data handler
+    does the same for the last execution of an epoch).
+    """
+    variable = model._steps_per_execution
+    if int(variable.numpy()) != steps:
+        variable.assign(steps)
+
+
+def count_train_step(model: tf_keras.Model) -> Any:
+    """Adds one to Keras' train counter (``model._train_counter``): one optimizer update."""
+    return model._train_counter.assign_add(1)
+
+
+def uses_parameter_server(model: tf_keras.Model) -> bool:
+    """True when the model trains under a ParameterServerStrategy cluster coordinator."""
+    return bool(getattr(model, "_cluster_coordinator", None))
+
+
+def reduce_per_replica(values: Any, strategy: tf.distribute.Strategy, reduction: str) -> Any:
+    """Keras' reduction of per-replica logs to one value each (what ``fit`` shows)."""
+    return _training.reduce_per_replica(values, strategy, reduction=reduction)
+
+
+def validate_target_and_loss(model: tf_keras.Model, y: Any, loss: Any) -> None:
+    """Keras' check that a loss and targets were given (clear errors for a missing ``y``)."""
+    model._validate_target_and_loss(y, loss)
+
+
+def compile_args(model: tf_keras.Model) -> dict:
+    """The arguments the model was compiled with (what ``clone_and_build_model`` reuses)."""
+    return model._get_compile_args()
+
+
+# --------------------------------------------------------------------------- layers, tracking
+def flatten_layers(
+    layer: tf_keras.layers.Layer, include_self: bool = False
+) -> List[tf_keras.layers.Layer]:
+    """Every layer nested in ``layer`` (models included), depth first, each once."""
+    return list(layer._flatten_layers(include_self=include_self))
+
+
+def track_trackable(owner: Any, trackable: Any, name: str) -> None:
+    """Makes ``trackable`` a checkpoint dependency of ``owner`` under ``name`` (overwriting),
+    without making it a Keras attribute (so its variables are not layer weights)."""
+    owner._track_trackable(trackable, name=name, overwrite=True)
+
+
+def is_graph_network(model: Any) -> bool:
+    """True for a Functional (or built Sequential) model: a graph of layers Keras can rebuild."""
+    return bool(getattr(model, "_is_graph_network", False))
+
+
+# --------------------------------------------------------------------------- functional config
+def get_network_config(model: tf_keras.Model, config: dict) -> dict:
+    """The functional graph's config (layers, inbound nodes, inputs, outputs) merged into
+    ``config``."""
+    return _functional.get_network_config(model, config=config)
+
+
+def reconstruct_from_config(
+    config: dict, custom_objects: Optional[dict] = None
+) -> Tuple[list, list, dict]:
+    """``(inputs, outputs, created_layers)`` rebuilt from :func:`get_network_config`'s output."""
+    return _functional.reconstruct_from_config(config, custom_objects)
+
+
+def connect_ancillary_layers(model: tf_keras.Model, created_layers: dict) -> None:
+    """Adds layers of the config not on the input-output path (e.g. ``add_loss`` layers)."""
+    _functional.connect_ancillary_layers(model, created_layers)
+
+
+# --------------------------------------------------------------------------- layers' training
+def constant_value(pred: Any) -> Optional[bool]:
+    """The Python bool of a ``training`` argument if known at trace time, else ``None``."""
+    return _control_flow_util.constant_value(pred)
+
+
+def smart_cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
+    """``tf.cond`` that runs one branch directly when ``pred`` is known at trace time."""
+    return _control_flow_util.smart_cond(pred, true_fn, false_fn)
+
+
+def bn_param_shape(layer: tf_keras.layers.BatchNormalization) -> Sequence[int]:
+    """The shape of a built BatchNormalization layer's gamma/beta/moving statistics."""
+    return layer._param_shape
+
+
+def bn_param_dtype(layer: tf_keras.layers.BatchNormalization) -> tf.DType:
+    """The dtype of a BatchNormalization layer's parameters (float32 under mixed precision)."""
+    return layer._param_dtype
+
+
+def bn_training_value(layer: tf_keras.layers.BatchNormalization, training: Any) -> Any:
+    """The ``training`` value Keras' BatchNormalization would use (``trainable=False`` and the
+    learning phase included)."""
+    return layer._get_training_value(training)
+
+
+def bn_assign_moving_average(
+    layer: tf_keras.layers.BatchNormalization,
+    variable: tf.Variable,
+    value: Any,
+    momentum: float,
+    count: Any,
+) -> Any:
+    """Keras' moving-average update of one BatchNormalization statistic."""
+    return layer._assign_moving_average(variable, value, momentum, count)
+
+
+# --------------------------------------------------------------------------- TensorFlow
+def local_component(variable: Any) -> Any:
+    """This replica's copy of a replica-local (``ON_READ``) distributed variable; the variable
+    itself when it is not distributed (``scatter_add`` needs the per-device component)."""
+    get_local = getattr(variable, "_get_on_device_or_primary", None)
+    return get_local() if get_local is not None else variable
+
+
+def leave_tf_keras_unconverted_by_autograph() -> None:
+    """Adds ``DoNotConvert("tf_keras")`` to autograph's rules (once).
+
+    TensorFlow's rules leave the ``keras`` package unconverted, as Keras 2 was written to be
+    traced as it is (it converts a layer's ``call`` itself). Under its new name ``tf_keras``
+    the same code is converted, which measured here costs tens of seconds per traced train
+    function (a small ga_tfx ``fit``: 42 s -> 2.6 s with the rule). Code outside tf_keras
+    (ga_tfx's windowed loop, users' layers) is converted as before.
+    """
+    try:
+        from tensorflow.python.autograph.core import config as autograph_config
+    except ImportError:  # a TensorFlow without this private module: nothing to adjust
+        return
+    rules = autograph_config.CONVERSION_RULES
+    if not any(
+        isinstance(rule, autograph_config.DoNotConvert) and rule.matches("tf_keras")
+        for rule in rules
+    ):
+        autograph_config.CONVERSION_RULES = rules + (autograph_config.DoNotConvert("tf_keras"),)
+
+
+check_internals()
+check_version()

@@ -1,0 +1,169 @@
+"""ga_tfx._tf_keras_internals: the one place ga-tfx reaches tf-keras (and TF) internals.
+
+Each shim function is exercised against the installed tf-keras (2.16 in .venv, 2.21 in
+.venv-lib), the version check warns for an unproven release, a missing internal is an error
+naming it, and no other library or component module touches those internals.
+"""
+
+import ga_tfx  # noqa: I001  (first import: selects Keras 2)
+
+import pathlib
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from ga_tfx import _tf_keras_internals as internals
+from ga_tfx import keras, tf
+
+pytestmark = []  # fast tier; library only (no TFX)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_installed_tf_keras_is_proven_and_has_every_internal():
+    import tf_keras
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a proven version must not warn
+        assert internals.check_version() is True
+    assert tf_keras.__version__.rsplit(".", 1)[0] in internals.PROVEN_TF_KERAS_VERSIONS
+    assert internals.missing_internals() == []
+
+
+def test_unproven_version_warns_naming_both_versions():
+    with pytest.warns(internals.UnprovenTfKerasVersionWarning, match=r"2\.16\.x.*2\.99\.1"):
+        assert internals.check_version("2.99.1") is False
+
+
+def test_missing_internal_is_an_error_naming_it():
+    class Owner:
+        present = 1
+
+    with pytest.raises(internals.TfKerasInternalsError, match=r"Owner\._gone"):
+        internals.check_internals(((Owner, "present"), (Owner, "_gone")))
+
+
+def _dense_model():
+    inputs = keras.Input((3,), name="x")
+    hidden = keras.layers.Dense(4, name="hidden")(inputs)
+    outputs = keras.layers.Dense(1, name="out")(hidden)
+    return keras.Model(inputs, outputs, name="m")
+
+
+def test_fit_loop_internals_on_a_compiled_model():
+    model = _dense_model()
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    variable = internals.steps_per_execution(model)
+    assert isinstance(variable, tf.Variable) and int(variable.numpy()) == 2
+    internals.set_steps_per_execution(model, 5)
+    assert int(internals.steps_per_execution(model).numpy()) == 5
+    before = int(model._train_counter.numpy())
+    internals.count_train_step(model)
+    assert int(model._train_counter.numpy()) == before + 1
+    assert internals.uses_parameter_server(model) is False
+    assert internals.compile_args(model)["loss"] == "mse"
+    with pytest.raises(ValueError, match="loss"):
+        internals.validate_target_and_loss(model, None, None)  # no target: Keras' own error
+
+
+def test_reduce_per_replica_under_two_replicas():
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+    per_replica = strategy.run(
+        lambda: tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+    )
+    # "auto" under MirroredStrategy: the first replica's value (what fit shows).
+    assert float(internals.reduce_per_replica(per_replica, strategy, "first")) == 0.0
+    assert float(internals.reduce_per_replica(per_replica, strategy, "sum")) == 1.0
+
+
+def test_layers_tracking_and_functional_config():
+    model = _dense_model()
+    outer = keras.Sequential([model], name="outer")
+    outer.build((None, 3))
+    names = [layer.name for layer in internals.flatten_layers(outer)]
+    assert {"m", "hidden", "out"} <= set(names) and "outer" not in names
+    assert internals.is_graph_network(model)
+
+    class Sub(keras.Model):
+        def call(self, x):
+            return x
+
+    assert not internals.is_graph_network(Sub())
+
+    tracked = tf.Module()
+    tracked.v = tf.Variable(1.0)
+    internals.track_trackable(model, tracked, "extra_state")
+    assert model._trackable_children()["extra_state"] is tracked
+    assert all(w is not tracked.v for w in model.weights)  # a dependency, not a weight
+
+    config = internals.get_network_config(model, {"name": model.name})
+    inputs, outputs, created = internals.reconstruct_from_config(config)
+    rebuilt = keras.Model(inputs, outputs)
+    internals.connect_ancillary_layers(rebuilt, created)
+    rebuilt.set_weights(model.get_weights())
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    np.testing.assert_allclose(rebuilt(x).numpy(), model(x).numpy(), rtol=0, atol=0)
+
+
+def test_batchnorm_internals():
+    layer = keras.layers.BatchNormalization(momentum=0.5)
+    layer.build((None, 2, 3))
+    assert tuple(internals.bn_param_shape(layer)) == (3,)
+    assert internals.bn_param_dtype(layer) == tf.float32
+    assert internals.constant_value(True) is True
+    static = internals.constant_value(tf.constant(False))
+    assert static is not None and not static
+    assert internals.smart_cond(True, lambda: 1, lambda: 2) == 1
+    layer.trainable = False  # Keras: a frozen BN runs in inference mode
+    frozen = internals.constant_value(internals.bn_training_value(layer, True))
+    assert frozen is not None and not frozen
+    layer.trainable = True
+    internals.bn_assign_moving_average(layer, layer.moving_mean, tf.ones(3), 0.5, 4.0)
+    np.testing.assert_allclose(layer.moving_mean.numpy(), 0.5 * np.ones(3))
+
+
+def test_local_component_of_replica_local_variable():
+    plain = tf.Variable(0.0)
+    assert internals.local_component(plain) is plain
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+    with strategy.scope():
+        buffer = tf.Variable(
+            tf.zeros(2),
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+        )
+
+    def add():
+        local = internals.local_component(buffer)
+        return local.scatter_add(tf.IndexedSlices(tf.ones(1), tf.constant([1]), tf.constant([2])))
+
+    strategy.run(tf.function(add))
+    np.testing.assert_allclose(buffer.read_value().numpy(), [0.0, 2.0])  # both replicas added
+
+
+# Private tf-keras/TF names that only the shim may use, and the source trees checked.
+_PRIVATE = re.compile(
+    r"tf_keras\.src|\._steps_per_execution|\._train_counter|\._flatten_layers|"
+    r"\._track_trackable|\._get_compile_args|\._validate_target_and_loss|_cluster_coordinator|"
+    r"_is_graph_network|\._param_shape|\._param_dtype|\._assign_moving_average|"
+    r"\._get_training_value|_get_on_device_or_primary|autograph\.core"
+)
+
+
+def test_no_module_outside_the_shim_uses_those_internals():
+    shim = ROOT / "ga_tfx" / "_tf_keras_internals.py"
+    offenders = []
+    for tree in ("ga_tfx", "components", "pipelines"):
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            if path == shim:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if _PRIVATE.search(line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert offenders == []
