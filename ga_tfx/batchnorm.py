@@ -42,14 +42,14 @@ BatchNormalization layers of an existing Functional or Sequential model (nested 
 into :class:`AccumBatchNormalization` layers, keeping all weights and statistics.
 """
 
-import contextlib
-import warnings
-
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 
-from tf_keras.src.utils import control_flow_util  # pinned tf-keras 2.16 internals
+import contextlib
+import warnings
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 _ON_READ = tf.VariableSynchronization.ON_READ
 _SUM = tf.VariableAggregation.SUM
@@ -110,23 +110,23 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     def __init__(
         self,
-        accum_steps=1,
-        axis=-1,
-        momentum=0.99,
-        epsilon=1e-3,
-        center=True,
-        scale=True,
-        beta_initializer="zeros",
-        gamma_initializer="ones",
-        moving_mean_initializer="zeros",
-        moving_variance_initializer="ones",
-        beta_regularizer=None,
-        gamma_regularizer=None,
-        beta_constraint=None,
-        gamma_constraint=None,
-        synchronized=False,
-        **kwargs,
-    ):
+        accum_steps: int = 1,
+        axis: Union[int, Sequence[int]] = -1,
+        momentum: float = 0.99,
+        epsilon: float = 1e-3,
+        center: bool = True,
+        scale: bool = True,
+        beta_initializer: Any = "zeros",
+        gamma_initializer: Any = "ones",
+        moving_mean_initializer: Any = "zeros",
+        moving_variance_initializer: Any = "ones",
+        beta_regularizer: Any = None,
+        gamma_regularizer: Any = None,
+        beta_constraint: Any = None,
+        gamma_constraint: Any = None,
+        synchronized: bool = False,
+        **kwargs: Any,
+    ) -> None:
         accum_steps = _validation.check_accum_steps(accum_steps)
         _check_supported_options(kwargs)
         super().__init__(
@@ -147,7 +147,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             **kwargs,
         )
         self.accum_steps = accum_steps
-        self._engine_accum_steps = None
+        self._engine_accum_steps: Optional[int] = None
         self._keras_updates_deferred = False
         # Held outside Keras' attribute tracking, so the buffers are not layer weights; the
         # checkpoint dependency is added in `build` (see `_set_window_moments`).
@@ -155,24 +155,30 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     # ------------------------------------------------------------------ state
     @property
-    def window_moments(self):
+    def window_moments(self) -> Optional["WindowMoments"]:
         """The :class:`WindowMoments` of the current window (``None`` until built)."""
         return self._window_holder.value
 
-    def build(self, input_shape):
+    def build(self, input_shape: Any) -> None:
         super().build(input_shape)
         self._set_window_moments(
-            WindowMoments(self._param_shape, self._stats_dtype, name="window_moments"))
+            WindowMoments(internals.bn_param_shape(self), self._stats_dtype, name="window_moments")
+        )
 
-    def _set_window_moments(self, moments):
+    @property
+    def _moments(self) -> "WindowMoments":
+        """The window moments of the built layer (internal use, after ``build``)."""
+        return self._window_holder.value
+
+    def _set_window_moments(self, moments: "WindowMoments") -> None:
         attach_state(self, self._window_holder, moments, "ga_window_moments")
 
     @property
-    def _stats_dtype(self):
-        return tf.float64 if self._param_dtype == tf.float64 else tf.float32
+    def _stats_dtype(self) -> tf.DType:
+        return tf.float64 if internals.bn_param_dtype(self) == tf.float64 else tf.float32
 
     # ------------------------------------------------------------------ engine protocol
-    def ga_attach_to_engine(self, accum_steps):
+    def ga_attach_to_engine(self, accum_steps: int) -> None:
         """Called by a ga-tfx accumulation model before it builds its train function.
 
         From then on the model ends this layer's windows (:meth:`ga_window_end`); its
@@ -191,7 +197,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             )
         self._engine_accum_steps = accum_steps
 
-    def ga_window_end(self, apply=True):
+    def ga_window_end(self, apply: bool = True) -> Any:
         """Ends the current window (replica context; every replica must call it).
 
         Args:
@@ -209,47 +215,50 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             return moments.reset()
         return self._apply_window(*_all_reduce_moments(*moments.read()))
 
-    def _apply_window(self, count, total, m2):
+    def _apply_window(self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor) -> tf.Operation:
         with tf.control_dependencies([self._update_moving_statistics(count, total, m2)]):
-            return self.window_moments.reset()
+            return self._moments.reset()
 
     # ------------------------------------------------------------------ forward
-    def call(self, inputs, training=None, mask=None):
+    def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
         if not self._accumulates():
             return super().call(inputs, training=training, mask=mask)
-        training = self._get_training_value(training)
+        training = internals.bn_training_value(self, training)
         with self._defer_keras_updates():
             outputs = super().call(inputs, training=training, mask=mask)
-        training_value = control_flow_util.constant_value(training)
+        training_value = internals.constant_value(training)
         if training_value is not None and not training_value:
             return outputs
         stats_mask = None if self.fused else mask  # fused Keras BN ignores masks too
-        super().add_update(lambda: control_flow_util.smart_cond(
-            training,
-            lambda: self._record_micro_batch(inputs, stats_mask),
-            lambda: tf.constant(False)))
+        super().add_update(
+            lambda: internals.smart_cond(
+                training,
+                lambda: self._record_micro_batch(inputs, stats_mask),
+                lambda: tf.constant(False),
+            )
+        )
         return outputs
 
-    def add_update(self, updates):
+    def add_update(self, updates: Any) -> None:
         """Keras' per-call moving-average updates are dropped while windows accumulate."""
         if self._keras_updates_deferred:
             return
         super().add_update(updates)
 
     @contextlib.contextmanager
-    def _defer_keras_updates(self):
+    def _defer_keras_updates(self) -> Iterator[None]:
         self._keras_updates_deferred = True
         try:
             yield
         finally:
             self._keras_updates_deferred = False
 
-    def _accumulates(self):
+    def _accumulates(self) -> bool:
         return self._engine_accum_steps is not None or self.accum_steps > 1
 
-    def _record_micro_batch(self, inputs, mask):
+    def _record_micro_batch(self, inputs: tf.Tensor, mask: Any) -> tf.Tensor:
         """Adds one micro-batch to the window (replica context); returns whether it applied."""
-        moments = self.window_moments
+        moments = self._moments
         batch = self._micro_batch_moments(inputs, mask)
         standalone = self._engine_accum_steps is None
         if standalone:
@@ -259,21 +268,25 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             steps = moments.micro_steps.assign_add(1)
         if not standalone:
             return tf.constant(False)
-        return tf.cond(steps >= self.accum_steps, self._apply_own_window,
-                       lambda: tf.constant(False))
+        return tf.cond(
+            steps >= self.accum_steps, self._apply_own_window, lambda: tf.constant(False)
+        )
 
-    def _apply_own_window(self):
+    def _apply_own_window(self) -> tf.Tensor:
         # Standalone: the moments already cover all replicas; no collective in this branch.
-        with tf.control_dependencies([self._apply_window(*self.window_moments.read())]):
+        with tf.control_dependencies([self._apply_window(*self._moments.read())]):
             return tf.constant(True)
 
-    def _micro_batch_moments(self, inputs, mask):
+    def _micro_batch_moments(
+        self, inputs: tf.Tensor, mask: Any
+    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Per-channel ``(count, sum, M2)`` of one micro-batch, shaped like the parameters."""
         x = tf.stop_gradient(tf.cast(inputs, self._stats_dtype))
         axes = [i for i in range(x.shape.rank) if i not in self.axis]
         if mask is None:
-            per_channel = tf.size(x, out_type=tf.int64) // tf.size(self.moving_mean,
-                                                                    out_type=tf.int64)
+            per_channel = tf.size(x, out_type=tf.int64) // tf.size(
+                self.moving_mean, out_type=tf.int64
+            )
             total = tf.reduce_sum(x, axes, keepdims=True)
             count = tf.fill(tf.shape(total), tf.cast(per_channel, x.dtype))
             mean = tf.math.divide_no_nan(total, count)
@@ -283,12 +296,13 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             count = tf.reduce_sum(weights, axes, keepdims=True)
             total = tf.reduce_sum(weights * x, axes, keepdims=True)
             mean = tf.math.divide_no_nan(total, count)
-            m2 = tf.reduce_sum(weights * tf.math.squared_difference(x, mean), axes,
-                               keepdims=True)
-        shape = self._param_shape
+            m2 = tf.reduce_sum(weights * tf.math.squared_difference(x, mean), axes, keepdims=True)
+        shape = internals.bn_param_shape(self)
         return tf.reshape(count, shape), tf.reshape(total, shape), tf.reshape(m2, shape)
 
-    def _update_moving_statistics(self, count, total, m2):
+    def _update_moving_statistics(
+        self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor
+    ) -> tf.Operation:
         """One Keras momentum update with the window's mean and variance (replica context)."""
         mean = tf.math.divide_no_nan(total, count)
         # Keras' fused kernel averages the Bessel-corrected batch variance, the non-fused
@@ -296,12 +310,14 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count
         variance = tf.math.divide_no_nan(m2, divisor)
         return tf.group(
-            self._assign_moving_average(self.moving_mean, mean, self.momentum, count),
-            self._assign_moving_average(self.moving_variance, variance, self.momentum, count),
+            internals.bn_assign_moving_average(self, self.moving_mean, mean, self.momentum, count),
+            internals.bn_assign_moving_average(
+                self, self.moving_variance, variance, self.momentum, count
+            ),
         )
 
     # ------------------------------------------------------------------ serialization
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config["accum_steps"] = self.accum_steps
         return config
@@ -321,38 +337,51 @@ class WindowMoments(tf.Module):
       name: module name.
     """
 
-    def __init__(self, shape, dtype, name="window_moments"):
+    def __init__(self, shape: Sequence[int], dtype: tf.DType, name: str = "window_moments") -> None:
         super().__init__(name=name)
         with tf.init_scope(), tf.name_scope(name):
             self.count = _replica_local_zeros(shape, dtype, "count")
             self.total = _replica_local_zeros(shape, dtype, "total")
             self.m2 = _replica_local_zeros(shape, dtype, "m2")
             self.micro_steps = tf.Variable(
-                0, dtype=tf.int64, trainable=False, synchronization=_ON_READ,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name="micro_steps")
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                name="micro_steps",
+            )
 
-    def read(self):
+    def read(self) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """This replica's ``(count, total, m2)``."""
         return self.count.read_value(), self.total.read_value(), self.m2.read_value()
 
-    def add(self, count, total, m2):
+    def add(self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor) -> tf.Operation:
         """Merges a micro-batch's ``(count, total, m2)`` into the window (replica context)."""
         merged = _merge_moments(self.read(), (count, total, m2))
-        return tf.group([v.assign(value) for v, value in
-                         zip((self.count, self.total, self.m2), merged)])
+        return tf.group(
+            [v.assign(value) for v, value in zip((self.count, self.total, self.m2), merged)]
+        )
 
-    def reset(self):
+    def reset(self) -> tf.Operation:
         """Empties the window (replica context)."""
-        return tf.group([v.assign(tf.zeros_like(v)) for v in (self.count, self.total, self.m2)]
-                        + [self.micro_steps.assign(0)])
+        return tf.group(
+            [v.assign(tf.zeros_like(v)) for v in (self.count, self.total, self.m2)]
+            + [self.micro_steps.assign(0)]
+        )
 
 
-def _replica_local_zeros(shape, dtype, name):
-    return tf.Variable(tf.zeros(shape, dtype), trainable=False, synchronization=_ON_READ,
-                       aggregation=_SUM, name=name)
+def _replica_local_zeros(shape: Sequence[int], dtype: tf.DType, name: str) -> tf.Variable:
+    return tf.Variable(
+        tf.zeros(shape, dtype),
+        trainable=False,
+        synchronization=_ON_READ,
+        aggregation=_SUM,
+        name=name,
+    )
 
 
-def _merge_moments(a, b):
+def _merge_moments(a: Tuple[Any, Any, Any], b: Tuple[Any, Any, Any]) -> Tuple[Any, Any, Any]:
     """Chan et al.'s merge of two ``(count, total, m2)`` triples (either may be empty)."""
     count_a, total_a, m2_a = a
     count_b, total_b, m2_b = b
@@ -362,25 +391,28 @@ def _merge_moments(a, b):
     return count, total_a + total_b, m2_a + m2_b + between
 
 
-def _all_reduce_moments(count, total, m2):
+def _all_reduce_moments(count: Any, total: Any, m2: Any) -> Tuple[Any, Any, Any]:
     """``(count, total, m2)`` over all replicas (replica context); as is on one replica."""
     ctx = tf.distribute.get_replica_context()
     if ctx is None or ctx.num_replicas_in_sync == 1:
         return count, total, m2
     sum_ = tf.distribute.ReduceOp.SUM
     global_count, global_total = ctx.all_reduce(sum_, [count, total])
-    deviation = (tf.math.divide_no_nan(total, count)
-                 - tf.math.divide_no_nan(global_total, global_count))
+    deviation = tf.math.divide_no_nan(total, count) - tf.math.divide_no_nan(
+        global_total, global_count
+    )
     global_m2 = ctx.all_reduce(sum_, m2 + count * tf.square(deviation))
     return global_count, global_total, global_m2
 
 
-def _check_supported_options(kwargs):
+def _check_supported_options(kwargs: dict) -> None:
     if kwargs.get("renorm"):
         raise ValueError(
             "AccumBatchNormalization does not support renorm=True (batch renormalization keeps "
-            "its own per-step moving averages). Use keras.layers.BatchNormalization.")
+            "its own per-step moving averages). Use keras.layers.BatchNormalization."
+        )
     if kwargs.get("virtual_batch_size") is not None:
         raise ValueError(
             "AccumBatchNormalization does not support virtual_batch_size: the micro-batches "
-            "already are the ghost batches. Choose the micro-batch size instead.")
+            "already are the ghost batches. Choose the micro-batch size instead."
+        )

@@ -7,14 +7,17 @@ configuration, then copies every layer's weights (gamma, beta and the moving sta
 included) to its clone. The layer itself lives in :mod:`ga_tfx.batchnorm`.
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
 from ga_tfx._keras import keras
 from ga_tfx.batchnorm import AccumBatchNormalization
 from ga_tfx.engine import AccumulationEngine
 from ga_tfx.models import unwrap_model, wrap_model
 
+from typing import Any, Dict, Tuple
 
-def replace_batchnorm_layers(model, accum_steps):
+
+def replace_batchnorm_layers(model: keras.Model, accum_steps: int) -> keras.Model:
     """Returns a copy of ``model`` whose BatchNormalization layers are AccumBatchNormalization.
 
     Every ``keras.layers.BatchNormalization`` (also inside nested Functional and Sequential
@@ -47,29 +50,30 @@ class _BatchNormReplacer:
     """Clones a model graph layer by layer (BatchNormalization -> AccumBatchNormalization),
     then copies every layer's weights to its clone."""
 
-    def __init__(self, accum_steps):
+    def __init__(self, accum_steps: int) -> None:
         self._accum_steps = accum_steps
-        self._clones = {}  # id(original layer) -> (original, clone)
+        self._clones: Dict[int, Tuple[Any, Any]] = {}  # id(original) -> (original, clone)
 
-    def replace(self, model):
+    def replace(self, model: keras.Model) -> keras.Model:
         clone = self._clone_model(model)
         for original, copy in self._clones.values():
             _copy_weights(original, copy)
         return clone
 
-    def _clone_model(self, model):
+    def _clone_model(self, model: keras.Model) -> keras.Model:
         if not _is_graph_model(model):
             raise TypeError(
                 f"replace_batchnorm_layers cannot rebuild model {model.name!r} of type "
                 f"{type(model).__name__}: only Functional and Sequential models can be rebuilt "
                 "layer by layer. Build the model with ga_tfx.AccumBatchNormalization layers "
-                "directly instead of keras.layers.BatchNormalization.")
+                "directly instead of keras.layers.BatchNormalization."
+            )
         clone = keras.models.clone_model(model, clone_function=self._clone_layer)
         if model.built and not clone.built and model.inputs:
             clone.build(model.input_shape)
         return clone
 
-    def _clone_layer(self, layer):
+    def _clone_layer(self, layer: Any) -> Any:
         known = self._clones.get(id(layer))
         if known is not None:
             return known[1]  # a layer shared between nested models stays shared
@@ -84,12 +88,13 @@ class _BatchNormReplacer:
         return clone
 
 
-def _is_graph_model(model):
+def _is_graph_model(model: Any) -> bool:
     return isinstance(model, keras.Sequential) or (
-        isinstance(model, keras.Model) and getattr(model, "_is_graph_network", False))
+        isinstance(model, keras.Model) and internals.is_graph_network(model)
+    )
 
 
-def _to_accum_batchnorm(layer, accum_steps):
+def _to_accum_batchnorm(layer: Any, accum_steps: int) -> AccumBatchNormalization:
     config = layer.get_config()
     config["accum_steps"] = accum_steps
     # Not part of Keras' config, but they decide the numerics: keep them.
@@ -100,21 +105,26 @@ def _to_accum_batchnorm(layer, accum_steps):
     except (TypeError, ValueError) as error:
         raise type(error)(
             f"Cannot turn layer {layer.name!r} ({type(layer).__name__}) into an "
-            f"AccumBatchNormalization: {error}") from error
+            f"AccumBatchNormalization: {error}"
+        ) from error
 
 
-def _check_holds_no_batchnorm(layer):
-    nested = [inner.name for inner in layer._flatten_layers(include_self=False)
-              if isinstance(inner, keras.layers.BatchNormalization)]
+def _check_holds_no_batchnorm(layer: Any) -> None:
+    nested = [
+        inner.name
+        for inner in internals.flatten_layers(layer)
+        if isinstance(inner, keras.layers.BatchNormalization)
+    ]
     if nested:
         raise TypeError(
             f"Layer {layer.name!r} of type {type(layer).__name__} holds BatchNormalization "
             f"layers {nested} that replace_batchnorm_layers cannot reach (it is neither a "
             "Functional nor a Sequential model). Build it with ga_tfx.AccumBatchNormalization "
-            "directly.")
+            "directly."
+        )
 
 
-def _copy_weights(original, clone):
+def _copy_weights(original: Any, clone: Any) -> None:
     values = original.get_weights()
     if not values:
         return
@@ -122,10 +132,12 @@ def _copy_weights(original, clone):
     if len(targets) != len(values):
         raise ValueError(
             f"Cannot copy the weights of layer {original.name!r}: it has {len(values)} "
-            f"weights, its copy {len(targets)}.")
+            f"weights, its copy {len(targets)}."
+        )
     for value, target in zip(values, targets):
         if tuple(target.shape) != value.shape:
             raise ValueError(
                 f"Cannot copy weight {target.name!r} of layer {original.name!r}: shape "
-                f"{value.shape} vs {tuple(target.shape)} in the copy.")
+                f"{value.shape} vs {tuple(target.shape)} in the copy."
+            )
     clone.set_weights(values)

@@ -9,16 +9,16 @@
 * :func:`unwrap_model`: the plain Keras model to export for serving.
 """
 
-import copy
-
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras
 from ga_tfx.compat._arguments import reject_package_arguments
 from ga_tfx.engine import AccumulationEngine
+from ga_tfx.engine.step import overrides_train_step
 
-from tf_keras.src.engine import functional  # pinned tf-keras 2.16 internals
+import copy
+from typing import Any, Dict, Optional, Sequence, Union
 
-_ACCUMULATION_KEYS = ("accum_steps", "partial_window", "agc_clip_factor", "agc_eps",
-                      "agc_exclude")
+_ACCUMULATION_KEYS = ("accum_steps", "partial_window", "agc_clip_factor", "agc_eps", "agc_exclude")
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
@@ -38,29 +38,39 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
       inputs, outputs, name, ...: as ``keras.Model``.
     """
 
-    def __init__(self, *args, accum_steps, partial_window="apply", agc_clip_factor=None,
-                 agc_eps=1e-3, agc_exclude=(), **kwargs):
+    def __init__(
+        self,
+        *args: Any,
+        accum_steps: int,
+        partial_window: str = "apply",
+        agc_clip_factor: Optional[float] = None,
+        agc_eps: float = 1e-3,
+        agc_exclude: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         reject_package_arguments(kwargs, "ga_tfx.GradientAccumulateModel")
-        self._configure_accumulation(accum_steps, partial_window, agc_clip_factor, agc_eps,
-                                     agc_exclude)
+        self._configure_accumulation(
+            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude
+        )
         super().__init__(*args, **kwargs)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         # The functional graph (layers, inputs, outputs) plus the accumulation settings;
         # Functional.get_config would drop the graph because __init__ is not Functional's.
-        config = functional.get_network_config(
-            self, config={"name": self.name, "trainable": self.trainable})
+        config = internals.get_network_config(
+            self, {"name": self.name, "trainable": self.trainable}
+        )
         config = copy.deepcopy(config)
         config.update(self.accumulation_config())
         return config
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(cls, config: dict, custom_objects: Optional[dict] = None) -> keras.Model:
         config = dict(config)
         accumulation = {k: config.pop(k) for k in _ACCUMULATION_KEYS if k in config}
-        inputs, outputs, layers = functional.reconstruct_from_config(config, custom_objects)
+        inputs, outputs, layers = internals.reconstruct_from_config(config, custom_objects)
         model = cls(inputs=inputs, outputs=outputs, name=config.get("name"), **accumulation)
-        functional.connect_ancillary_layers(model, layers)
+        internals.connect_ancillary_layers(model, layers)
         return model
 
 
@@ -78,51 +88,106 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
         :class:`GradientAccumulateModel`.
     """
 
-    def __init__(self, model, *, accum_steps, partial_window="apply", agc_clip_factor=None,
-                 agc_eps=1e-3, agc_exclude=(), **kwargs):
+    def __init__(
+        self,
+        model: keras.Model,
+        *,
+        accum_steps: int,
+        partial_window: str = "apply",
+        agc_clip_factor: Optional[float] = None,
+        agc_eps: float = 1e-3,
+        agc_exclude: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         reject_package_arguments(kwargs, "ga_tfx.AccumulatingModel")
         _check_is_model(model)
-        self._configure_accumulation(accum_steps, partial_window, agc_clip_factor, agc_eps,
-                                     agc_exclude)
+        self._configure_accumulation(
+            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude
+        )
         kwargs.setdefault("name", f"{model.name}_accumulating")
         super().__init__(**kwargs)
         self.model = model
 
-    def call(self, inputs, training=None):
+    def call(self, inputs: Any, training: Optional[bool] = None) -> Any:
         return self.model(inputs, training=training)
 
-    def get_config(self):
+    # The wrapped model's own train_step (if it has one) defines a batch: its train_step,
+    # test_step and metrics are used, and it is compiled with the wrapper (see compile).
+    def _train_step_model(self) -> Optional[keras.Model]:
+        if type(self).train_step is not AccumulatingModel.train_step:
+            return self  # a subclass of this wrapper with its own train_step
+        return self.model if overrides_train_step(self.model) else None
+
+    def _delegates_steps(self) -> bool:
+        return self._train_step_model() is self.model
+
+    def train_step(self, data: Any) -> Any:
+        """The wrapped model's ``train_step`` if it overrides it, else Keras'. Runs as is (one
+        update per batch) only with ``accum_steps=1`` and no AGC; otherwise the engine runs it
+        once per micro-batch, accumulating its update."""
+        if self._delegates_steps():
+            return self.model.train_step(data)
+        return super().train_step(data)
+
+    def test_step(self, data: Any) -> Any:
+        if self._delegates_steps():
+            return self.model.test_step(data)
+        return super().test_step(data)
+
+    @property
+    def metrics(self) -> list:
+        if self._delegates_steps() and self.model.compiled_loss is not None:
+            return self.model.metrics
+        return super().metrics
+
+    def get_config(self) -> dict:
         config = {"model": keras.saving.serialize_keras_object(self.model), "name": self.name}
         config.update(self.accumulation_config())
         return config
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(cls, config: dict, custom_objects: Optional[dict] = None) -> keras.Model:
         config = dict(config)
-        model = keras.saving.deserialize_keras_object(config.pop("model"),
-                                                      custom_objects=custom_objects)
+        model = keras.saving.deserialize_keras_object(
+            config.pop("model"), custom_objects=custom_objects
+        )
         return cls(model, **config)
 
 
-def _check_is_model(model):
+def _check_is_model(model: Any) -> None:
     if not isinstance(model, keras.Model):
         raise TypeError(
             f"Expected a tf.keras (Keras 2) Model, got {model!r} of type "
             f"{type(model).__module__}.{type(model).__name__}. Build the model with tf.keras "
-            "after importing ga_tfx (a Keras 3 `keras.Model` is not supported).")
+            "after importing ga_tfx (a Keras 3 `keras.Model` is not supported)."
+        )
 
 
-def _is_functional(model):
-    return getattr(model, "_is_graph_network", False) and bool(model.inputs)
+def _is_functional(model: Any) -> bool:
+    return internals.is_graph_network(model) and bool(model.inputs)
 
 
-def wrap_model(model, accum_steps, partial_window="apply", agc_clip_factor=None,
-               agc_eps=1e-3, agc_exclude=(), **unsupported):
+def wrap_model(
+    model: keras.Model,
+    accum_steps: int,
+    partial_window: str = "apply",
+    agc_clip_factor: Optional[float] = None,
+    agc_eps: float = 1e-3,
+    agc_exclude: Sequence[str] = (),
+    **unsupported: Any,
+) -> Union["GradientAccumulateModel", "AccumulatingModel"]:
     """Returns an accumulation model training ``model``'s own variables (no copy, no rebuild).
 
     Functional and built Sequential models become a :class:`GradientAccumulateModel` over the
     same graph of layers (inputs, outputs and output names preserved); other models
-    (subclassed, unbuilt Sequential) are wrapped in an :class:`AccumulatingModel`.
+    (subclassed, unbuilt Sequential, or any model whose class overrides ``train_step``) are
+    wrapped in an :class:`AccumulatingModel`. A model that overrides ``train_step`` is trained
+    through it: it runs once per micro-batch, its ``self.optimizer.apply_gradients`` (or
+    ``minimize``) adds to the window, and the window is applied once; its weights then follow
+    its own big-batch training. A ``train_step`` that updates otherwise (several
+    ``apply_gradients`` calls per batch, its own optimizers) raises ``ValueError`` naming
+    ``train_step`` and the alternatives, at ``compile`` when the model overrides ``compile``,
+    else when ``fit`` first traces it.
     Compile the returned model, not the original. ``gradient-accumulator`` arguments
     (``agc=True``, ``mixed_precision=True``, ...) raise ``TypeError`` naming the ga-tfx way
     (see :mod:`ga_tfx.compat`).
@@ -134,16 +199,23 @@ def wrap_model(model, accum_steps, partial_window="apply", agc_clip_factor=None,
     if isinstance(model, AccumulationEngine):
         raise ValueError(
             f"Model {model.name!r} is already a gradient accumulation model "
-            f"(accum_steps={model.accum_steps}); wrap the plain model instead.")
-    settings = dict(accum_steps=accum_steps, partial_window=partial_window,
-                    agc_clip_factor=agc_clip_factor, agc_eps=agc_eps, agc_exclude=agc_exclude)
-    if _is_functional(model):
-        return GradientAccumulateModel(inputs=model.inputs, outputs=model.outputs,
-                                       name=model.name, **settings)
+            f"(accum_steps={model.accum_steps}); wrap the plain model instead."
+        )
+    settings: Dict[str, Any] = dict(
+        accum_steps=accum_steps,
+        partial_window=partial_window,
+        agc_clip_factor=agc_clip_factor,
+        agc_eps=agc_eps,
+        agc_exclude=agc_exclude,
+    )
+    if _is_functional(model) and not overrides_train_step(model):
+        return GradientAccumulateModel(
+            inputs=model.inputs, outputs=model.outputs, name=model.name, **settings
+        )
     return AccumulatingModel(model, **settings)
 
 
-def unwrap_model(model):
+def unwrap_model(model: keras.Model) -> keras.Model:
     """The plain Keras model behind an accumulation model (shares its variables).
 
     Export this one for serving: it has no accumulation state and costs what the plain model

@@ -45,14 +45,25 @@ Where the code is (split along Keras' own seam, ``train_step`` vs ``make_train_f
   ``fit``, ``make_train_function``).
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
 from ga_tfx._keras import keras
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
 from ga_tfx.engine.loop import CarryAlignment, WindowLoop
-from ga_tfx.engine.step import (WindowStep, _as_dependencies,  # noqa: F401  (re-exported)
-                                apply_aggregated_gradients)
+from ga_tfx.engine.step import (  # noqa: F401  (re-exported)
+    WindowStep,
+    _as_dependencies,
+    apply_aggregated_gradients,
+    train_step_error,
+)
+
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ga_tfx.agc import AdaptiveGradientClipping
 
 
 class AccumulationEngine(WindowStep):
@@ -62,8 +73,16 @@ class AccumulationEngine(WindowStep):
     the semantics.
     """
 
-    def _configure_accumulation(self, accum_steps, partial_window="apply",
-                                agc_clip_factor=None, agc_eps=1e-3, agc_exclude=()):
+    train_function: Any  # Keras' attribute (set by make_train_function)
+
+    def _configure_accumulation(
+        self,
+        accum_steps: int,
+        partial_window: str = "apply",
+        agc_clip_factor: Optional[float] = None,
+        agc_eps: float = 1e-3,
+        agc_exclude: Sequence[str] = (),
+    ) -> None:
         self._accum_steps = _validation.check_accum_steps(accum_steps)
         self._partial_window = _validation.check_partial_window(partial_window)
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
@@ -73,44 +92,57 @@ class AccumulationEngine(WindowStep):
 
     # ------------------------------------------------------------------ public properties
     @property
-    def accum_steps(self):
+    def accum_steps(self) -> int:
         """Micro-batches per optimizer update (``K``)."""
         return self._accum_steps
 
     @property
-    def partial_window(self):
+    def partial_window(self) -> str:
         """What happens to a window of fewer than ``K`` micro-batches: apply, drop or carry."""
         return self._partial_window
 
     @property
-    def agc(self):
+    def agc(self) -> Optional["AdaptiveGradientClipping"]:
         """The :class:`~ga_tfx.agc.AdaptiveGradientClipping` in use, or ``None``."""
         return self._agc
 
     @property
-    def gradient_accumulator(self):
+    def gradient_accumulator(self) -> Optional[GradientAccumulator]:
         """The :class:`~ga_tfx.accumulator.GradientAccumulator` (``None`` until ``fit``)."""
         return self._accumulator_holder.value
 
     @property
-    def samples_seen(self):
+    def samples_seen(self) -> int:
         """Training samples this model has accumulated so far (all replicas, all fits)."""
         acc = self.gradient_accumulator
         return 0 if acc is None else int(acc.samples_seen.numpy())
 
-    def _set_accumulator(self, accumulator):
+    def _set_accumulator(self, accumulator: GradientAccumulator) -> None:
         attach_state(self, self._accumulator_holder, accumulator, "ga_gradient_accumulator")
 
-    def accumulation_config(self):
-        config = {"accum_steps": self._accum_steps, "partial_window": self._partial_window,
-                  "agc_clip_factor": None, "agc_eps": 1e-3, "agc_exclude": []}
+    def accumulation_config(self) -> Dict[str, Any]:
+        """The accumulation settings as constructor keyword arguments (for ``get_config``)."""
+        config = {
+            "accum_steps": self._accum_steps,
+            "partial_window": self._partial_window,
+            "agc_clip_factor": None,
+            "agc_eps": 1e-3,
+            "agc_exclude": [],
+        }
         if self._agc is not None:
             config.update(self._agc.get_config())
         return config
 
     # ------------------------------------------------------------------ Keras overrides
-    def compile(self, *args, **kwargs):
-        """``keras.Model.compile``; ``steps_per_execution`` is owned by the engine (= ``K``)."""
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """``keras.Model.compile``; ``steps_per_execution`` is owned by the engine (= ``K``).
+
+        ``run_eagerly=True`` runs every micro-batch eagerly; ``jit_compile=True`` compiles each
+        micro-batch's step and each window's update with XLA (as Keras compiles its
+        ``train_step``). A wrapped model that overrides ``train_step`` is compiled with the same
+        arguments (and the same optimizer instance), so that its ``train_step`` finds its loss,
+        metrics and optimizer; one that also overrides ``compile`` is refused (ValueError).
+        """
         steps_per_execution = kwargs.pop("steps_per_execution", None)
         if steps_per_execution not in (None, 1, self._accum_steps):
             raise ValueError(
@@ -118,16 +150,32 @@ class AccumulationEngine(WindowStep):
                 f"accumulation model: the engine runs one window of accum_steps="
                 f"{self._accum_steps} micro-batches per execution. Leave it unset."
             )
+        owner = self._train_step_model()
+        inner = owner if owner is not None and owner is not self else None
+        if inner is not None and type(inner).compile is not keras.Model.compile:
+            raise train_step_error(
+                inner,
+                "its compile too (e.g. a GAN compiled with several optimizers), so the "
+                "wrapper cannot tell which optimizer's updates to accumulate.",
+            )
         super().compile(*args, steps_per_execution=self._accum_steps, **kwargs)
+        if inner is not None:
+            arguments = inspect.signature(keras.Model.compile).bind(inner, *args, **kwargs)
+            arguments.arguments["optimizer"] = self.optimizer  # one optimizer, one state
+            arguments.arguments.pop("self", None)
+            inner.compile(
+                **{k: v for k, v in arguments.arguments.items() if k != "kwargs"},
+                **arguments.arguments.get("kwargs", {}),
+            )
 
-    def compile_from_config(self, config):
+    def compile_from_config(self, config: Dict[str, Any]) -> None:
         """Re-compiles a model loaded from the Keras format (optimizer state is then restored)."""
         config = keras.saving.deserialize_keras_object(config)
         self.compile(**config)
         if isinstance(self.optimizer, keras.optimizers.Optimizer) and self.built:
             self.optimizer.build(self.trainable_variables)  # so saved optimizer state loads
 
-    def fit(self, *args, **kwargs):
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
         """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches."""
         if self._engine_active() and self._partial_window == "carry":
             callbacks = list(kwargs.pop("callbacks", None) or [])
@@ -141,29 +189,36 @@ class AccumulationEngine(WindowStep):
                 f"The training data has no known length, so Keras cannot form windows of "
                 f"accum_steps={self._accum_steps} micro-batches over it. Pass steps_per_epoch "
                 "(counted in micro-batches), e.g. with a repeated dataset, or give the dataset a "
-                "length with tf.data.experimental.assert_cardinality.") from error
+                "length with tf.data.experimental.assert_cardinality."
+            ) from error
 
-    def make_train_function(self, force=False):
+    def make_train_function(self, force: bool = False) -> Callable[[Any], Any]:
+        """Keras' train function: a :class:`~ga_tfx.engine.loop.WindowLoop` (one window per
+        call), or Keras' own when the engine steps aside (``accum_steps=1`` without AGC)."""
         if self.train_function is not None and not force:
             return self.train_function
         if not self._engine_active():
             return super().make_train_function(force=force)
-        if getattr(self, "_cluster_coordinator", None):
+        if internals.uses_parameter_server(self):
             raise NotImplementedError(
                 "ParameterServerStrategy is not supported by ga_tfx; use MirroredStrategy or "
-                "MultiWorkerMirroredStrategy.")
+                "MultiWorkerMirroredStrategy."
+            )
         self._build_gradient_accumulator()
         self.train_function = WindowLoop(self)
         return self.train_function
 
     # ------------------------------------------------------------------ the engine
-    def _engine_active(self):
+    def _engine_active(self) -> bool:
         # accum_steps=1 without AGC is plain Keras training, unless a caller inside ga_tfx
         # (the tuner plugin, which counts samples through the engine) asks for the engine.
-        return (self._accum_steps > 1 or self._agc is not None
-                or getattr(self, "_ga_always_use_engine", False))
+        return (
+            self._accum_steps > 1
+            or self._agc is not None
+            or getattr(self, "_ga_always_use_engine", False)
+        )
 
-    def _build_gradient_accumulator(self):
+    def _build_gradient_accumulator(self) -> None:
         variables = self.trainable_variables
         if not variables:
             raise ValueError("The model has no trainable variables to accumulate gradients for.")

@@ -14,13 +14,19 @@ function of an accumulation model: Keras' data handler calls it once per executi
   a full window, discard a short one (drop) or keep it pending (carry);
 * counts the update in Keras' train counter after it is applied.
 
+As Keras' ``make_train_function`` does for ``train_step``: with ``run_eagerly`` nothing is
+traced (every micro-batch runs eagerly, ``print``/``pdb`` work in layers); with ``jit_compile``
+the per-micro-batch step and the per-window update are each compiled with XLA (an op XLA cannot
+compile fails as it does in plain Keras), while the loop around them stays a ``tf.function``.
+
 :class:`CarryAlignment` is the callback that makes ``"carry"`` complete a pending window with
 the first micro-batches of the next epoch.
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 
-from tf_keras.src.engine.training import reduce_per_replica  # pinned tf-keras 2.16 internals
+from typing import Any, Callable
 
 
 class WindowLoop:
@@ -34,21 +40,42 @@ class WindowLoop:
     micro-batch (Keras' ``train_function`` contract). :meth:`flush` applies a pending window.
     """
 
-    def __init__(self, model):
+    def __init__(self, model: Any) -> None:
         self._model = model
         self._policy = model.partial_window
+        # What runs in replica context, once per micro-batch / once per window. Under
+        # jit_compile each is one XLA computation, as Keras compiles its train_step.
+        self._micro_batch_step = self._xla(model._accumulate_micro_batch)
+        self._apply_step = self._xla(model._apply_window)
         if self._policy == "apply":
-            self._run_window = self._compile(self._train_window_and_apply)
+            self._run_window = self._trace(self._train_window_and_apply)
         else:
-            self._run_window = self._compile(self._train_window)
-        self._finish = self._compile(self._finish_window)
-        self._discard = self._compile(self._discard_window)
-        model.train_tf_function = self._run_window
+            self._run_window = self._trace(self._train_window)
+        self._finish = self._trace(self._finish_window)
+        self._discard = self._trace(self._discard_window)
+        if not model.run_eagerly:
+            model.train_tf_function = self._run_window
 
-    def _compile(self, function):
+    def _trace(self, function: Callable) -> Callable:
+        """The host-side pieces: traced, unless the model runs eagerly (``run_eagerly``)."""
+        if self._model.run_eagerly:
+            return function
         return tf.function(function, reduce_retracing=True)
 
-    def __call__(self, iterator):
+    def _xla(self, function: Callable) -> Callable:
+        """A replica-context step: XLA-compiled under the model's ``jit_compile``."""
+        if not self._model.jit_compile:
+            return function
+
+        def step(*args: Any) -> Any:
+            outputs = function(*args)
+            # A tf.function returns tensors, not ops: the update ops run as the function's
+            # stateful ops.
+            return None if isinstance(outputs, tf.Operation) else outputs
+
+        return tf.function(step, jit_compile=True, reduce_retracing=True)
+
+    def __call__(self, iterator: Any) -> Any:
         model = self._model
         logs = self._run_window(iterator)
         if self._policy == "apply":
@@ -57,30 +84,29 @@ class WindowLoop:
         pending = self.pending()
         if pending >= model.accum_steps:
             self._finish()
-            if model._steps_per_execution.numpy() != model.accum_steps:
-                model._steps_per_execution.assign(model.accum_steps)
+            internals.set_steps_per_execution(model, model.accum_steps)
         elif self._policy == "drop":
             self._discard()
         # carry: keep the partial window; CarryAlignment realigns the next epoch.
         return logs
 
-    def pending(self):
+    def pending(self) -> int:
         """Micro-batches accumulated and not yet applied (host integer)."""
         return int(self._model.gradient_accumulator.micro_steps.numpy())
 
-    def flush(self):
+    def flush(self) -> None:
         """Applies the pending window now (no-op when there is none)."""
         if self.pending() > 0:
             self._finish()
 
     # ------------------------------------------------------------------ traced pieces
-    def _run_micro_batch(self, data):
+    def _run_micro_batch(self, data: Any) -> Any:
         model = self._model
         strategy = model.distribute_strategy
-        outputs = strategy.run(model._accumulate_micro_batch, args=(data,))
-        return reduce_per_replica(outputs, strategy, reduction=model.distribute_reduction_method)
+        outputs = strategy.run(self._micro_batch_step, args=(data,))
+        return internals.reduce_per_replica(outputs, strategy, model.distribute_reduction_method)
 
-    def _train_window(self, iterator):
+    def _train_window(self, iterator: Any) -> Any:
         """Cross-replica: accumulates up to ``steps_per_execution`` micro-batches.
 
         Returns the logs of the last micro-batch.
@@ -88,7 +114,7 @@ class WindowLoop:
         model = self._model
         logs = self._run_micro_batch(next(iterator))
         count = tf.constant(1, tf.int64)
-        window = tf.cast(model._steps_per_execution, tf.int64)
+        window = tf.cast(internals.steps_per_execution(model), tf.int64)
         while count < window:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
             optional = iterator.get_next_as_optional()
@@ -100,20 +126,20 @@ class WindowLoop:
             model.gradient_accumulator.micro_steps.assign_add(count)
         return logs
 
-    def _finish_window(self):
+    def _finish_window(self) -> None:
         """Cross-replica: apply, then count the update."""
         model = self._model
-        model.distribute_strategy.run(model._apply_window)
+        model.distribute_strategy.run(self._apply_step)
         model.gradient_accumulator.micro_steps.assign(0)
-        model._train_counter.assign_add(1)
+        internals.count_train_step(model)
 
-    def _train_window_and_apply(self, iterator):
+    def _train_window_and_apply(self, iterator: Any) -> Any:
         logs = self._train_window(iterator)
         with tf.control_dependencies(tf.nest.flatten(logs)):
             self._finish_window()
         return logs
 
-    def _discard_window(self):
+    def _discard_window(self) -> None:
         model = self._model
         model.distribute_strategy.run(model._discard_window)
         model.gradient_accumulator.micro_steps.assign(0)
@@ -127,20 +153,20 @@ class CarryAlignment(keras.callbacks.Callback):
     is applied. A window still pending when ``fit`` ends is applied then.
     """
 
-    def __init__(self, model):
+    def __init__(self, model: Any) -> None:
         super().__init__()
         self._ga_model = model
 
-    def _pending(self):
+    def _pending(self) -> int:
         acc = self._ga_model.gradient_accumulator
         return 0 if acc is None else int(acc.micro_steps.numpy())
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         model = self._ga_model
-        model._steps_per_execution.assign(model.accum_steps - self._pending())
+        internals.set_steps_per_execution(model, model.accum_steps - self._pending())
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Any = None) -> None:
         model = self._ga_model
         if isinstance(model.train_function, WindowLoop):
             model.train_function.flush()
-        model._steps_per_execution.assign(model.accum_steps)
+        internals.set_steps_per_execution(model, model.accum_steps)

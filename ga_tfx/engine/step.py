@@ -15,19 +15,23 @@ eager, XLA or not, how many micro-batches per window, when to apply) is decided 
 * :meth:`WindowStep._discard_window`: clears the window without an update.
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 
-from tf_keras.src.engine import data_adapter  # pinned tf-keras 2.16 internals
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
 
 _LossScaleOptimizers = (keras.mixed_precision.LossScaleOptimizer,)
 
 
-def is_loss_scale_optimizer(optimizer):
+def is_loss_scale_optimizer(optimizer: Any) -> bool:
     """True for a Keras ``LossScaleOptimizer`` (new or legacy), which scales the loss."""
     return isinstance(optimizer, _LossScaleOptimizers) or hasattr(optimizer, "get_scaled_loss")
 
 
-def apply_aggregated_gradients(optimizer, grads_and_vars):
+def apply_aggregated_gradients(
+    optimizer: Any, grads_and_vars: List[Tuple[Any, tf.Variable]]
+) -> Any:
     """``optimizer.apply_gradients`` for gradients that are already summed over replicas.
 
     Under a dynamic ``LossScaleOptimizer`` a non-finite window is skipped as one unit (no weight
@@ -47,12 +51,12 @@ def apply_aggregated_gradients(optimizer, grads_and_vars):
     return result
 
 
-def _as_dependencies(result):
+def _as_dependencies(result: Any) -> list:
     # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
     return [] if result is None else [result]
 
 
-def batch_size(x):
+def batch_size(x: Any) -> tf.Tensor:
     """Number of samples in a (nested) input batch, as float32."""
     first = tf.nest.flatten(x)[0]
     if isinstance(first, tf.SparseTensor):
@@ -62,24 +66,36 @@ def batch_size(x):
     return tf.cast(tf.shape(first)[0], tf.float32)
 
 
-class WindowStep:
+# The mixins are bases of keras.Model subclasses: type-check them as models.
+_ModelBase: Any = keras.Model if TYPE_CHECKING else object
+
+
+class WindowStep(_ModelBase):
     """Mixin of :class:`~ga_tfx.engine.AccumulationEngine`: the replica-context step functions.
 
     Expects ``self.gradient_accumulator`` (built by the engine before the loop runs),
     ``self.optimizer`` and the accumulation settings of the engine (``self.agc``).
     """
 
-    def _accumulate_micro_batch(self, data):
+    def _accumulate_micro_batch(self, data: Any) -> Any:
         """Replica context: forward, loss, backward; adds ``n · g`` to the buffers.
+
+        With a model whose own ``train_step`` defines a batch (:meth:`_train_step_model`), that
+        ``train_step`` runs on the micro-batch, its ``optimizer.apply_gradients`` (or
+        ``minimize``) adding to the buffers instead of updating; otherwise the compiled loss is
+        differentiated here.
 
         Args:
           data: one micro-batch as the dataset yields it: ``x``, ``(x, y)`` or
             ``(x, y, sample_weight)``; ``n`` is the size of its first axis.
 
         Returns:
-          The micro-batch's logs (``compute_metrics``), after its gradient was added.
+          The micro-batch's logs, after its gradient was added.
         """
-        x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(data)
+        owner = self._train_step_model()
+        if owner is not None:
+            return self._accumulate_through_train_step(owner, data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         variables = self.trainable_variables
         optimizer = self.optimizer
         with tf.GradientTape() as tape:
@@ -89,8 +105,7 @@ class WindowStep:
                 loss_to_differentiate = optimizer.get_scaled_loss(loss)
             else:
                 loss_to_differentiate = loss
-        if hasattr(self, "_validate_target_and_loss"):
-            self._validate_target_and_loss(y, loss)
+        internals.validate_target_and_loss(self, y, loss)
         grads = tape.gradient(loss_to_differentiate, variables)
         self.gradient_accumulator.record_connected(variables, grads)
         if is_loss_scale_optimizer(optimizer):
@@ -98,22 +113,38 @@ class WindowStep:
         with tf.control_dependencies([self.gradient_accumulator.add(grads, batch_size(x))]):
             return self.compute_metrics(x, y, y_pred, sample_weight)
 
-    def _apply_window(self):
+    def _train_step_model(self) -> Optional[keras.Model]:
+        """The model whose own ``train_step`` defines one micro-batch, or ``None``.
+
+        This model if its class overrides ``train_step``; ``None`` otherwise: the engine then
+        differentiates the compiled loss itself. ``AccumulatingModel`` also answers with the
+        model it wraps when that one overrides ``train_step``.
+        """
+        return self if overrides_train_step(self) else None
+
+    def _accumulate_through_train_step(self, owner: keras.Model, data: Any) -> Any:
+        """Runs ``owner.train_step(data)`` with ``owner.optimizer`` standing in for the window:
+        its one ``apply_gradients``/``minimize`` call adds ``n · g`` to the buffers."""
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        sink = _WindowGradientSink(owner, self.optimizer, self.gradient_accumulator, batch_size(x))
+        with sink.installed():
+            logs = owner.train_step(data)
+        sink.check_applied_once()
+        with tf.control_dependencies(sink.ops):
+            return tf.nest.map_structure(
+                lambda value: tf.identity(value) if tf.is_tensor(value) else value, logs
+            )
+
+    def _apply_window(self) -> tf.Operation:
         """Replica context: one optimizer update with the window-mean gradient; resets.
 
         The applied gradient is ``Σ_i n_i g_i / N`` over the window's micro-batches on all
         replicas (``N = Σ n_i``); one batched all-reduce.
         """
         acc = self.gradient_accumulator
-        sums, count = acc.reduce_window()
-        ctx = tf.distribute.get_replica_context()
-        # Keras divides each replica's loss by the number of replicas; undo that factor.
-        replicas = ctx.num_replicas_in_sync if ctx is not None else 1
-        grads_and_vars = []
-        for grad_sum, variable in zip(sums, self.trainable_variables):
-            scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)
-            grads_and_vars.append((tf.cast(grad_sum * scale, variable.dtype), variable))
-        grads_and_vars = acc.connected_only(grads_and_vars)
+        # Keras divides each replica's loss by the number of replicas; window_gradients undoes
+        # that factor.
+        grads_and_vars = acc.window_gradients()
         if self.agc is not None:
             grads_and_vars = self.agc(grads_and_vars)
         applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
@@ -122,14 +153,124 @@ class WindowStep:
             with tf.control_dependencies(ends):
                 return acc.reset()
 
-    def _discard_window(self):
+    def _discard_window(self) -> tf.Operation:
         """Replica context: clears the window (buffers and window layers), no update."""
         ends = [layer.ga_window_end(apply=False) for layer in self._window_layers()]
         with tf.control_dependencies(ends):
             return self.gradient_accumulator.reset()
 
-    def _window_layers(self):
+    def _window_layers(self) -> list:
         """Layers that keep per-window state (``AccumBatchNormalization``): they implement
         ``ga_window_end(apply)``, called in replica context once per window."""
-        return [layer for layer in self._flatten_layers(include_self=False)
-                if hasattr(layer, "ga_window_end")]
+        return [
+            layer for layer in internals.flatten_layers(self) if hasattr(layer, "ga_window_end")
+        ]
+
+
+def overrides_train_step(model: keras.Model) -> bool:
+    """True if ``model``'s class defines its own ``train_step`` (not Keras' default)."""
+    return type(model).train_step is not keras.Model.train_step
+
+
+def train_step_error(owner: keras.Model, problem: str) -> ValueError:
+    """The error for a ``train_step`` ga-tfx cannot accumulate through, naming the way out."""
+    return ValueError(
+        f"Model {owner.name!r} overrides train_step, and {problem} ga_tfx accumulates through a "
+        "model's own train_step only when it updates with self.optimizer, once per batch "
+        "(self.optimizer.apply_gradients(...) or self.optimizer.minimize(...)): each micro-"
+        "batch's call then adds to the window and the window is applied once. Otherwise use "
+        "ga_tfx.GradientAccumulateOptimizer(optimizer, accum_steps) as the optimizer(s) of the "
+        "model itself (compile it and fit it directly, without wrap_model), or "
+        "ga_tfx.training_loop.TrainingLoop for a custom training loop."
+    )
+
+
+class _WindowGradientSink:
+    """Stands in for ``owner.optimizer`` while ``owner.train_step`` runs on one micro-batch.
+
+    ``apply_gradients(grads_and_vars)`` (or ``minimize``) adds ``weight · g`` to the window's
+    buffers for the variables given (the others get no gradient from this call) and updates
+    nothing. Every other attribute (``learning_rate``, ``iterations``, ``get_scaled_loss``,
+    ...) is the real optimizer's. Installed at trace time only (and on every eager call): the
+    traced graph holds the accumulation, and ``owner.optimizer`` is the real optimizer again
+    as soon as ``train_step`` returns.
+    """
+
+    def __init__(self, owner: keras.Model, optimizer: Any, accumulator: Any, weight: Any) -> None:
+        self._owner = owner
+        self._optimizer = optimizer
+        self._accumulator = accumulator
+        self._weight = weight
+        self.ops: List[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["_WindowGradientSink"]:
+        owner_dict = vars(self._owner)
+        previous = owner_dict.get("optimizer")
+        # Set in the instance dict directly: a plain attribute swap, no Keras tracking of the
+        # stand-in (it must never become a checkpoint dependency).
+        owner_dict["optimizer"] = self
+        try:
+            yield self
+        finally:
+            owner_dict["optimizer"] = previous
+
+    def apply_gradients(
+        self, grads_and_vars: Iterable[Tuple[Any, tf.Variable]], *args: Any, **kwargs: Any
+    ) -> tf.Operation:
+        del args, kwargs  # name / aggregation flags: the window is applied by the engine
+        if self.ops:
+            raise train_step_error(
+                self._owner,
+                "its train_step called optimizer.apply_gradients more than once "
+                "for one batch (e.g. two networks updated in turn), so the gradients of a later "
+                "call depend on the update of an earlier one within the batch.",
+            )
+        acc = self._accumulator
+        variables = acc.accumulated_variables
+        known = {v.ref() for v in variables}
+        given = {}
+        for grad, variable in grads_and_vars:
+            if variable.ref() not in known:
+                raise train_step_error(
+                    self._owner,
+                    f"its train_step applied a gradient to {variable.name!r}, "
+                    "which is not a trainable variable of the model being fitted.",
+                )
+            given[variable.ref()] = grad
+        grads = [given.get(v.ref()) for v in variables]
+        acc.record_connected(variables, grads)
+        self.ops.append(acc.add(grads, self._weight))
+        return self.ops[-1]
+
+    def minimize(
+        self, loss: Any, var_list: Any, tape: Optional[tf.GradientTape] = None, **kwargs: Any
+    ) -> tf.Operation:
+        """Keras' ``minimize`` contract: gradients of ``loss`` (a tensor recorded on ``tape``, or
+        a callable without tape), loss-scaled when the optimizer is a ``LossScaleOptimizer``."""
+        del kwargs
+        optimizer = self._optimizer
+        tape = tf.GradientTape() if tape is None else tape
+        if callable(loss):
+            with tape:
+                loss = loss()
+        var_list = list(var_list() if callable(var_list) else var_list)
+        if is_loss_scale_optimizer(optimizer):
+            with tape:
+                loss = optimizer.get_scaled_loss(loss)
+        grads = tape.gradient(loss, var_list)
+        if is_loss_scale_optimizer(optimizer):
+            grads = optimizer.get_unscaled_gradients(grads)
+        return self.apply_gradients(zip(grads, var_list))
+
+    def check_applied_once(self) -> None:
+        if not self.ops:
+            raise train_step_error(
+                self._owner,
+                "its train_step never called self.optimizer.apply_gradients or "
+                "self.optimizer.minimize (it updates some other way, e.g. with its own "
+                "optimizers), so there is nothing to accumulate.",
+            )
