@@ -61,7 +61,7 @@ setup(
     description="Gradient accumulation as a first-class citizen of TensorFlow Extended",
     packages=_packages(),
     package_dir=dict(NAMESPACED_FOLDERS),
-    package_data={"ga_tfx.pipelines": ["data/digits/*.csv"]},  # the shipped pipeline data
+    package_data={"ga_tfx.pipelines": ["data/digits/*.csv", "data/*.pbtxt"]},  # data, schema
     # 3.10: the TFX stack (TFX 1.16 supports 3.9-3.10); 3.12: the library stack. 3.11 is not
     # proven here, 3.13 not yet (nothing on it is tested).
     python_requires=">=3.10,<3.13",

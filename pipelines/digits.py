@@ -10,6 +10,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
 
 import csv
+import math
 import os
 
 PIXEL_KEYS = tuple(f"pixel_{i:02d}" for i in range(64))
@@ -20,12 +21,56 @@ CLASSES = 10
 COLUMNS = PIXEL_KEYS + (RAW_LABEL_KEY,)
 
 
-def check_csv_dir(data_root):
-    """Raises ``ValueError`` unless ``data_root`` is a directory of CSV files, each with the
-    header ``pixel_00,..,pixel_63,label`` (any order) and at least one data row.
+PIXEL_RANGE = (0, 16)  # grey levels of the 8x8 images
+LABEL_RANGE = (0, CLASSES - 1)  # the known classes
+# The curated schema of the shipped data (ImportSchemaGen): the same ranges, every value required.
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                           "digits_schema.pbtxt")
+# CsvExampleGen's default split: hash buckets 2:1 (train:eval).
+TRAIN_FRACTION = 2 / 3
 
-    CsvExampleGen would otherwise fail deep inside Beam, or (for a wrong column) train on the
-    wrong features; this runs before any component.
+
+def allowed(column):
+    """What ``column`` may hold, in words."""
+    if column == RAW_LABEL_KEY:
+        return f"the known classes, integers {LABEL_RANGE[0]}..{LABEL_RANGE[1]}"
+    return f"integers {PIXEL_RANGE[0]}..{PIXEL_RANGE[1]} (grey levels)"
+
+
+def check_value(column, text):
+    """What is wrong with the CSV cell ``text`` of ``column`` (``None``: nothing)."""
+    low, high = LABEL_RANGE if column == RAW_LABEL_KEY else PIXEL_RANGE
+    text = text.strip()
+    if not text:
+        return "empty cell (a value is required)"
+    try:
+        number = float(text)
+    except ValueError:
+        return f"{text!r} is not a number"
+    if math.isnan(number) or math.isinf(number):
+        return f"{text!r} is not a finite number"
+    if number != int(number):
+        return f"{text!r} is not an integer"
+    if not low <= number <= high:
+        if column == RAW_LABEL_KEY:
+            return f"label {text!r} is outside the known classes"
+        return f"{text!r} is out of range"
+    return None
+
+
+def check_csv_dir(data_root):
+    """Checks every cell of the digits CSV files in ``data_root``; returns the number of data
+    rows. Raises ``ValueError`` with one line naming the file, the line, the column, the bad
+    value and what is allowed, for: no such directory, no ``.csv`` file, an empty file, a file
+    with a header but no rows, a missing or unexpected column (header ``pixel_00,..,pixel_63,
+    label`` in any order), a row with too few or too many cells, an empty cell, a value that is
+    not a number, NaN or inf, a non-integer, a pixel outside 0..16, a label outside the classes
+    0..9.
+
+    CsvExampleGen would otherwise fail deep inside Beam or Transform, or train on wrong values;
+    this runs before any component. (The pipeline's own gate, :mod:`ga_tfx.pipelines.data_check`,
+    checks the same rules with TFX's ExampleValidator against the curated schema, for runs that
+    do not start from this command line, e.g. Kubeflow.)
     """
     if not os.path.isdir(data_root):
         raise ValueError(f"Data directory {data_root!r} does not exist (or is not a "
@@ -34,6 +79,7 @@ def check_csv_dir(data_root):
                    if name.endswith(".csv"))
     if not files:
         raise ValueError(f"Data directory {data_root!r} holds no .csv file.")
+    rows = 0
     for path in files:
         with open(path, newline="") as f:
             reader = csv.reader(f)
@@ -41,14 +87,41 @@ def check_csv_dir(data_root):
             if not header:
                 raise ValueError(f"{path} is empty: expected a header with the columns "
                                  f"pixel_00..pixel_63, {RAW_LABEL_KEY}, then data rows.")
+            header = [name.strip() for name in header]
             missing = [c for c in COLUMNS if c not in header]
             unexpected = [c for c in header if c not in COLUMNS]
             if missing or unexpected:
                 raise ValueError(f"{path} has the wrong columns: missing {missing}, "
                                  f"unexpected {unexpected}; expected pixel_00..pixel_63 and "
                                  f"{RAW_LABEL_KEY!r}.")
-            if next(reader, None) is None:
+            found = 0
+            for cells in reader:
+                line = reader.line_num
+                if len(cells) != len(header):
+                    raise ValueError(f"{path}, line {line}: {len(cells)} cells, expected "
+                                     f"{len(header)} (one per column of the header).")
+                for column, text in zip(header, cells):
+                    problem = check_value(column, text)
+                    if problem:
+                        raise ValueError(f"{path}, line {line}, column {column!r}: {problem}; "
+                                         f"allowed: {allowed(column)}.")
+                found += 1
+            if not found:
                 raise ValueError(f"{path} has a header but no data rows.")
+            rows += found
+    return rows
+
+
+def batch_warning(rows, effective_batch_size):
+    """A one-line warning when one optimizer update takes more examples than the training
+    split has (``None`` otherwise): each update then repeats examples."""
+    train_rows = int(rows * TRAIN_FRACTION)
+    if effective_batch_size <= train_rows:
+        return None
+    return (f"warning: one optimizer update takes {effective_batch_size} examples (micro-batch "
+            f"x accum_steps) but the training split has about {train_rows} of {rows} rows: "
+            f"every update repeats rows about {effective_batch_size / max(train_rows, 1):.1f} "
+            "times; lower --micro-batch or --accum-steps.")
 
 
 def preprocessing_fn(inputs):
