@@ -104,7 +104,7 @@ MUTATIONS: List[Mutation] = [
              "optimizer._update_model_variables_moving_average(variables)",
              ("tests/test_equivalence.py", "-k", "ema"), ("ga_tfx/engine/*.py",)),
     Mutation("engine.drop_policy_ignored",
-             'elif model._partial_window == "drop":', "elif False:",
+             'elif self._policy == "drop":', "elif False:",
              ("tests/test_windows.py", "-k", "policies")),
     Mutation("engine.carry_not_realigned",
              "model._steps_per_execution.assign(model.accum_steps - self._pending())",
@@ -147,7 +147,7 @@ MUTATIONS: List[Mutation] = [
              ("tests/test_agc.py",)),
     # ---- the Trainer's resume and the tuner's budget
     Mutation("trainer.resume_does_not_skip_trained_data",
-             "train.skip(epochs_done * micro_per_epoch)", "train.skip(0)",
+             ".skip(skip * settings.accum_steps)", ".skip(0)",
              ("tests/test_trainer_component.py", "-k", "killed")),
     Mutation("trainer.base_model_ignored",
              "    if base_model_dir:\n        warm_start(model, base_model_dir)",
