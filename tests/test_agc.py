@@ -71,19 +71,25 @@ def test_exclusion_by_name():
             assert float(tf.reduce_max(tf.abs(g_out))) < 100.0
 
 
+def _sgd_with_agc_per_batch(x, y, batch_size, epochs, clip_factor=0.02, learning_rate=0.5):
+    """The reference: a custom loop applying NFNets AGC to each batch's gradient, then SGD."""
+    model = mlp()
+    optimizer = keras.optimizers.SGD(learning_rate)
+    loss_fn = sparse_ce()
+    for _ in range(epochs):
+        for i in range(0, len(x), batch_size):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y[i:i + batch_size], model(x[i:i + batch_size], training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(ga_tfx.adaptive_clip_gradients(
+                zip(grads, model.trainable_variables), clip_factor))
+    return model
+
+
 def test_model_agc_acts_once_on_the_accumulated_gradient():
     """Accumulated (b=6, K=4) with AGC == big batch of 24 with AGC on its gradient."""
     x, y = classification_data()
-    big = mlp()
-    optimizer = keras.optimizers.SGD(0.5)
-    loss_fn = sparse_ce()
-    for _ in range(2):
-        for i in range(0, len(x), 24):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y[i:i + 24], big(x[i:i + 24], training=True))
-            grads = tape.gradient(loss, big.trainable_variables)
-            optimizer.apply_gradients(
-                ga_tfx.adaptive_clip_gradients(zip(grads, big.trainable_variables), 0.02))
+    big = _sgd_with_agc_per_batch(x, y, batch_size=24, epochs=2)
     model = ga_tfx.wrap_model(mlp(), accum_steps=4, agc_clip_factor=0.02)
     model.compile(keras.optimizers.SGD(0.5), sparse_ce())
     model.fit(x, y, batch_size=6, epochs=2, shuffle=False, verbose=0)
@@ -99,15 +105,7 @@ def test_agc_with_accum_steps_one_clips_every_batch_like_plain_agc_training():
     """accum_steps=1 with AGC runs the engine (plain Keras has no AGC) and equals a custom loop
     applying NFNets AGC to each batch's gradient; SGD, 8 updates, float32 round-off (1e-5)."""
     x, y = classification_data(n=48)
-    reference = mlp()
-    optimizer = keras.optimizers.SGD(0.5)
-    loss_fn = sparse_ce()
-    for i in range(0, len(x), 6):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y[i:i + 6], reference(x[i:i + 6], training=True))
-        grads = tape.gradient(loss, reference.trainable_variables)
-        optimizer.apply_gradients(
-            ga_tfx.adaptive_clip_gradients(zip(grads, reference.trainable_variables), 0.02))
+    reference = _sgd_with_agc_per_batch(x, y, batch_size=6, epochs=1)
     model = ga_tfx.wrap_model(mlp(), accum_steps=1, agc_clip_factor=0.02)
     model.compile(keras.optimizers.SGD(0.5), sparse_ce())
     model.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
