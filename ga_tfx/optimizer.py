@@ -221,7 +221,10 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 "GradientAccumulateOptimizer.apply_gradients takes each replica's own gradients "
                 "and sums them over replicas once per window; got "
                 "skip_gradients_aggregation=True (or experimental_aggregate_gradients=False) "
-                f"with {ctx.num_replicas_in_sync} replicas. Pass unaggregated gradients.")
+                f"with {ctx.num_replicas_in_sync} replicas. Pass unaggregated gradients. (Under "
+                "the mixed_float16 policy, compile wraps the optimizer in a LossScaleOptimizer "
+                "that all-reduces every micro-batch: use ga_tfx.GradientAccumulateModel or "
+                "ga_tfx.wrap_model, which scale the loss and skip non-finite windows per update.)")
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]

@@ -119,3 +119,21 @@ def test_flush_after_fit_applies_the_pending_window(distributed):
     diff = max_weight_diff(big, model)
     print(f"flush after fit ({'mirrored' if distributed else 'one device'}): max |dw| = {diff:.3g}")
     assert diff <= TOLERANCE
+
+
+def test_keras_format_save_and_load_keep_the_wrapper_and_its_pending_window(tmp_path):
+    x, y = classification_data(n=N, seed=7)
+    model = mlp()
+    model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.Adam(1e-2), accum_steps=K, agc_clip_factor=0.1), loss=sparse_ce())
+    model.fit(x[:42], y[:42], batch_size=MICRO, shuffle=False, verbose=0)  # 1 update, 3 pending
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    optimizer = loaded.optimizer
+    assert isinstance(optimizer, ga_tfx.GradientAccumulateOptimizer)
+    assert (optimizer.accum_steps, optimizer.get_config()["agc_clip_factor"]) == (K, 0.1)
+    assert (iterations(optimizer), int(optimizer.micro_steps.numpy())) == (1, 3)
+    model.fit(x[42:], y[42:], batch_size=MICRO, shuffle=False, verbose=0)
+    loaded.fit(x[42:], y[42:], batch_size=MICRO, shuffle=False, verbose=0)
+    assert iterations(loaded.optimizer) == iterations(model.optimizer) == 4
+    assert max_weight_diff(model, loaded) == 0.0  # same state, same ops
