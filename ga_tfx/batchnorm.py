@@ -166,7 +166,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         )
 
     @property
-    def _moments(self) -> "WindowMoments":
+    def _built_window_moments(self) -> "WindowMoments":
         """The window moments of the built layer (internal use, after ``build``)."""
         return self._window_holder.value
 
@@ -217,7 +217,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     def _apply_window(self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor) -> tf.Operation:
         with tf.control_dependencies([self._update_moving_statistics(count, total, m2)]):
-            return self._moments.reset()
+            return self._built_window_moments.reset()
 
     # ------------------------------------------------------------------ forward
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
@@ -258,7 +258,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     def _record_micro_batch(self, inputs: tf.Tensor, mask: Any) -> tf.Tensor:
         """Adds one micro-batch to the window (replica context); returns whether it applied."""
-        moments = self._moments
+        moments = self._built_window_moments
         batch = self._micro_batch_moments(inputs, mask)
         standalone = self._engine_accum_steps is None
         if standalone:
@@ -274,7 +274,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     def _apply_own_window(self) -> tf.Tensor:
         # Standalone: the moments already cover all replicas; no collective in this branch.
-        with tf.control_dependencies([self._apply_window(*self._moments.read())]):
+        with tf.control_dependencies([self._apply_window(*self._built_window_moments.read())]):
             return tf.constant(True)
 
     def _micro_batch_moments(
