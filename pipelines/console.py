@@ -23,6 +23,9 @@ import time
 from typing import Any, Dict, Optional, TextIO
 
 _MILESTONES = (0.25, 0.5, 0.75, 1.0)
+# Records of this logger (e.g. a data warning before the run) are shown to the person; without
+# a console they reach stderr through logging's last-resort handler.
+USER_LOGGER = "ga_tfx.user"
 
 
 def _duration(seconds: float) -> str:
@@ -70,6 +73,8 @@ class RunConsole:
         self._tty = bool(getattr(out, "isatty", lambda: False)())
         self._handler = _ComponentLines(self)
         logging.getLogger("absl").addHandler(self._handler)
+        self._user_handler = _UserLines(self)
+        logging.getLogger(USER_LOGGER).addHandler(self._user_handler)
         progress.set_listener(self._on_progress)
         return self
 
@@ -79,6 +84,7 @@ class RunConsole:
         progress.set_listener(None)
         if self._handler is not None:
             logging.getLogger("absl").removeHandler(self._handler)
+            logging.getLogger(USER_LOGGER).removeHandler(self._user_handler)
         self._end_line()
         if self._saved_fds:
             sys.stdout.flush()
@@ -208,3 +214,15 @@ class _ComponentLines(logging.Handler):
             self._current = None
         elif message.startswith("A cached execution") and self._current:
             self._console.component_cached(self._current)
+
+
+class _UserLines(logging.Handler):
+    """Shows the records of :data:`USER_LOGGER` on the console (``warning: ...``)."""
+
+    def __init__(self, console: RunConsole):
+        super().__init__(level=logging.INFO)
+        self._console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        prefix = "warning: " if record.levelno >= logging.WARNING else ""
+        self._console.line(prefix + record.getMessage())

@@ -19,7 +19,7 @@ from tfx.utils import io_utils
 
 from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.pipelines import digits
+from ga_tfx.pipelines import data_check, user_code
 from ga_tfx.pipelines import pipeline as pipeline_lib
 
 
@@ -76,7 +76,7 @@ def run(pipeline_name: str, pipeline_root: str, data_root: str, serving_model_di
     Raises ``ValueError`` for bad data before any component runs (and before ``on_checked``
     is called); a failing component raises (its error is TFX's), and nothing is pushed.
     """
-    digits.check_csv_dir(data_root)
+    data_check.warn_before_run(user_code.for_options(options).check_data(data_root), options)
     metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
     config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
     config.sqlite.filename_uri = metadata_path

@@ -1,7 +1,8 @@
 """The ga-tfx digits pipeline: a plain function returning a ``tfx.dsl.Pipeline``.
 
-CsvExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> Transform -> [Tuner] ->
-GradientAccumulationTrainer -> Evaluator (accuracy threshold -> blessing) -> Pusher.
+CsvExampleGen -> StatisticsGen -> ImportSchemaGen (curated schema) -> ExampleValidator ->
+DataCheck (stops on anomalies) -> Transform -> [Tuner] -> GradientAccumulationTrainer ->
+Evaluator (accuracy threshold -> blessing) -> Pusher.
 
 The user code is referenced by dotted path (``ga_tfx.pipelines.digits``), so the same definition runs
 locally (:mod:`ga_tfx.pipelines.local`) and in the Kubeflow image (:mod:`ga_tfx.pipelines.kubeflow`).
@@ -18,11 +19,11 @@ from tfx import v1 as tfx
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.tuner import tuner_fn
-from ga_tfx.pipelines import digits
+from ga_tfx.pipelines import data_check, user_code
 from ga_tfx.pipelines.options import TrainingOptions
 
-MODEL_FN = "ga_tfx.pipelines.digits"
-PREPROCESSING_FN = "ga_tfx.pipelines.digits.preprocessing_fn"
+MODEL_FN = user_code.DIGITS.model_fn
+PREPROCESSING_FN = user_code.DIGITS.preprocessing_fn
 TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 
 
@@ -51,25 +52,38 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
       enable_cache: reuse the outputs of components whose inputs did not change.
       beam_pipeline_args: Beam flags of the Beam-based components.
     """
+    code = user_code.for_options(options)
     example_gen = tfx.components.CsvExampleGen(input_base=data_root)
     statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-    schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
-                                          infer_feature_shape=True)
+    # The curated schema of the shipped data; anomalies against it stop the run in DataCheck,
+    # before Transform (which reads the schema DataCheck passed on) and the Trainer.
+    # (Any other CSV: the schema SchemaGen infers, written where the user can curate it.)
+    schema_gen = (tfx.components.ImportSchemaGen(schema_file=code.curated_schema)
+                  if code.curated_schema else
+                  tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
+                                           infer_feature_shape=True))
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+    checked = data_check.DataCheck(
+        schema=schema_gen.outputs["schema"], statistics=statistics_gen.outputs["statistics"],
+        anomalies=example_validator.outputs["anomalies"],
+        effective_batch_size=data_check.largest_effective_batch(options))
     transform = tfx.components.Transform(
-        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"],
-        preprocessing_fn=PREPROCESSING_FN)
-    components = [example_gen, statistics_gen, schema_gen, example_validator, transform]
+        examples=example_gen.outputs["examples"], schema=checked.outputs["checked_schema"],
+        **_user_code_args(code, "preprocessing_fn"), custom_config=code.transform_config)
+    components = [example_gen, statistics_gen, schema_gen, example_validator, checked, transform]
 
-    settings = dict(label_key=digits.LABEL_KEY, raw_label_key=digits.RAW_LABEL_KEY,
+    settings = dict(label_key=code.label_key, raw_label_key=code.raw_label_key,
                     micro_batch_size=options.micro_batch_size, strategy=options.strategy,
                     checkpoint_every_updates=options.checkpoint_every_updates,
                     checkpoint_every_seconds=options.checkpoint_every_seconds)
     hyperparameters = None
     if options.tune:
+        if code.model_fn is None:
+            raise ValueError("tune searches with the model of an installed module (model_fn); "
+                             f"a module_file ({code.module_file!r}) cannot be tuned here.")
         tuner_config = {
-            keys.MODEL_FN: MODEL_FN,
+            keys.MODEL_FN: code.model_fn,
             keys.GA_TFX: dict(settings, accum_steps=options.accum_steps),
             keys.GA_TFX_SEARCH: {
                 "accum_steps": list(options.search_accum_steps),
@@ -96,7 +110,7 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=hyperparameters,
-        model_fn=MODEL_FN,
+        **_user_code_args(code, "model_fn"),
         accum_steps=options.accum_steps,
         agc_clip_factor=options.agc_clip_factor,
         updates_per_epoch=options.updates_per_epoch,
@@ -105,7 +119,7 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
         **settings)
     evaluator = tfx.components.Evaluator(
         examples=example_gen.outputs["examples"], model=trainer.outputs["model"],
-        eval_config=_eval_config(options.min_accuracy))
+        eval_config=_eval_config(code, options))
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         push_destination=tfx.proto.PushDestination(
@@ -119,17 +133,33 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
         beam_pipeline_args=beam_pipeline_args or [])
 
 
-def _eval_config(min_accuracy):
-    """Accuracy on the raw eval split through ``serving_default``; blessed above the bound."""
-    accuracy = tfma.MetricConfig(
-        class_name="SparseCategoricalAccuracy",
-        threshold=tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
-            lower_bound={"value": min_accuracy})))
+def _user_code_args(code, dotted_name):
+    """``{dotted_name: path}`` for installed user code, or ``{"module_file": ...}``."""
+    if code.module_file:
+        return {"module_file": code.module_file}
+    return {dotted_name: getattr(code, dotted_name)}
+
+
+def _eval_config(code, options):
+    """Metrics on the raw eval split through ``serving_default``, blessed past the threshold:
+    accuracy >= ``min_accuracy`` for classification, RMSE <= ``max_rmse`` (when given) for
+    regression. The label is the raw column, or the transformed one when Transform encodes it
+    (a string label): the Evaluator applies ``transform_features`` first."""
+    if code.task == "regression":
+        threshold = (None if options.max_rmse is None else tfma.MetricThreshold(
+            value_threshold=tfma.GenericValueThreshold(upper_bound={"value": options.max_rmse})))
+        metrics = [tfma.MetricConfig(class_name="RootMeanSquaredError", threshold=threshold),
+                   tfma.MetricConfig(class_name="MeanAbsoluteError")]
+    else:
+        metrics = [tfma.MetricConfig(
+            class_name="SparseCategoricalAccuracy",
+            threshold=tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
+                lower_bound={"value": options.min_accuracy}))),
+            tfma.MetricConfig(class_name="SparseCategoricalCrossentropy")]
+    label_key = code.raw_label_key if code.curated_schema else code.label_key
     return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name="serving_default",
-                                    label_key=digits.RAW_LABEL_KEY,
+        model_specs=[tfma.ModelSpec(signature_name="serving_default", label_key=label_key,
                                     preprocessing_function_names=["transform_features"])],
         slicing_specs=[tfma.SlicingSpec()],
-        metrics_specs=[tfma.MetricsSpec(metrics=[
-            accuracy, tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
-            tfma.MetricConfig(class_name="ExampleCount")])])
+        metrics_specs=[tfma.MetricsSpec(
+            metrics=metrics + [tfma.MetricConfig(class_name="ExampleCount")])])
