@@ -160,8 +160,8 @@ class TrainingLoop:
 
     Args:
       model: a built Keras 2 model (its variables exist), created under ``strategy.scope()``.
-      optimizer: a tf-keras optimizer (not a ``LossScaleOptimizer``), created under the same
-        scope. Its ``iterations`` count updates; a learning-rate schedule sees one step per
+      optimizer: a tf-keras optimizer (``keras.optimizers.*``; not a legacy optimizer, not a
+        ``LossScaleOptimizer``), created under the same scope. Its ``iterations`` count updates; a learning-rate schedule sees one step per
         update. A constant learning rate is a variable: callbacks may set
         ``loop.learning_rate`` and checkpoints keep it.
       loss_fn: ``loss_fn(targets, outputs)``: per-example losses (shape ``[n]`` or
@@ -272,8 +272,7 @@ class TrainingLoop:
             self.chain.build(self.variables)
             self.accumulator = GradientAccumulator(self.variables, name="loop_accumulator")
             self.state = LoopState()
-            if isinstance(optimizer, keras.optimizers.Optimizer):
-                optimizer.build(self.variables)  # slots exist before tracing and restoring
+            optimizer.build(self.variables)  # slots exist before tracing and restoring
         self._guard = self.chain.member(NonFiniteGuard)
         self._window_fn = tf.function(self._window)
         self._restored = False
@@ -585,11 +584,10 @@ class TrainingLoop:
                 "TrainingLoop does not take a LossScaleOptimizer: it has no loss scaling; its "
                 "non-finite guard (nonfinite_policy) handles NaN/inf windows. Pass the inner "
                 "optimizer.")
-        if not isinstance(optimizer, (keras.optimizers.Optimizer,
-                                      keras.optimizers.legacy.Optimizer)):
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise TypeError(
-                f"optimizer must be a tf-keras optimizer instance (ga_tfx.keras.optimizers.*), "
-                f"got {optimizer!r}.")
+                f"optimizer must be a tf-keras optimizer instance (ga_tfx.keras.optimizers.*, "
+                f"not keras.optimizers.legacy.*), got {optimizer!r}.")
 
     @staticmethod
     def _check_callables(loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn,

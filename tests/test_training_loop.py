@@ -77,7 +77,8 @@ def max_diff(a, b):
 
 
 def optimizer_state(optimizer):
-    return [v.numpy() for v in optimizer.variables()]
+    variables = optimizer.variables  # a method in tf-keras 2.16, a property in later versions
+    return [v.numpy() for v in (variables() if callable(variables) else variables)]
 
 
 def make_loop(strategy, make_optimizer, data, seed=22, l2=1e-2, **kwargs):
@@ -368,6 +369,8 @@ def test_bad_arguments_name_the_value():
     with pytest.raises(TypeError, match="LossScaleOptimizer"):
         ga_tfx.TrainingLoop(mlp(), keras.mixed_precision.LossScaleOptimizer(sgd()),
                             per_example_loss(), data, 2)
+    with pytest.raises(TypeError, match="not keras.optimizers.legacy"):
+        ga_tfx.TrainingLoop(mlp(), keras.optimizers.legacy.SGD(0.1), per_example_loss(), data, 2)
     with pytest.raises(TypeError, match="dataset must be a tf.data.Dataset"):
         ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), [x, y], 2)
     with pytest.raises(ValueError, match="not created under strategy.scope"):

@@ -10,9 +10,6 @@ tests/test_training_loop.py), and only the chief may write checkpoints and Tenso
 import glob
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -20,55 +17,17 @@ import pytest
 
 from tests import training_loop_worker as worker
 from tests.test_training_loop import TOLERANCE, big_batch, max_diff
+from tests.worker_processes import run_workers
 
 pytestmark = [pytest.mark.slow]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 480  # 2 TensorFlow worker processes on 2 busy cores
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _run_workers(tmp_path):
-    cluster = [f"127.0.0.1:{port}" for port in _free_ports(2)]
-    procs = []
-    for index in range(2):
-        temp_dir = tmp_path / f"tmp{index}"
-        temp_dir.mkdir()
-        env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
-                   TMPDIR=str(temp_dir),
-                   TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
-                                         "task": {"type": "worker", "index": index}}))
-        with open(tmp_path / f"worker{index}.log", "w") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.training_loop_worker", str(tmp_path / f"w{index}"),
-                 str(tmp_path / "checkpoints")],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for p in procs):
-                break
-            time.sleep(0.5)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    codes = [p.returncode for p in procs]
-    if codes != [0, 0]:
-        tails = "\n".join(f"--- worker {i} (exit {code}):\n" + "".join(
-            open(tmp_path / f"worker{i}.log").readlines()[-30:]) for i, code in enumerate(codes))
-        raise AssertionError(f"multi-worker TrainingLoop failed, exit codes {codes}:\n{tails}")
+    run_workers(tmp_path, "tests.training_loop_worker",
+                lambda index: [tmp_path / f"w{index}", tmp_path / "checkpoints"],
+                timeout_s=TIMEOUT_S)
 
 
 def _weights(path):
