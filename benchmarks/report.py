@@ -57,7 +57,7 @@ def render(args, facts, throughput, checks, probes, command, started, elapsed, p
     out("")
     _machine(out, facts, throughput)
     _setup(out, args, throughput)
-    _pairs(out, throughput)
+    _pairs(out, throughput, probes)
     _throughput(out, args, throughput, probes)
     _memory(out, throughput)
     if phases:
@@ -190,7 +190,7 @@ def _setup(out, args, throughput):
     out("")
 
 
-def _pairs(out, throughput):
+def _pairs(out, throughput, probes):
     out("## 1. Paired ratios (the headline)")
     out("")
     out(
@@ -201,11 +201,16 @@ def _pairs(out, throughput):
     out("| comparison | x / y | wall: samples/s ratio | CPU: samples/CPU-s ratio | n |")
     out("|---|---|---:|---:|---:|")
     for pair in throughput.get("pairs", []):
+        what = pair["what"] + "".join(
+            f" (**XLA not honoured by `{name}`**)"
+            for name in (pair["num"], pair["den"])
+            if (probes.get(name) or {}).get("honoured") is False
+        )
         if "wall" not in pair:
-            out(f"| {pair['what']} | `{pair['num']}` / `{pair['den']}` | not measured | — | 0 |")
+            out(f"| {what} | `{pair['num']}` / `{pair['den']}` | not measured | — | 0 |")
             continue
         out(
-            f"| {pair['what']} | `{pair['num']}` / `{pair['den']}` | "
+            f"| {what} | `{pair['num']}` / `{pair['den']}` | "
             f"{fmt_spread(pair['wall'])} | {fmt_spread(pair['cpu'])} | {pair['wall']['n']} |"
         )
     out("")
@@ -438,6 +443,22 @@ def interpret(throughput, checks, probes):
             notes.append(
                 f"Per CPU-second ga_tfx is {ahead} {name}: {fmt_spread(ratio)} (`{num}` / `{den}`)."
             )
+    for num, den, text in (
+        ("bound", "plain_b", "The bound itself runs at {} of plain Keras @ b"),
+        ("ga_tfx_xla", "bound_xla", "With XLA on both, ga_tfx runs at {} of the XLA bound"),
+        ("loop_1dev", "ga_tfx", "TrainingLoop (1 device) runs at {} of ga_tfx's fit"),
+        (
+            "loop_2rep",
+            "loop_1dev",
+            "TrainingLoop with 2 replicas (MirroredStrategy over 2 logical CPUs of the same 2 "
+            "cores) runs at {} of its 1-device speed: on one CPU the replicas share the cores, "
+            "so this measures the strategy's overhead, not a speed-up",
+        ),
+        ("keras3_ga", "keras3_plain_b", "Keras 3's accumulation runs at {} of Keras 3 plain @ b"),
+    ):
+        ratio = cpu(num, den)
+        if ratio:
+            notes.append(text.format(fmt_spread(ratio)) + " (per CPU-second).")
     for num, den, what in (
         ("plain_b_xla", "plain_b", "plain Keras @ b"),
         ("plain_Kb_xla", "plain_Kb", "plain Keras @ K·b"),
