@@ -2,8 +2,9 @@
 
 ``python -m tests.training_loop_worker OUT CHECKPOINT_DIR`` with ``TF_CONFIG`` set: creates the
 strategy first (as it must be), trains the test model with :class:`ga_tfx.TrainingLoop`
-(interrupted mid-window after ``INTERRUPT_AFTER`` micro-batches, then resumed by new loop
-objects from the shared checkpoint directory) and writes ``OUT/weights.npz`` and
+with SGD (Nesterov momentum; interrupted mid-window after ``INTERRUPT_AFTER`` micro-batches,
+then resumed by new loop objects from the shared checkpoint directory) and with Adam
+(uninterrupted), and writes ``OUT/weights.npz``, ``OUT/weights_adam.npz`` and
 ``OUT/stats.json``. The data (see :func:`data`) has a NaN window and a short last window; it
 is read from two TFRecord files, so that the AUTO auto-shard policy would give each worker
 other files (the loop sets DATA: every worker takes its part of each global micro-batch).
@@ -67,14 +68,16 @@ def build_model(seed):
     return keras.Model(inputs, keras.layers.Dense(3, name="logits")(h))
 
 
-def make_optimizer():
-    return keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+}
 
 
-def make_loop(strategy, paths, checkpoint_dir, log_dir, seed):
+def make_loop(strategy, paths, checkpoint_dir, log_dir, seed, optimizer="sgd"):
     with strategy.scope():
         model = build_model(seed)
-        optimizer = make_optimizer()
+        optimizer = OPTIMIZERS[optimizer]()
     return ga_tfx.TrainingLoop(
         model, optimizer,
         keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
@@ -93,6 +96,9 @@ def main(out, checkpoint_dir):
     second = make_loop(strategy, paths, checkpoint_dir, log_dir, seed=7)  # other initial weights
     second.run(epochs=EPOCHS)
     np.savez(os.path.join(out, "weights.npz"), *second.model.get_weights())
+    adam = make_loop(strategy, paths, None, None, seed=22, optimizer="adam")  # uninterrupted
+    adam.run(epochs=EPOCHS)
+    np.savez(os.path.join(out, "weights_adam.npz"), *adam.model.get_weights())
     stats = {"replicas": strategy.num_replicas_in_sync, "pending_at_interrupt": pending,
              "updates": second.updates, "skipped_windows": second.skipped_windows,
              "iterations": int(second.optimizer.iterations.numpy()),
