@@ -48,8 +48,9 @@ def build_parser():
     run.add_argument("--output-dir", default="pipeline_output",
                      help="holds root/ (artifacts), metadata.db and serving_model/ "
                           "(default ./pipeline_output)")
-    run.add_argument("--pipeline-name", default="ga-tfx-digits",
-                     help="pipeline name in ML Metadata (default ga-tfx-digits)")
+    run.add_argument("--pipeline-name", default=None,
+                     help="pipeline name in ML Metadata (default ga-tfx-digits, or ga-tfx-csv "
+                          "with --label)")
     run.add_argument("--verbose", action="store_true",
                      help="print every log line (absl, Beam, TensorFlow) on the console "
                           "instead of the log file")
@@ -102,6 +103,7 @@ def _run(args):
     from ga_tfx.pipelines.console import RunConsole
 
     output_dir = os.path.abspath(args.output_dir)
+    args.pipeline_name = args.pipeline_name or ("ga-tfx-csv" if args.label else "ga-tfx-digits")
     failure = None
     with RunConsole(verbose=args.verbose) as console:
         try:
@@ -122,7 +124,7 @@ def _run(args):
                 enable_cache=not args.no_cache, direct_num_workers=args.direct_num_workers,
                 on_checked=started)
             console.line("")
-            console.line("== ga-tfx digits pipeline: done ==")
+            console.line(f"== ga-tfx pipeline {args.pipeline_name}: done ==")
             for line in summary.lines():
                 console.line(line)
             if args.tune:
