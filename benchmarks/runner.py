@@ -12,7 +12,6 @@ process CPU seconds of the process that ran it.
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -20,7 +19,7 @@ from benchmarks import builders, frameworks
 from benchmarks.configs import ADJACENT, BASELINE, CONFIGS, HOST_FRAMEWORK, MAIN, PAIRS, make_data
 from benchmarks.errors import error_text
 from benchmarks.stats import paired_ratios, spread
-from benchmarks.workers import REPO_ROOT
+from benchmarks.workers import REPO_ROOT, module_command
 
 
 def build_slots(names, args):
@@ -61,21 +60,8 @@ class RemoteHost:
     def __init__(self, host, names, args):
         self.host = host
         self.log = tempfile.TemporaryFile("w+")
-        cmd = [
-            sys.executable,
-            "-m",
-            "benchmarks.server",
-            "--host",
-            host,
-            "--configs",
-            ",".join(names),
-            "--micro-batch",
-            str(args.micro_batch),
-            "--accum-steps",
-            str(args.accum_steps),
-            "--samples",
-            str(args.samples),
-        ]
+        cmd = module_command("benchmarks.server", args)
+        cmd += ["--host", host, "--configs", ",".join(names)]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,

@@ -19,6 +19,22 @@ from benchmarks.errors import error_text
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def module_command(module: str, args) -> list:
+    """``python -m module`` with the run's ``--micro-batch``, ``--accum-steps`` and
+    ``--samples`` (every benchmark subprocess takes these three)."""
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "--micro-batch",
+        str(args.micro_batch),
+        "--accum-steps",
+        str(args.accum_steps),
+        "--samples",
+        str(args.samples),
+    ]
+
+
 def run_worker(kind, args, configs=(), timeout=600):
     """Run one worker in a fresh process; returns its result dict (never raises).
 
@@ -27,21 +43,7 @@ def run_worker(kind, args, configs=(), timeout=600):
     """
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
         path = f.name
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.workers",
-        "--kind",
-        kind,
-        "--result",
-        path,
-        "--micro-batch",
-        str(args.micro_batch),
-        "--accum-steps",
-        str(args.accum_steps),
-        "--samples",
-        str(args.samples),
-    ]
+    cmd = module_command("benchmarks.workers", args) + ["--kind", kind, "--result", path]
     if configs:
         cmd += ["--configs", ",".join(configs)]
     env = frameworks.subprocess_env(CONFIGS[configs[0]].framework if configs else frameworks.KERAS2)
