@@ -3,10 +3,6 @@
 tests/test_optimizer_distributed.py) == plain big-batch training on one device, this process."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -14,56 +10,14 @@ import pytest
 
 from tests.test_optimizer_distributed import (OPTIMIZERS, SIZES, UPDATES, K,
                                               big_batch_reference)
+from tests.worker_processes import run_workers
 
 pytestmark = [pytest.mark.slow]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 420  # two TensorFlow worker processes on 2 busy cores
 # float32 round-off of the window sum taken per worker, all-reduced, then scaled (see
 # tests/test_optimizer_distributed.py); the two workers hold one set of mirrored weights.
 TOLERANCE = 1e-5
-
-
-def _free_ports(n):
-    # tests/test_multi_worker.py has the same helper, but importing it imports TFX.
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _run_workers(tmp_path):
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
-                   TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                         "task": {"type": "worker", "index": index}}))
-        with open(tmp_path / f"worker{index}.log", "w") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.optimizer_multi_worker_script",
-                 str(tmp_path / f"w{index}")],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for p in procs):
-                break
-            time.sleep(0.5)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    codes = [p.returncode for p in procs]
-    if codes != [0, 0]:
-        tails = "\n".join(f"--- worker {i} (exit {code}):\n" + "".join(
-            open(tmp_path / f"worker{i}.log").readlines()[-25:]) for i, code in enumerate(codes))
-        raise AssertionError(f"multi-worker run failed, exit codes {codes}:\n{tails}")
 
 
 def _weights(path):
@@ -78,7 +32,8 @@ def _max_diff(a, b):
 
 def test_two_workers_custom_loop_matches_big_batch(tmp_path):
     start = time.monotonic()
-    _run_workers(tmp_path)
+    run_workers(tmp_path, "tests.optimizer_multi_worker_script",
+                lambda index: [tmp_path / f"w{index}"], timeout_s=TIMEOUT_S)
     print(f"two workers: {time.monotonic() - start:.1f}s")
     expected = ([False] * (K - 1) + [True]) * (len(SIZES) // K) + [False] * (len(SIZES) % K)
     for name in sorted(OPTIMIZERS):
