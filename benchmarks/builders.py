@@ -76,7 +76,9 @@ class FitSlot:
 class BoundSlot:
     """The bound: one ``tf.function`` call per epoch that sums the gradients of the mean loss of
     every micro-batch (training-mode forward and backward passes, BN included) in a graph loop.
-    No optimizer, no host loop, no accumulation bookkeeping beyond the sum itself.
+    No optimizer, no host loop, no accumulation bookkeeping beyond the sum itself. One
+    micro-batch is in flight at a time (``parallel_iterations=1``), so its memory is that of
+    one micro-batch, as for accumulation.
 
     With ``jit``, XLA compiles each micro-batch's forward and backward pass (the loop and the
     sum stay in the TensorFlow graph). Compiling the whole loop with XLA was about 10x slower on
@@ -100,6 +102,9 @@ class BoundSlot:
         def epoch():
             total = [tf.zeros_like(v) for v in variables]
             for i in tf.range(n_micro):
+                # One micro-batch at a time, as accumulation is for: the default (10 loop
+                # iterations in flight) keeps several micro-batches' activations alive.
+                tf.autograph.experimental.set_loop_options(parallel_iterations=1)
                 total = [t + g for t, g in zip(total, forward_backward(xs[i], ys[i]))]
             return total
 

@@ -149,7 +149,9 @@ def _setup(out, args, throughput):
     out(
         "- The bound: one `tf.function` call per epoch whose graph loop (`tf.range`) runs the "
         "training-mode forward and backward pass of every micro-batch and sums the gradients: "
-        "no optimizer, no per-micro-batch host call, no accumulation bookkeeping beyond the sum. "
+        "no optimizer, no per-micro-batch host call, no accumulation bookkeeping beyond the sum; "
+        "one micro-batch in flight at a time (`parallel_iterations=1`: the default 10 kept "
+        "several micro-batches' activations alive, which accumulation exists to avoid). "
         "Its XLA variant compiles each micro-batch's forward+backward with XLA (compiling the "
         "whole loop with XLA ran about 10x slower on these CPUs, so that would be no bound)."
     )
