@@ -19,6 +19,7 @@ import ga_tfx
 from ga_tfx import keras, tf
 from ga_tfx.transforms import AdaptiveClipping
 from tests.helpers import classification_data, mlp, two_replica_strategy
+from tests.test_distribution import CountingReduction
 
 pytestmark = []  # fast tier (one case marked slow below); library only (no TFX)
 
@@ -96,15 +97,26 @@ def make_loop(strategy, make_optimizer, data, seed=22, l2=1e-2, **kwargs):
 STRATEGIES = {"one_device": lambda: None, "mirrored_2": two_replica_strategy}
 
 
+def counted_two_replicas():
+    """2 replicas whose cross-device reductions executed in graphs are counted."""
+    counting = CountingReduction()
+    strategy = two_replica_strategy(counting)
+    strategy.counting = counting
+    return strategy
+
+
 @pytest.mark.parametrize("make_optimizer", [sgd, adam], ids=["sgd_nesterov", "adam"])
 @pytest.mark.parametrize("strategy_name", sorted(STRATEGIES))
 def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_optimizer):
     # 50 samples in micro-batches of 7: the last micro-batch has 1 sample (one replica gets
     # none), the last window 2 micro-batches (8 samples): windows of 21, 21 and 8 samples.
     x, y = classification_data(n=50)
-    loop = make_loop(STRATEGIES[strategy_name](), make_optimizer, dataset(x, y))
+    strategy = counted_two_replicas() if strategy_name == "mirrored_2" else None
+    loop = make_loop(strategy, make_optimizer, dataset(x, y))
     initial = loop.model.get_weights()
     loop.run(epochs=2)
+    if strategy is not None:  # one batched all-reduce per update, none per micro-batch
+        assert int(strategy.counting.executed.numpy()) == loop.updates == 6
 
     reference, ref_optimizer = mlp(seed=22, l2=1e-2), make_optimizer()
     norms, losses = big_batch(reference, ref_optimizer, windows_of(x, y) * 2)
