@@ -164,12 +164,13 @@ def _setup(out, args, throughput):
         "subprocess: the pair is measured back to back in every round (order alternating), and "
         "its ratio compares two processes that pay the same per-process costs."
     )
+    rounds = throughput.get("round_seconds")
     out(
         f"- Rounds: every configuration is built and warmed up (tracing and one epoch "
         f"discarded); then {throughput.get('repeats')} rounds, each training one epoch of every "
-        "configuration, the order rotated each round. The parent drives the subprocesses epoch "
-        "by epoch, so all configurations of a round run within the same minute or so, one at a "
-        "time."
+        "configuration, one at a time, the order rotated each round. The parent drives the "
+        "subprocesses epoch by epoch, so all configurations of a round run close together"
+        + (f" (a round took {fmt_spread(rounds, '.0f')} s, median [IQR])." if rounds else ".")
     )
     out(
         "- Timing: fit epochs from an epoch-begin to an epoch-end callback (fit's data set-up "

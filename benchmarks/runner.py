@@ -158,15 +158,17 @@ def measure_throughput(args, names):
         runnable = [n for n in names if n in slots]
         units = round_units(runnable)
         times = {name: [] for name in runnable}
-        load = []
+        load, round_seconds = [], []
         for r in range(args.repeats):
             load.append(os.getloadavg()[0])
+            round_start = time.perf_counter()
             for name in round_order(units, r):
                 try:
                     times[name].append(slots[name].run_epoch())
                 except Exception as error:  # a lost host: its configurations stop here
                     status[name] = {"status": "error", "error": error_text(error)}
                     times[name].append(None)
+            round_seconds.append(time.perf_counter() - round_start)
             print(
                 f"  round {r + 1}/{args.repeats}: "
                 + ", ".join(
@@ -181,6 +183,7 @@ def measure_throughput(args, names):
             remote.close()
     summary = summarize(args, names, status, times)
     summary["load_1min"] = spread(load) if load else None
+    summary["round_seconds"] = spread(round_seconds) if round_seconds else None
     return summary
 
 
