@@ -142,7 +142,8 @@ def _setup(out, args, throughput):
     )
     out(
         f"- Data: {n} synthetic samples (numpy seed {DATA_SEED}), float32; one epoch = "
-        f"`fit(x, y, batch_size=..., epochs=1, shuffle=False)`. Micro-batch b = {b}, "
+        f"`fit(x, y, batch_size=..., epochs=1, shuffle=False)` on tensors made once per "
+        f"process. Micro-batch b = {b}, "
         f"accumulation steps K = {k}, K·b = {k * b}: an epoch is {n // b} micro-batches = "
         f"{n // (b * k)} windows."
     )
@@ -188,7 +189,8 @@ def _setup(out, args, throughput):
         "- XLA: `compile(jit_compile=True)` (Keras 2 and 3). Whether it is honoured is "
         "checked, not assumed: the configuration's model with a first layer calling "
         "`tf.numpy_function` (an op XLA cannot compile) must train without XLA and fail with "
-        "it."
+        "it, with an error naming XLA and that op (a failure for another reason leaves the "
+        "probe undecided)."
     )
     out("")
 
