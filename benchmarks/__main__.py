@@ -38,7 +38,7 @@ def parse_args(argv=None):
     parser.add_argument("--micro-batch", type=int, default=32, help="micro-batch size b")
     parser.add_argument("--accum-steps", type=int, default=8, help="accumulation steps K")
     parser.add_argument(
-        "--repeats", type=int, default=8, help="paired rounds (one epoch of every configuration)"
+        "--repeats", type=int, default=7, help="paired rounds (one epoch of every configuration)"
     )
     parser.add_argument(
         "--samples", type=int, default=2048, help="samples per timed epoch (a multiple of K*b)"
