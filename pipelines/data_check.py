@@ -16,12 +16,11 @@ Two layers:
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 
-import os
 import logging
-import sys
+import os
 from typing import List, Optional
 
-from absl import logging
+from absl import logging as absl_logging
 from tfx import v1 as tfx
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
@@ -93,7 +92,7 @@ def check(schema_uri: str, statistics, anomalies, effective_batch_size: int = 0)
                            if len(problems) > 1 else ""))
     warning = update_warning(counts.get("train"), effective_batch_size)
     if warning:
-        logging.warning("%s", warning)
+        absl_logging.warning("%s", warning)
     return schema_file
 
 
@@ -115,8 +114,8 @@ def largest_effective_batch(options) -> int:
 
 
 def warn_before_run(rows: int, options) -> None:
-    """``ga-tfx run``: prints :func:`update_warning` for the CSV's ``rows`` (about
-    ``digits.TRAIN_FRACTION`` of them train) to stderr."""
+    """``ga-tfx run``: logs :func:`update_warning` for the CSV's ``rows`` (about
+    ``digits.TRAIN_FRACTION`` of them train) to the ``ga_tfx.user`` logger."""
     warning = update_warning(int(rows * digits.TRAIN_FRACTION), largest_effective_batch(options))
     if warning:  # shown on the ga-tfx console (pipelines/console.py), else on stderr
         logging.getLogger("ga_tfx.user").warning(warning)

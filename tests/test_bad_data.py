@@ -75,16 +75,17 @@ def test_the_shipped_data_passes_and_is_counted():
     assert digits.check_csv_dir(cli.SHIPPED_DATA) == 1797
 
 
-def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(capsys):
+def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(caplog):
     options = TrainingOptions(micro_batch_size=4096, accum_steps=4, train_updates=2,
                               updates_per_epoch=1)
     data_check.warn_before_run(1797, options)
-    line = capsys.readouterr().err.strip()
+    (line,) = [record.getMessage() for record in caplog.records]
     assert line == ("warning: one optimizer update takes 16384 examples (micro-batch x "
                     "accum_steps) but the training split has 1198: every update repeats "
                     "examples about 13.7 times; lower the micro-batch or accum_steps.")
+    caplog.clear()
     data_check.warn_before_run(1797, TrainingOptions())  # 4 x 32: fine, silent
-    assert capsys.readouterr().err == ""
+    assert not caplog.records
     tuned = TrainingOptions(micro_batch_size=256, accum_steps=1, tune=True,
                             search_accum_steps=(1, 8))
     assert data_check.largest_effective_batch(tuned) == 2048  # what a trial may train with
