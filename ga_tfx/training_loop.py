@@ -68,7 +68,8 @@ class UpdateCallback:
     Exactly one trigger:
       every_n_updates: after updates N, 2N, 3N, ... (``loop.updates % N == 0``).
       at_update: once, after update ``N``.
-      at_end: once, when :meth:`TrainingLoop.run` returns (also when it stops early).
+      at_end: once, when :meth:`TrainingLoop.run` returns (also when it stops early through
+        ``max_updates``, ``max_micro_batches`` or ``stop_training``; not when it raises).
 
     ``logs`` is the window's dict (keys :data:`LOG_KEYS` plus ``update``, ``window``,
     ``samples``). Subclasses may override :meth:`on_update_end` / :meth:`on_train_end` instead.

@@ -82,13 +82,13 @@ def optimizer_state(optimizer):
     return [v.numpy() for v in (variables() if callable(variables) else variables)]
 
 
-def make_loop(strategy, make_optimizer, data, seed=22, l2=1e-2, **kwargs):
+def make_loop(strategy, make_optimizer, data, seed=22, l2=1e-2, loss_fn=None, **kwargs):
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         model = mlp(seed=seed, l2=l2)
         optimizer = make_optimizer()
     kwargs.setdefault("verbose", False)
-    loop = ga_tfx.TrainingLoop(model, optimizer, per_example_loss(), data, K,
+    loop = ga_tfx.TrainingLoop(model, optimizer, loss_fn or per_example_loss(), data, K,
                                strategy=strategy if strategy is not tf.distribute.get_strategy()
                                else None, **kwargs)
     return loop
@@ -128,6 +128,37 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     assert [log["samples"] for log in loop.history] == [21.0, 21.0, 8.0] * 2
     np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
     np.testing.assert_allclose([log["loss"] for log in loop.history], losses, rtol=1e-5)
+
+
+def test_customisation_points_match_big_batch():
+    # Dict batches, a sample-weighted loss over (batch, outputs), only the classifier trained.
+    x, y = classification_data(n=50)
+    w = np.random.default_rng(3).uniform(0.5, 2.0, len(x)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices({"features": x, "label": y, "w": w}).batch(MICRO)
+
+    def weighted_loss(batch, outputs):  # per-example: the loop divides by the sample count
+        return batch["w"] * per_example_loss()(batch["label"], outputs)
+
+    def classifier(model):
+        return model.get_layer("logits").trainable_variables
+
+    loop = make_loop(None, sgd, data, loss_fn=weighted_loss, variables=classifier,
+                     inputs_fn=lambda batch: batch["features"], targets_fn=lambda batch: batch)
+    loop.run(epochs=1)
+    reference, optimizer = mlp(seed=22, l2=1e-2), sgd()
+    for start in range(0, len(x), MICRO * K):
+        window = slice(start, start + MICRO * K)
+        with tf.GradientTape() as tape:
+            batch = {"label": y[window], "w": w[window]}
+            loss = tf.reduce_mean(weighted_loss(batch, reference(x[window], training=True)))
+            loss += tf.add_n(reference.losses)
+        grads = tape.gradient(loss, classifier(reference))
+        optimizer.apply_gradients(zip(grads, classifier(reference)))
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+    hidden = loop.model.get_layer("hidden").get_weights()
+    assert max_diff(hidden, mlp(seed=22).get_layer("hidden").get_weights()) == 0.0  # frozen
+    assert max_diff(mlp(seed=22).get_weights(), loop.model.get_weights()) > 1e-3
 
 
 def test_regularization_counted_once_per_update():
