@@ -69,18 +69,26 @@ def recording_tuner(base: type) -> type:
             keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))
             self._ga_count += 1
             values = trial.hyperparameters.values
-            effective = values.get("accum_steps", 1) * values.get("micro_batch_size", 1)
-            if self._ga_samples and "micro_batch_size" in values:
+            effective = values.get("accum_steps", 1) * self._ga_micro_batch(values)
+            if self._ga_samples:
                 label = f"Tuner trial {self._ga_count}/{self.oracle.max_trials or '?'}"
                 updates = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
                 kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [
                     _UpdateProgress(label, updates)]
             return super().run_trial(trial, *args, **kwargs)
 
+        def _ga_micro_batch(self, values):
+            """The trial's micro-batch: its hyperparameter, or the one size searched."""
+            if "micro_batch_size" in values:
+                return values["micro_batch_size"]
+            return self.hypermodel.search_space.micro_batch_size[0]
+
         def on_trial_end(self, trial):
             super().on_trial_end(trial)
             if self._ga_trials_file:
                 record = trial_record(trial, self._ga_run)
+                record["values"].setdefault(
+                    "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values))
                 with tf.io.gfile.GFile(self._ga_trials_file, "a") as f:
                     f.write(json.dumps(record) + "\n")
                 _write_hparams(os.path.join(os.path.dirname(self._ga_trials_file), "hparams",
