@@ -42,9 +42,9 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
         self,
         *args: Any,
         accum_steps: int,
-        partial_window: str = "apply",
+        partial_window: str = AccumulationEngine.DEFAULT_PARTIAL_WINDOW,
         agc_clip_factor: Optional[float] = None,
-        agc_eps: float = 1e-3,
+        agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
         agc_exclude: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
@@ -93,9 +93,9 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
         model: keras.Model,
         *,
         accum_steps: int,
-        partial_window: str = "apply",
+        partial_window: str = AccumulationEngine.DEFAULT_PARTIAL_WINDOW,
         agc_clip_factor: Optional[float] = None,
-        agc_eps: float = 1e-3,
+        agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
         agc_exclude: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
@@ -170,9 +170,9 @@ def _is_functional(model: Any) -> bool:
 def wrap_model(
     model: keras.Model,
     accum_steps: int,
-    partial_window: str = "apply",
+    partial_window: str = AccumulationEngine.DEFAULT_PARTIAL_WINDOW,
     agc_clip_factor: Optional[float] = None,
-    agc_eps: float = 1e-3,
+    agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
     agc_exclude: Sequence[str] = (),
     **unsupported: Any,
 ) -> Union["GradientAccumulateModel", "AccumulatingModel"]:

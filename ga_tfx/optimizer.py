@@ -34,7 +34,7 @@ from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
-from ga_tfx.engine.step import _as_dependencies, apply_aggregated_gradients, is_loss_scale_optimizer
+from ga_tfx.engine.step import apply_window_gradients, is_loss_scale_optimizer
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
@@ -273,11 +273,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     def _apply_window(self):
         """Replica context: one all-reduce, AGC, one wrapped-optimizer update; clears."""
         acc = self.accumulator
-        grads_and_vars = acc.window_gradients()
-        if self._agc is not None:
-            grads_and_vars = self._agc(grads_and_vars)
-        applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
-        with tf.control_dependencies(_as_dependencies(applied)):
+        with tf.control_dependencies(apply_window_gradients(self.optimizer, acc, self._agc)):
             return acc.reset()
 
     # ------------------------------------------------------------------ helpers

@@ -75,17 +75,27 @@ class AccumulationEngine(WindowStep):
 
     train_function: Any  # Keras' attribute (set by make_train_function)
 
+    # The defaults of the accumulation settings, declared once: the model classes and
+    # ga_tfx.wrap_model take them from here.
+    DEFAULT_PARTIAL_WINDOW = "apply"  # a short last window is applied as a smaller batch
+    DEFAULT_AGC_EPS = 1e-3  # AGC's lower bound on parameter norms (NFNets' value)
+
     def _configure_accumulation(
         self,
         accum_steps: int,
-        partial_window: str = "apply",
-        agc_clip_factor: Optional[float] = None,
-        agc_eps: float = 1e-3,
-        agc_exclude: Sequence[str] = (),
+        partial_window: str,
+        agc_clip_factor: Optional[float],
+        agc_eps: float,
+        agc_exclude: Sequence[str],
     ) -> None:
         self._accum_steps = _validation.check_accum_steps(accum_steps)
         self._partial_window = _validation.check_partial_window(partial_window)
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
+        self._agc_settings = {
+            "agc_clip_factor": agc_clip_factor,
+            "agc_eps": agc_eps,
+            "agc_exclude": list(agc_exclude),
+        }
         # Held outside Keras' attribute tracking, so the buffers never appear in
         # `model.weights` / `get_weights()`; checkpoints still see them (see _set_accumulator).
         self._accumulator_holder = Untracked()
@@ -122,16 +132,11 @@ class AccumulationEngine(WindowStep):
 
     def accumulation_config(self) -> Dict[str, Any]:
         """The accumulation settings as constructor keyword arguments (for ``get_config``)."""
-        config = {
+        return {
             "accum_steps": self._accum_steps,
             "partial_window": self._partial_window,
-            "agc_clip_factor": None,
-            "agc_eps": 1e-3,
-            "agc_exclude": [],
+            **self._agc_settings,
         }
-        if self._agc is not None:
-            config.update(self._agc.get_config())
-        return config
 
     # ------------------------------------------------------------------ Keras overrides
     def compile(self, *args: Any, **kwargs: Any) -> None:

@@ -51,6 +51,20 @@ def apply_aggregated_gradients(
     return result
 
 
+def apply_window_gradients(optimizer: Any, accumulator: Any, agc: Any) -> list:
+    """One update with the window's mean gradient (replica context), for the model engine and
+    the optimizer wrapper alike: ``accumulator.window_gradients()`` (one all-reduce), then AGC
+    (``agc``, or ``None``), then :func:`apply_aggregated_gradients`.
+
+    Returns:
+      The update as a list of control dependencies (empty when there is nothing to wait for).
+    """
+    grads_and_vars = accumulator.window_gradients()
+    if agc is not None:
+        grads_and_vars = agc(grads_and_vars)
+    return _as_dependencies(apply_aggregated_gradients(optimizer, grads_and_vars))
+
+
 def _as_dependencies(result: Any) -> list:
     # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
     return [] if result is None else [result]
@@ -144,11 +158,7 @@ class WindowStep(_ModelBase):
         acc = self.gradient_accumulator
         # Keras divides each replica's loss by the number of replicas; window_gradients undoes
         # that factor.
-        grads_and_vars = acc.window_gradients()
-        if self.agc is not None:
-            grads_and_vars = self.agc(grads_and_vars)
-        applied = apply_aggregated_gradients(self.optimizer, grads_and_vars)
-        with tf.control_dependencies(_as_dependencies(applied)):
+        with tf.control_dependencies(apply_window_gradients(self.optimizer, acc, self.agc)):
             ends = [layer.ga_window_end(apply=True) for layer in self._window_layers()]
             with tf.control_dependencies(ends):
                 return acc.reset()
