@@ -209,12 +209,17 @@ class TrainingLoop:
         accumulator, gradient chain, loop state). :meth:`run` restores its latest checkpoint
         first; a resumed run ends with the weights of an uninterrupted one. Only the chief
         (``strategy.extended.should_checkpoint``) writes there; other workers write to a
-        temporary directory they delete. ``None``: no checkpoints.
+        temporary directory they delete. Every worker restores from it, so under a
+        multi-worker strategy it must be shared storage (as for Keras' ``BackupAndRestore``).
+        ``None``: no checkpoints.
       checkpoint_every_n_updates: save after every N updates (and always when :meth:`run`
         returns); ``None``: only when it returns.
       max_checkpoints_to_keep: the manager's ``max_to_keep`` (default 3).
       log_dir: TensorBoard directory (scalars ``train/<key>`` for :data:`LOG_KEYS`, step =
-        updates); written by the chief only. ``None``: no TensorBoard.
+        updates); written by the chief only. ``None``: no TensorBoard. ``grad_norm`` is the
+        window gradient's global norm before the chain, ``grad_norm_clipped`` after it;
+        ``samples_per_second`` is the window's samples over the wall time since the previous
+        window (the first window of a ``run`` includes tracing).
       log_every_n_windows: log every N finished windows (default 1).
       verbose: print the logs to the console (chief only; default ``True``).
     """
