@@ -1,0 +1,35 @@
+"""The Trainer's run record (``model_run/ga_tfx_run.json``) and the run summary that reads it."""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+
+import dataclasses
+import json
+
+import pytest
+
+from ga_tfx.components.trainer import run_record
+from ga_tfx.pipelines import local
+
+pytestmark = [pytest.mark.tfx]  # the record is written with TFX's file system layer
+
+RECORD = run_record.RunRecord(
+    updates=8, updates_this_run=4, resumed_from_update=4, effective_batch_size=64,
+    micro_batch_size=32, accum_steps=2, replicas=1, skipped_windows=0,
+    samples_per_second=1234.5, final_metrics={"loss": 0.5, "val_accuracy": 0.75})
+
+
+def test_record_round_trips_as_plain_json(tmp_path):
+    path = run_record.write(str(tmp_path / "model_run"), RECORD)
+    with open(path) as f:
+        assert json.load(f) == dataclasses.asdict(RECORD)  # machine-readable, no pickles
+    assert run_record.read(str(tmp_path / "model_run")) == RECORD
+    assert run_record.read(str(tmp_path / "nothing_here")) is None
+
+
+@pytest.mark.parametrize("update,line", [(4, "resumed: from update 4"), (None, "resumed: no")])
+def test_summary_says_whether_the_trainer_resumed(update, line):
+    summary = local.RunSummary(
+        effective_batch_size=64, updates=8, hyperparameters={}, metrics={}, blessed=True,
+        pushed_model=None, serving_model=None, cached_components=[],
+        resumed_from_update=update)
+    assert line in summary.lines()
