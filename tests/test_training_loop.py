@@ -213,6 +213,25 @@ def test_nonfinite_window_is_skipped_bitwise(strategy_name, capsys):
     assert "window skipped: non-finite gradient" in capsys.readouterr().out
 
 
+def test_learning_rate_schedule_counts_updates_not_skipped_windows():
+    x, y = _nan_dataset([1])  # window 1 of 3 skipped
+
+    def scheduled():
+        return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(
+            0.2, decay_steps=1, decay_rate=0.5), momentum=0.9)
+
+    loop = make_loop(None, scheduled, dataset(x, y))
+    loop.run(epochs=1)
+    reference, optimizer = mlp(seed=22, l2=1e-2), scheduled()
+    x_ok, y_ok = _drop_micro_batches(x, y, [0, 1, 2])
+    big_batch(reference, optimizer, windows_of(x_ok, y_ok))
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+    # The rate of each logged window is that of its update: 0.2 * 0.5**(update - 1).
+    assert [log["learning_rate"] for log in loop.history if log["applied"]] == pytest.approx(
+        [0.2, 0.1])
+
+
 def _sqrt_bias(model):
     # d/db sqrt(|b|) at b = 0 is NaN: only the logits bias gets a non-finite gradient.
     return tf.reduce_sum(tf.sqrt(tf.abs(model.get_layer("logits").bias)))
