@@ -41,6 +41,8 @@ EXTRAS_REQUIRE = {
         # at the first TFX component import). 2.59 brings dill 0.3.1.1 and runs TFX 1.16's
         # components.
         "apache-beam[gcp]==2.59.0",
+        # The plot of `ga-tfx run --tune`'s tuning report (pipelines/tuning_report.py).
+        "matplotlib==3.10.9",
     ],
     # ga_tfx.tuning (Keras Tuner). keras-tuner 1.4.6-1.4.8 reject tf-keras models with
     # FatalTypeError (keras-tuner issue 1039: they `import keras`, which is Keras 3); 1.4.5 works

@@ -7,9 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ga_tfx.components.trainer import progress
 from ga_tfx.pipelines import tuning_report
 from ga_tfx.pipelines.console import RunConsole
+
+pytestmark = [pytest.mark.tfx]  # `ga-tfx run`'s console and tuning plot (the tfx extra)
 
 
 def _absl(message, *args):

@@ -67,6 +67,7 @@ def test_bad_flags_name_the_value_and_what_is_allowed(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.tfx  # `ga-tfx run` checks the options after importing the TFX runner (local.py)
 def test_options_checked_as_a_whole_are_one_line_errors(capsys):
     assert cli.main(["run", "--train-updates", "10", "--updates-per-epoch", "3",
                      "--output-dir", "/nonexistent/never/written"]) == 2
