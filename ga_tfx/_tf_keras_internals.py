@@ -97,6 +97,7 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (tf_keras.layers.BatchNormalization, "_assign_moving_average"),
     (tf_keras.layers.BatchNormalization, "_get_training_value"),
     (tf_keras.layers.BatchNormalization, "_param_dtype"),
+    (tf.__internal__.tracking.AutoTrackable, "_trackable_children"),
 )
 
 
@@ -241,6 +242,12 @@ def bn_assign_moving_average(
 
 
 # --------------------------------------------------------------------------- TensorFlow
+def autotrackable_children(obj: Any, save_type: str = "checkpoint", **kwargs: Any) -> dict:
+    """``obj``'s checkpoint children by plain attribute tracking (``AutoTrackable``'s rule),
+    bypassing a base class that caches its children (tf-keras' optimizer does)."""
+    return tf.__internal__.tracking.AutoTrackable._trackable_children(obj, save_type, **kwargs)
+
+
 def local_component(variable: Any) -> Any:
     """This replica's copy of a replica-local (``ON_READ``) distributed variable; the variable
     itself when it is not distributed (``scatter_add`` needs the per-device component)."""

@@ -30,7 +30,7 @@ update the same way.)
 
 from typing import Any, Iterable, Optional, Sequence, Tuple
 
-from ga_tfx import _validation
+from ga_tfx import _tf_keras_internals, _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
@@ -119,8 +119,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         # Plain attribute tracking: the base class caches its children on first use, which would
         # leave out the accumulator when a checkpoint is read before the first micro-step.
-        return tf.__internal__.tracking.AutoTrackable._trackable_children(
-            self, save_type, **kwargs)
+        return _tf_keras_internals.autotrackable_children(self, save_type, **kwargs)
 
     def build(self, var_list: Sequence[tf.Variable]) -> None:
         """Creates the accumulator for ``var_list`` (and the wrapped optimizer's slots).

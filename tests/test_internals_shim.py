@@ -126,6 +126,14 @@ def test_batchnorm_internals():
     np.testing.assert_allclose(layer.moving_mean.numpy(), 0.5 * np.ones(3))
 
 
+def test_autotrackable_children_reads_attributes_now():
+    module = tf.Module()
+    module.first = tf.Variable(1.0)
+    assert "first" in internals.autotrackable_children(module)
+    module.second = tf.Variable(2.0)  # added later: still a child
+    assert {"first", "second"} <= set(internals.autotrackable_children(module))
+
+
 def test_local_component_of_replica_local_variable():
     plain = tf.Variable(0.0)
     assert internals.local_component(plain) is plain
@@ -152,7 +160,7 @@ _PRIVATE = re.compile(
     r"tf_keras\.src|\._steps_per_execution|\._train_counter|\._flatten_layers|"
     r"\._track_trackable|\._get_compile_args|\._validate_target_and_loss|_cluster_coordinator|"
     r"_is_graph_network|\._param_shape|\._param_dtype|\._assign_moving_average|"
-    r"\._get_training_value|_get_on_device_or_primary|autograph\.core"
+    r"\._get_training_value|_get_on_device_or_primary|autograph\.core|tf\.__internal__"
 )
 
 
