@@ -9,6 +9,8 @@ and the same names work in the Kubeflow image.
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
 
+from ga_tfx.pipelines import csv_dir
+
 import csv
 import math
 import os
@@ -72,13 +74,7 @@ def check_csv_dir(data_root):
     checks the same rules with TFX's ExampleValidator against the curated schema, for runs that
     do not start from this command line, e.g. Kubeflow.)
     """
-    if not os.path.isdir(data_root):
-        raise ValueError(f"Data directory {data_root!r} does not exist (or is not a "
-                         "directory); it must hold the digits CSV file(s).")
-    files = sorted(os.path.join(data_root, name) for name in os.listdir(data_root)
-                   if name.endswith(".csv"))
-    if not files:
-        raise ValueError(f"Data directory {data_root!r} holds no .csv file.")
+    files = csv_dir.csv_files(data_root, "the digits CSV file(s)")
     rows = 0
     for path in files:
         with open(path, newline="") as f:

@@ -122,15 +122,10 @@ def check_csv_dir(data_root: str, label: str) -> int:
     empty label cell. Column types are left to TFX's schema inference.
     """
     import csv
-    import os
 
-    if not os.path.isdir(data_root):
-        raise ValueError(f"Data directory {data_root!r} does not exist (or is not a "
-                         "directory); it must hold CSV file(s) with a header.")
-    files = sorted(os.path.join(data_root, name) for name in os.listdir(data_root)
-                   if name.endswith(".csv"))
-    if not files:
-        raise ValueError(f"Data directory {data_root!r} holds no .csv file.")
+    from ga_tfx.pipelines import csv_dir
+
+    files = csv_dir.csv_files(data_root, "CSV file(s) with a header")
     first_header, rows = None, 0
     for path in files:
         with open(path, newline="") as f:
