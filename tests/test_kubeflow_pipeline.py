@@ -50,8 +50,9 @@ NAME = "ga-tfx-digits"
 CLUSTER_PATHS = dict(pipeline_root="gs://example-bucket/root",
                      data_root="gs://example-bucket/digits",
                      serving_model_dir="gs://example-bucket/serving")
-ALL_STEPS = {"CsvExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator", "Transform",
-             "Tuner", "GradientAccumulationTrainer", "Evaluator", "Pusher"}
+ALL_STEPS = {"CsvExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
+             "DataCheck", "Transform", "Tuner", "GradientAccumulationTrainer", "Evaluator",
+             "Pusher"}
 TRAINER = "GradientAccumulationTrainer"
 # The golden's options: the defaults of `ga-tfx compile --tune`.
 GOLDEN_OPTIONS = TrainingOptions(tune=True)

@@ -23,7 +23,8 @@ from ga_tfx.pipelines.pipeline import TrainingOptions
 
 pytestmark = [pytest.mark.tfx]  # the TFX pipeline end to end
 
-ALL_COMPONENTS = {"CsvExampleGen", "StatisticsGen", "SchemaGen", "ExampleValidator",
+ALL_COMPONENTS = {"CsvExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
+                  "DataCheck",
                   "Transform", "Tuner", "GradientAccumulationTrainer", "Evaluator", "Pusher"}
 OPTIONS = TrainingOptions(
     accum_steps=2, micro_batch_size=32, train_updates=8, updates_per_epoch=4, eval_steps=4,
