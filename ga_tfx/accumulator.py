@@ -39,8 +39,14 @@ class GradientAccumulator(tf.Module):
         variables). Replica-local under a multi-replica strategy.
       sample_count: float32 scalar, ``Σ_i w_i`` of the current window on this replica.
       micro_steps: int64 scalar, micro-steps in the current window (replica-independent).
-      samples_seen: int64 scalar, sum of all weights ever added (never reset): the number of
-        training samples for the model engine, whose weights are micro-batch sizes.
+      samples_seen: float64 scalar holding a whole number, the sum of all weights ever added,
+        each rounded to a whole number (never reset): the number of training samples for the
+        model engine, whose weights are micro-batch sizes. Replica-local (each replica counts
+        its own micro-batches; reading it sums them). Read it as an int with
+        :meth:`samples_seen_count`. Not int64: tf.distribute restores a replica-local ``SUM``
+        variable as ``saved_sum / replicas`` per replica in the variable's dtype, which
+        truncates an integer (an odd sum over 2 replicas lost a sample) but is exact in
+        float64 for 2 replicas (whole numbers up to 2**53).
     """
 
     def __init__(self, variables, name="gradient_accumulator"):
@@ -62,8 +68,8 @@ class GradientAccumulator(tf.Module):
                 name="sample_count",
             )
             self.samples_seen = tf.Variable(
-                0, dtype=tf.int64, trainable=False, synchronization=_ON_READ, aggregation=_SUM,
-                name="samples_seen",
+                0.0, dtype=tf.float64, trainable=False, synchronization=_ON_READ,
+                aggregation=_SUM, name="samples_seen",
             )
             self.micro_steps = tf.Variable(
                 0, dtype=tf.int64, trainable=False,
@@ -114,8 +120,16 @@ class GradientAccumulator(tf.Module):
             else:
                 ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
         ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))
-        ops.append(self.samples_seen.assign_add(tf.cast(tf.round(weight), tf.int64)))
+        ops.append(self.samples_seen.assign_add(tf.round(tf.cast(weight, tf.float64))))
         return tf.group(ops)
+
+    def samples_seen_count(self) -> int:
+        """``samples_seen`` summed over replicas, as an int (eagerly; any context).
+
+        Rounded: after a restore under ``R`` replicas each holds ``saved / R`` in float64, whose
+        sum can be off by round-off when ``R`` is not a power of two.
+        """
+        return int(round(float(self.samples_seen.numpy())))
 
     def reduce_window(self):
         """Returns ``(sums, count)`` summed over all replicas (replica context).

@@ -323,7 +323,7 @@ class TrainingLoop:
     @property
     def samples_seen(self) -> int:
         """Training samples accumulated so far (all replicas, skipped windows included)."""
-        return int(self.accumulator.samples_seen.numpy())
+        return self.accumulator.samples_seen_count()
 
     @property
     def learning_rate(self) -> float:

@@ -125,7 +125,7 @@ class AccumulationEngine(WindowStep):
     def samples_seen(self) -> int:
         """Training samples this model has accumulated so far (all replicas, all fits)."""
         acc = self.gradient_accumulator
-        return 0 if acc is None else int(acc.samples_seen.numpy())
+        return 0 if acc is None else acc.samples_seen_count()
 
     def _set_accumulator(self, accumulator: GradientAccumulator) -> None:
         attach_state(self, self._accumulator_holder, accumulator, "ga_gradient_accumulator")
