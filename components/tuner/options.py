@@ -8,6 +8,7 @@ from ga_tfx._schema import Settings, setting
 TUNER_KINDS = ("random", "bayesian", "hyperband")
 DEFAULT_MAX_TRIALS = 10
 DEFAULT_MAX_EPOCHS = 3
+DEFAULT_STALE_TRIAL_SECONDS = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,10 @@ class TunerOptions(Settings):
         None, kind=str, optional=True,
         help="a JSON-lines file where every finished trial (failed ones too) is appended, "
              "with TensorBoard HParams beside it (None: no record)")
+    stale_trial_seconds: float = setting(
+        DEFAULT_STALE_TRIAL_SECONDS, kind=float, above=0,
+        help="distributed search: a trial whose worker sent no heartbeat for this many "
+             "seconds (killed, out of memory) is ended as failed and the search goes on")
 
     def __post_init__(self):
         super().__post_init__()

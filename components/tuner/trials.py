@@ -11,23 +11,36 @@ Hyperband) three extra duties, none of which changes what a trial computes beyon
   labelled ``Tuner trial i/N`` (the ``ga-tfx`` console draws it);
 * **record**: when ``trials_file`` is given, one JSON line per finished trial (failed ones
   included): ``trial_id``, ``status``, ``score``, the trial's hyperparameter ``values`` and its
-  last ``metrics`` (``effective_batch_size``, ``updates``, ...), plus ``run`` (an id of this
+  last ``metrics`` (``effective_batch_size``, ``updates``, ...), ``message`` (a failed trial's
+  error: the traceback's last ``SomeError: ...`` line; else None), plus ``run`` (an id of this
   search, so that a file shared by several runs can be read per run). With ``trials_file``,
   TensorBoard HParams summaries (hyperparameters, effective batch, updates, score) go to
-  ``<trials_file directory>/hparams/<run>/<trial_id>``.
+  ``<trials_file directory>/hparams/<run>/<trial_id>``. The record is the oracle's view of
+  the trial (in a distributed search, the chief's: its final status and score);
+* **dead workers** (distributed search): a worker sends a heartbeat while it runs a trial and
+  the chief ends as failed (and records) a trial whose worker went silent for
+  ``stale_trial_seconds``, so the search ends and exports its best trial even when a worker
+  is killed (:mod:`ga_tfx.components.tuner.heartbeat`).
 """
 
 import json
 import os
+import re
 import zlib
 from typing import Any, Dict, Optional
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
 
+from keras_tuner.src.distribute import utils as dist_utils
+
 from ga_tfx.components.trainer import progress
+from ga_tfx.components.tuner import heartbeat
+from ga_tfx.components.tuner.options import DEFAULT_STALE_TRIAL_SECONDS
 
 RECORDED_METRICS = ("effective_batch_size", "updates", "samples_seen")
+# The "SomeError: what" line of a traceback (TF errors add lines after it).
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)")
 
 
 def trial_seed(search_seed: Optional[int], trial_id: str) -> int:
@@ -52,18 +65,38 @@ def recording_tuner(base: type) -> type:
 
     Extra constructor arguments: ``search_seed`` (the seed trials derive theirs from),
     ``samples_per_trial`` (samples of one trial's epoch, for the progress total),
-    ``trials_file`` (where finished trials are appended, or None) and ``run_id``.
+    ``trials_file`` (where finished trials are appended, or None), ``run_id`` and
+    ``stale_trial_seconds`` (distributed search: a trial whose worker is silent this long is
+    ended as failed).
     """
 
     class Recording(base):
         def __init__(self, *args, search_seed=None, samples_per_trial=None, trials_file=None,
-                     run_id="", **kwargs):
+                     run_id="", stale_trial_seconds=DEFAULT_STALE_TRIAL_SECONDS, **kwargs):
             super().__init__(*args, **kwargs)
+            self._ga_stale_seconds = stale_trial_seconds
+            self._ga_heartbeat = None
             self._ga_seed = search_seed
             self._ga_samples = samples_per_trial
             self._ga_trials_file = trials_file
             self._ga_run = run_id
             self._ga_count = 0
+
+        def search(self, *fit_args, **fit_kwargs):
+            if not dist_utils.is_chief_oracle():
+                return super().search(*fit_args, **fit_kwargs)
+            # The chief serves the oracle, ending the trials of dead workers (heartbeat).
+            if "verbose" in fit_kwargs:
+                self.oracle.verbose = fit_kwargs["verbose"]
+            heartbeat.serve_oracle(self.oracle, self._ga_stale_seconds,
+                                   on_failed=self._ga_record)
+
+        def on_trial_begin(self, trial):
+            super().on_trial_begin(trial)
+            if dist_utils.has_chief_oracle():  # a worker (the chief runs no trial)
+                self._ga_heartbeat = heartbeat.Heartbeat(
+                    self.oracle, trial.trial_id,
+                    heartbeat.heartbeat_seconds(self._ga_stale_seconds))
 
         def run_trial(self, trial, *args, **kwargs):
             keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))
@@ -84,7 +117,17 @@ def recording_tuner(base: type) -> type:
             return self.hypermodel.search_space.micro_batch_size[0]
 
         def on_trial_end(self, trial):
+            if self._ga_heartbeat is not None:
+                self._ga_heartbeat.stop()
+                self._ga_heartbeat = None
             super().on_trial_end(trial)
+            if self._ga_trials_file:  # the oracle's view: distributed, the chief's status/score
+                view = self.oracle.get_trial(trial.trial_id)
+                view.message = view.message or trial.message  # gRPC does not carry it
+                self._ga_record(view)
+
+        def _ga_record(self, trial):
+            """Appends ``trial`` to the trials file and writes its HParams (if recording)."""
             if self._ga_trials_file:
                 record = trial_record(trial, self._ga_run)
                 record["values"].setdefault(
@@ -109,9 +152,12 @@ def trial_record(trial: Any, run_id: str = "") -> Dict[str, Any]:
         if value is not None:
             metrics[name] = float(value)
     status = getattr(trial.status, "value", trial.status)
+    lines = [line.strip() for line in (trial.message or "").splitlines() if line.strip()]
+    lines = [line for line in lines if _EXCEPTION_LINE.match(line)] or lines
     return {"run": run_id, "trial_id": trial.trial_id, "status": str(status).lower(),
             "score": None if trial.score is None else float(trial.score),
-            "values": dict(trial.hyperparameters.values), "metrics": metrics}
+            "values": dict(trial.hyperparameters.values), "metrics": metrics,
+            "message": lines[-1] if lines else None}
 
 
 def _write_hparams(log_dir: str, record: Dict[str, Any]) -> None:

@@ -37,7 +37,8 @@ Use it with TFX's own Tuner component (no custom component needed)::
 ``tuner``          (optional) ``kind`` (``"random"`` (default), ``"bayesian"``,
                    ``"hyperband"``), ``objective`` (default ``"val_loss"`` when
                    ``eval_args.num_steps`` is set, else ``"loss"``), ``max_trials`` (random and
-                   bayesian, default 10), ``max_epochs`` (hyperband, default 3), ``seed``.
+                   bayesian, default 10), ``max_epochs`` (hyperband, default 3), ``seed``,
+                   ``trials_file``, ``stale_trial_seconds`` (see ``options.py``).
 
 The budget rule (``train_args.num_steps``)
 ------------------------------------------
@@ -61,7 +62,15 @@ Data: micro-batches made exactly as the Trainer makes them
 with the transformed schema when there is a ``transform_graph``, else the ``schema`` input; the
 order fixed by ``shuffle_seed``), built per trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
 ``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner works
-as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` / ``KERASTUNER_ORACLE_PORT``.
+as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` / ``KERASTUNER_ORACLE_PORT``;
+a killed worker's trial is ended as failed after ``stale_trial_seconds`` without a heartbeat
+and the other workers spend the budget (:mod:`ga_tfx.components.tuner.heartbeat`).
+
+Failed trials: a trial whose model building or training raises (out of memory,
+``tf.errors.ResourceExhaustedError``, included) or whose loss is not finite is ended as failed
+(recorded with ``"status": "failed"`` in ``trials_file``) and the search goes on; the best
+*completed* trial is written to ``best_hyperparameters.txt``. Keras Tuner stops the search
+after 3 consecutive failed trials.
 
 The ga-tfx Trainer takes ``accum_steps``, ``agc_clip_factor`` (and "AGC off" when the search
 chose it) and ``micro_batch_size`` from the best hyperparameters (see
@@ -85,7 +94,8 @@ from ga_tfx.components import keys
 from ga_tfx.components.trainer import data, distribution, user_module
 from ga_tfx.components.trainer.model import mixed_precision_policy
 from ga_tfx.components.tuner import trials
-from ga_tfx.components.tuner.options import DEFAULT_MAX_EPOCHS, DEFAULT_MAX_TRIALS, TunerOptions
+from ga_tfx.components.tuner.options import (
+    DEFAULT_MAX_EPOCHS, DEFAULT_MAX_TRIALS, DEFAULT_STALE_TRIAL_SECONDS, TunerOptions)
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 
@@ -107,6 +117,7 @@ class TunerConfig:
     max_epochs: Optional[int] = None
     seed: Optional[int] = None
     trials_file: Optional[str] = None
+    stale_trial_seconds: float = DEFAULT_STALE_TRIAL_SECONDS
 
 
 def parse_config(custom_config: Optional[Mapping[str, Any]],
@@ -156,7 +167,8 @@ def parse_config(custom_config: Optional[Mapping[str, Any]],
     return TunerConfig(model_fn=model_fn, settings=settings, search_space=space, kind=options.kind,
                        objective=objective, max_trials=max_trials, max_epochs=max_epochs,
                        seed=seed,
-                       trials_file=options.trials_file)
+                       trials_file=options.trials_file,
+                       stale_trial_seconds=options.stale_trial_seconds)
 
 
 def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace) -> int:
@@ -226,6 +238,7 @@ def tuner_fn(fn_args) -> TunerFnResult:
                   distribution_strategy=strategy if replicas > 1 else None,
                   search_seed=config.seed, samples_per_trial=samples,
                   trials_file=config.trials_file,
+                  stale_trial_seconds=config.stale_trial_seconds,
                   run_id=os.path.basename(os.path.normpath(fn_args.working_dir or "")))
     if config.kind == "random":
         tuner = trials.recording_tuner(keras_tuner.RandomSearch)(
