@@ -420,17 +420,16 @@ def interpret(throughput, checks, probes):
 
     bound = cpu("ga_tfx", "bound")
     if bound:
-        verdict = "meets" if bound["median"] >= BOUND_GOAL else "misses"
+        if bound["q1"] >= BOUND_GOAL:
+            verdict = "meets it (the whole IQR is at or above it)"
+        elif bound["q3"] < BOUND_GOAL:
+            verdict = "misses it (the whole IQR is below it)"
+        else:
+            side = "at or above" if bound["median"] >= BOUND_GOAL else "below"
+            verdict = f"is not decided by this run (median {side} it, the IQR straddles it)"
         notes.append(
-            f"ga_tfx runs at {fmt_spread(bound)} of the bound per CPU-second (median [IQR] of "
-            f"in-round ratios); the goal ≥ {BOUND_GOAL}: this run {verdict} it"
-            + (
-                " (the IQR straddles the goal: not decided by this run)"
-                if bound["q1"] < BOUND_GOAL <= bound["q3"]
-                or bound["q1"] <= BOUND_GOAL < bound["q3"]
-                else ""
-            )
-            + "."
+            f"ga_tfx runs at {fmt_spread(bound, '.3f')} of the bound per CPU-second (median "
+            f"[IQR] of in-round ratios); the goal ≥ {BOUND_GOAL} {verdict}."
         )
     for num, den, name in (
         ("ga_tfx", "anchor", "gradient-accumulator"),
