@@ -41,7 +41,7 @@ for name in "${envs[@]}"; do
   esac
   echo "== [$name] $("$python" -c 'import platform; print("Python", platform.python_version())') =="
   rc=0
-  "$python" -m pytest tests --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
+  "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?  # tests/: testpaths
   echo "== [$name] pytest exit status $rc$([ "$rc" = 5 ] && echo ' (no test collected)') =="
   [ "$rc" = 0 ] || status=1
 done
