@@ -25,6 +25,10 @@ from ga_tfx.pipelines import pipeline as pipeline_lib
 TFX_ENTRY_POINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 # The command of every step's container (TFX adds the executor's flags as its args).
 CONTAINER_COMMAND = ["python", "-m", "ga_tfx.pipelines.kubeflow"]
+# Where docker/Dockerfile puts the checkout (WORKDIR, COPY pipelines pipelines): ImportSchemaGen
+# reads the curated digits schema there when the step runs in the image.
+IMAGE_SOURCE_DIR = "/opt/ga-tfx"
+IMAGE_DIGITS_SCHEMA = IMAGE_SOURCE_DIR + "/pipelines/data/digits_schema.pbtxt"
 
 
 def compile_pipeline(output_file: str, image: str, pipeline_name: str, pipeline_root: str,
@@ -38,7 +42,7 @@ def compile_pipeline(output_file: str, image: str, pipeline_name: str, pipeline_
     """
     pipeline = pipeline_lib.create_pipeline(
         pipeline_name, pipeline_root, data_root, serving_model_dir, options,
-        beam_pipeline_args=beam_pipeline_args)
+        beam_pipeline_args=beam_pipeline_args, curated_schema_file=IMAGE_DIGITS_SCHEMA)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
             default_image=image, default_commands=list(CONTAINER_COMMAND)),

@@ -39,7 +39,8 @@ def trials_file(pipeline_root: str) -> str:
 def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
                     serving_model_dir: str, options: TrainingOptions = TrainingOptions(), *,
                     metadata_connection_config=None, enable_cache: bool = True,
-                    beam_pipeline_args: Optional[List[str]] = None) -> tfx.dsl.Pipeline:
+                    beam_pipeline_args: Optional[List[str]] = None,
+                    curated_schema_file: Optional[str] = None) -> tfx.dsl.Pipeline:
     """The digits pipeline over the CSV files in ``data_root``.
 
     Args:
@@ -51,6 +52,8 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
       metadata_connection_config: MLMD connection (local runs); ``None`` on Kubeflow.
       enable_cache: reuse the outputs of components whose inputs did not change.
       beam_pipeline_args: Beam flags of the Beam-based components.
+      curated_schema_file: where ImportSchemaGen reads the curated digits schema when it runs
+        (default: the file beside this package; the Kubeflow image's path when compiled).
     """
     code = user_code.for_options(options)
     example_gen = tfx.components.CsvExampleGen(input_base=data_root)
@@ -58,7 +61,8 @@ def create_pipeline(pipeline_name: str, pipeline_root: str, data_root: str,
     # The curated schema of the shipped data; anomalies against it stop the run in DataCheck,
     # before Transform (which reads the schema DataCheck passed on) and the Trainer.
     # (Any other CSV: the schema SchemaGen infers, written where the user can curate it.)
-    schema_gen = (tfx.components.ImportSchemaGen(schema_file=code.curated_schema)
+    schema_gen = (tfx.components.ImportSchemaGen(
+                      schema_file=curated_schema_file or code.curated_schema)
                   if code.curated_schema else
                   tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"],
                                            infer_feature_shape=True))
