@@ -12,11 +12,7 @@ component directory, are shared as in TFX.
 """
 
 import glob
-import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -24,10 +20,10 @@ import pytest
 
 from tests.multi_worker_script import hyperparameters, train
 from tests.test_trainer_component import _module, _scalars
+from tests.worker_processes import workers_running
 
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # the TFX Trainer's run_fn in 2 workers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO, K, UPDATES = 8, 2, 3  # global micro-batch of 8 = 4 examples per worker
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 # float32 round-off: the workers' all-reduce sums the gradient in another order than one
@@ -36,52 +32,6 @@ OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 # the gradient would already exceed it.
 TOLERANCE = 1e-5
 TIMEOUT_S = 600  # 3 TensorFlow processes on 2 busy cores, 3 trainings each
-
-
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _start_workers(tmp_path, module_file):
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
-    procs = []
-    for index in range(2):
-        temp_dir = tmp_path / f"tmp{index}"
-        temp_dir.mkdir()
-        env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
-                   TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(temp_dir),
-                   TF_CONFIG=json.dumps({"cluster": {"worker": workers},
-                                         "task": {"type": "worker", "index": index}}))
-        log = open(tmp_path / f"worker{index}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.multi_worker_script", str(tmp_path / f"w{index}"),
-             module_file, "multi_worker", str(MICRO), str(K), str(UPDATES),
-             ",".join(OPTIMIZERS)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-        log.close()
-    return procs
-
-
-def _wait(procs, tmp_path, deadline):
-    """Waits for all workers; the first failure (or the deadline) ends the wait."""
-    while any(p.poll() is None for p in procs):
-        failed = [p for p in procs if p.returncode not in (None, 0)]
-        if failed or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    codes = [p.poll() for p in procs]
-    if codes != [0, 0]:
-        tails = "\n".join(f"--- worker {i} (exit {code}):\n" + "".join(
-            open(tmp_path / f"worker{i}.log").readlines()[-25:])
-            for i, code in enumerate(codes))
-        raise AssertionError(f"multi-worker run failed, exit codes {codes}:\n{tails}")
 
 
 def _weights(path):
@@ -103,17 +53,13 @@ def _max_diff(a, b):
 def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path):
     module_file = _module(tmp_path)
     start = time.monotonic()
-    procs = _start_workers(tmp_path, module_file)
-    try:
+    with workers_running(tmp_path, "tests.multi_worker_script",
+                         lambda index: [tmp_path / f"w{index}", module_file, "multi_worker",
+                                        MICRO, K, UPDATES, ",".join(OPTIMIZERS)],
+                         timeout_s=TIMEOUT_S, tail_lines=25):
         # The big-batch references train while the workers start.
         big = {name: _weights(train(str(tmp_path / "big" / name), module_file, "none",
                                     MICRO * K, 1, UPDATES, name)) for name in OPTIMIZERS}
-        _wait(procs, tmp_path, start + TIMEOUT_S)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
     print(f"two workers + references: {time.monotonic() - start:.1f}s")
 
     namespace = {}

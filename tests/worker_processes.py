@@ -3,6 +3,7 @@
 Stdlib only (no TensorFlow, no TFX), so that any test module can import it.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -25,29 +26,33 @@ def free_ports(n):
             s.close()
 
 
-def run_workers(tmp_path, module, args_for, count=2, timeout_s=420, tail_lines=30):
-    """Runs ``python -m module *args_for(index)`` as ``count`` workers of one cluster.
+@contextlib.contextmanager
+def workers_running(tmp_path, module, args_for, count=2, timeout_s=420, tail_lines=30):
+    """Starts ``python -m module *args_for(index)`` as ``count`` workers of one cluster; the
+    ``with`` body runs while they do (e.g. a reference training in this process).
 
     Each worker gets its ``TF_CONFIG``, no GPU, ``TMPDIR=tmp_path/tmp<index>`` (so what it leaves
-    in temporary directories can be checked) and logs to ``tmp_path/worker<index>.log``. Waits
-    for all of them; the first failure or ``timeout_s`` ends the wait, kills the rest and raises
-    an ``AssertionError`` with the last ``tail_lines`` lines of every log.
+    in temporary directories can be checked) and logs to ``tmp_path/worker<index>.log``. Leaving
+    the body waits for all of them, up to ``timeout_s`` after the start; the first failure or the
+    timeout ends the wait, kills the rest and raises an ``AssertionError`` with the last
+    ``tail_lines`` lines of every log. If the body raises, the workers are killed.
     """
+    deadline = time.monotonic() + timeout_s
     cluster = [f"127.0.0.1:{port}" for port in free_ports(count)]
     procs = []
-    for index in range(count):
-        temp_dir = tmp_path / f"tmp{index}"
-        temp_dir.mkdir()
-        env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
-                   TMPDIR=str(temp_dir),
-                   TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
-                                         "task": {"type": "worker", "index": index}}))
-        with open(tmp_path / f"worker{index}.log", "w") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", module, *[str(a) for a in args_for(index)]],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + timeout_s
     try:
+        for index in range(count):
+            temp_dir = tmp_path / f"tmp{index}"
+            temp_dir.mkdir()
+            env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
+                       TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(temp_dir),
+                       TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
+                                             "task": {"type": "worker", "index": index}}))
+            with open(tmp_path / f"worker{index}.log", "w") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", module, *[str(a) for a in args_for(index)]],
+                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+        yield procs
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             if any(p.poll() not in (None, 0) for p in procs):
                 break
@@ -63,3 +68,9 @@ def run_workers(tmp_path, module, args_for, count=2, timeout_s=420, tail_lines=3
             open(tmp_path / f"worker{i}.log").readlines()[-tail_lines:])
             for i, code in enumerate(codes))
         raise AssertionError(f"{module}: multi-worker run failed, exit codes {codes}:\n{tails}")
+
+
+def run_workers(tmp_path, module, args_for, count=2, timeout_s=420, tail_lines=30):
+    """Runs the workers of :func:`workers_running` and waits for them (same arguments)."""
+    with workers_running(tmp_path, module, args_for, count, timeout_s, tail_lines):
+        pass
