@@ -51,11 +51,34 @@ OPTIMIZERS = {
 }
 
 
-def _big_batch(make_optimizer, x, y, build=mlp, **compile_kwargs):
-    model = build()
-    model.compile(optimizer=make_optimizer(), loss=sparse_ce(), **compile_kwargs)
-    model.fit(x, y, batch_size=MICRO * K, epochs=EPOCHS, shuffle=False, verbose=0)
-    return model
+# Reference runs, trained once per test session: several tests compare with the same one
+# (the models are only read afterwards), which keeps these files inside the fast tier.
+_REFERENCES = {}
+
+
+def _cached(kind, make_optimizer, x, build, train):
+    optimizer = make_optimizer()
+    key = (
+        kind,
+        build.__name__,
+        type(optimizer).__name__,
+        repr(optimizer.get_config()),
+        hash(x.tobytes()),
+    )
+    if key not in _REFERENCES:
+        _REFERENCES[key] = train(build(), optimizer)
+    return _REFERENCES[key]
+
+
+def _big_batch(make_optimizer, x, y, build=mlp):
+    """``build()`` trained on batches of ``K * MICRO`` (cached)."""
+
+    def train(model, optimizer):
+        model.compile(optimizer=optimizer, loss=sparse_ce())
+        model.fit(x, y, batch_size=MICRO * K, epochs=EPOCHS, shuffle=False, verbose=0)
+        return model
+
+    return _cached("big_batch", make_optimizer, x, build, train)
 
 
 def _fit_micro(model, optimizer, x, y):
@@ -71,7 +94,11 @@ def _compat_model(build=mlp, **kwargs):
 
 def _big_batch_with_numpy_agc(make_optimizer, x, y, clip_factor, eps):
     """Big-batch training whose gradient is clipped by the NumPy AGC rule (Dense layers)."""
-    model, optimizer = mlp(), make_optimizer()
+    train = lambda model, optimizer: _train_with_numpy_agc(model, optimizer, x, y, clip_factor, eps)
+    return _cached(f"numpy_agc {clip_factor} {eps}", make_optimizer, x, mlp, train)
+
+
+def _train_with_numpy_agc(model, optimizer, x, y, clip_factor, eps):
     variables = model.trainable_variables
     for _ in range(EPOCHS):
         for start in range(0, len(x), MICRO * K):
