@@ -58,7 +58,12 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
 
     State (checkpointed with the wrapper): the wrapped optimizer (``.optimizer``) and a
     :class:`~ga_tfx.accumulator.GradientAccumulator` (``.accumulator``), created on the first
-    ``apply_gradients`` (or by :meth:`build`).
+    ``apply_gradients`` (or by :meth:`build`). ``model.save("model.keras")`` and
+    ``load_model`` keep it. A SavedModel (``model.save(dir)``) holds it as well, but tf-keras'
+    ``load_model(dir)`` compiles a new optimizer from the training config (as for any Keras
+    optimizer); restore the saved state into it with
+    ``loaded.load_weights(os.path.join(dir, "variables", "variables"))`` (pending window
+    included).
     """
 
     def __init__(self, optimizer: Any, accum_steps: int, agc_clip_factor: Optional[float] = None,
@@ -119,7 +124,15 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         # Plain attribute tracking: the base class caches its children on first use, which would
         # leave out the accumulator when a checkpoint is read before the first micro-step.
-        return _tf_keras_internals.autotrackable_children(self, save_type, **kwargs)
+        children = _tf_keras_internals.autotrackable_children(self, save_type, **kwargs)
+        if save_type == "savedmodel":  # tf.saved_model's SaveType.SAVEDMODEL (a str enum)
+            # Loading a SavedModel revives every tf-keras Optimizer node as a
+            # `RestoredOptimizer`, which creates its own `iteration` variable and binds it to
+            # the node's `_iterations` child; without one, `load_model` fails on that unmatched
+            # variable. Export the wrapped optimizer's counter there too (the same variable,
+            # saved once). Checkpoints (`tf.train.Checkpoint`, `.keras`) are unchanged.
+            children["_iterations"] = self.iterations
+        return children
 
     def build(self, var_list: Sequence[tf.Variable]) -> None:
         """Creates the accumulator for ``var_list`` (and the wrapped optimizer's slots).
