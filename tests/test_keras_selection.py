@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = [pytest.mark.slow]  # every test starts Python processes that import TensorFlow
+
 
 def _run(code):
     env_code = "import os; os.environ.pop('TF_USE_LEGACY_KERAS', None)\n" + code

@@ -144,7 +144,7 @@ def test_bad_flags_and_settings_are_rejected_with_the_value(tmp_path, capsys):
     assert "accum_steps must be an integer >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["run", "--search-accum-steps", "1,two"])
-    assert "comma-separated integers" in capsys.readouterr().err
+    assert "search_accum_steps must be a list of integers >= 1" in capsys.readouterr().err
     out = tmp_path / "out"
     assert cli.main(["run", "--output-dir", str(out), "--train-updates", "10",
                      "--updates-per-epoch", "4"]) == 2

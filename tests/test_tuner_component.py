@@ -195,7 +195,7 @@ def test_tuner_fn_builds_each_kind_over_tunable_or_plain_modules(
     fn_args = fn_args_utils.get_common_fn_args(_inputs(), exec_properties,
                                                str(tmp_path / "work"))
     result = tuner_lib.tuner_fn(fn_args)
-    assert type(result.tuner) is tuner_class
+    assert isinstance(result.tuner, tuner_class)
     assert result.tuner.oracle.objective.name == "val_loss"  # eval_args.num_steps is set
     assert result.tuner.project_dir == os.path.join(str(tmp_path / "work"),
                                                     tuner_lib.PROJECT_NAME)
