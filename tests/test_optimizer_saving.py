@@ -7,16 +7,18 @@ import os
 import pytest
 
 import ga_tfx
-from ga_tfx._keras import keras
-from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce
+from ga_tfx._keras import keras, tf
+from tests.helpers import (classification_data, iterations, max_weight_diff, mlp, sparse_ce,
+                           two_replica_strategy)
 
 pytestmark = []  # fast tier, library only (no TFX)
 
 MICRO, K = 6, 4
 SPLIT = 42  # 7 micro-batches before saving: 1 update and a pending window of 3 micro-batches
 N = 96  # 16 micro-batches in all: 4 updates
-# Both runs apply the same float32 ops in the same order after the restore (observed 0.0); the
-# bound leaves room for float32 round-off only, far below one SGD step (~1e-2 here).
+# One device: the same float32 ops in the same order after the restore (observed 0.0).
+# MirroredStrategy: the restored replica-local window sums are split over the replicas again
+# (observed 3e-8). The bound is float32 round-off only, far below one SGD step (~1e-2 here).
 TOLERANCE = 1e-6
 
 OPTIMIZERS = {
@@ -25,39 +27,44 @@ OPTIMIZERS = {
 }
 
 
-def _compiled(make_optimizer):
-    model = mlp()
-    model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(make_optimizer(), accum_steps=K),
-                  loss=sparse_ce())
+def _compiled(make_optimizer, strategy):
+    with strategy.scope():
+        model = mlp()
+        model.compile(loss=sparse_ce(), optimizer=ga_tfx.GradientAccumulateOptimizer(
+            make_optimizer(), accum_steps=K))
     return model
 
 
+@pytest.mark.parametrize("distributed", [False, True], ids=["one_device", "mirrored"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_savedmodel_load_and_resume_match_an_uninterrupted_run(tmp_path, name):
+def test_savedmodel_load_and_resume_match_an_uninterrupted_run(tmp_path, name, distributed):
     x, y = classification_data(n=N, seed=8)
-    uninterrupted = _compiled(OPTIMIZERS[name])
+    strategy = two_replica_strategy() if distributed else tf.distribute.get_strategy()
+    uninterrupted = _compiled(OPTIMIZERS[name], strategy)
     uninterrupted.fit(x, y, batch_size=MICRO, shuffle=False, verbose=0)
 
-    model = _compiled(OPTIMIZERS[name])
+    model = _compiled(OPTIMIZERS[name], strategy)
     model.fit(x[:SPLIT], y[:SPLIT], batch_size=MICRO, shuffle=False, verbose=0)
     assert (iterations(model.optimizer), int(model.optimizer.micro_steps.numpy())) == (1, 3)
     path = str(tmp_path / "saved_model")
     model.save(path)  # a directory: TF SavedModel
 
-    loaded = keras.models.load_model(path, compile=True)
+    with strategy.scope():
+        loaded = keras.models.load_model(path, compile=True)
     optimizer = loaded.optimizer
     assert isinstance(optimizer, ga_tfx.GradientAccumulateOptimizer)
     assert optimizer.accum_steps == K
     assert type(optimizer.optimizer) is type(model.optimizer.optimizer)
     # tf-keras' SavedModel loader compiles a new optimizer from the training config (for plain
     # Keras optimizers too); the saved optimizer state is in the SavedModel's checkpoint.
-    loaded.load_weights(os.path.join(path, "variables", "variables"))
+    with strategy.scope():
+        loaded.load_weights(os.path.join(path, "variables", "variables"))
     assert iterations(optimizer) == 1
 
     loaded.fit(x[SPLIT:], y[SPLIT:], batch_size=MICRO, shuffle=False, verbose=0)
     assert iterations(optimizer) == iterations(uninterrupted.optimizer) == N // (MICRO * K)
     assert int(optimizer.micro_steps.numpy()) == 0
     diff = max_weight_diff(uninterrupted, loaded)
-    print(f"{name}: SavedModel resume vs uninterrupted: max |dw| = {diff:.3g}")
+    print(f"{name} {'mirrored' if distributed else 'one device'}: SavedModel resume vs uninterrupted: max |dw| = {diff:.3g}")
     assert diff <= TOLERANCE
     assert max_weight_diff(mlp(), loaded) > 1e-2  # training moved the weights
