@@ -13,7 +13,6 @@ still exported.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,8 @@ import pytest
 
 from tests import taxi
 from tests import tuning_failure_worker as worker
-from tests.test_tuner_component import _config, _tune, model_module  # noqa: F401 (fixture)
+from tests.test_distributed_tuning import _free_port
+from tests.test_tuner_component import _config, _tune
 
 pytestmark = [pytest.mark.tfx]
 
@@ -32,7 +32,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The taxi model; values accum_steps=4 with agc_clip_factor < 0.02 fail while the model is
 # built, accum_steps=1 with agc_clip_factor > 0.082 while it trains (a layer whose op raises).
 # With the search below (seed 6) these are trials 00 and 05 of 10 (asserted).
-OOM_MODULE = taxi.MODEL_MODULE + '''
+OOM_MODULE = (
+    taxi.MODEL_MODULE
+    + """
 
 _build = build_model
 
@@ -60,7 +62,8 @@ def build_model(hparams):
                         keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return failing
     return model
-'''
+"""
+)
 
 
 def _records(trials_file):
@@ -77,10 +80,16 @@ def _best_completed(records):
 def test_out_of_memory_trials_fail_and_the_search_exports_the_best(tmp_path, model_module):
     out = str(tmp_path / "tune")
     trials_file = str(tmp_path / "trials.jsonl")
-    config = _config(model_module(OOM_MODULE),
-                     ga_tfx_search={"accum_steps": [1, 2, 4], "micro_batch_size": [2, 4],
-                                    "agc_clip_factor": [0.01, 0.1], "agc_optional": False},
-                     tuner={"max_trials": 10, "seed": 6, "trials_file": trials_file})
+    config = _config(
+        model_module(OOM_MODULE),
+        ga_tfx_search={
+            "accum_steps": [1, 2, 4],
+            "micro_batch_size": [2, 4],
+            "agc_clip_factor": [0.01, 0.1],
+            "agc_optional": False,
+        },
+        tuner={"max_trials": 10, "seed": 6, "trials_file": trials_file},
+    )
     best, _ = _tune(out, config, num_steps=1, eval_steps=1)
 
     records = _records(trials_file)
@@ -90,8 +99,10 @@ def test_out_of_memory_trials_fail_and_the_search_exports_the_best(tmp_path, mod
     assert {r["status"] for r in records.values()} == {"completed", "failed"}
     for trial_id in failed:  # reported: the error's "SomeError: ..." line
         assert records[trial_id]["score"] is None
-        assert "ResourceExhaustedError: OOM when allocating tensor (injected" in (
-            records[trial_id]["message"]), records[trial_id]["message"]
+        assert (
+            "ResourceExhaustedError: OOM when allocating tensor (injected"
+            in (records[trial_id]["message"])
+        ), records[trial_id]["message"]
     assert records["00"]["message"].endswith("(injected while building)")
     assert records["05"]["message"].endswith("(injected)")  # raised in fit, by the layer
     for record in records.values():
@@ -103,23 +114,37 @@ def test_out_of_memory_trials_fail_and_the_search_exports_the_best(tmp_path, mod
     assert best_values == _best_completed(records)["values"]
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(tuner_id, port, tmp_path, log, victim=False):
-    env = dict(os.environ, KERASTUNER_TUNER_ID=tuner_id, KERASTUNER_ORACLE_IP="127.0.0.1",
-               KERASTUNER_ORACLE_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2",
-               TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "tests.tuning_failure_worker",
-               "--directory", str(tmp_path / tuner_id), "--out",
-               str(tmp_path / f"{tuner_id}.json"), "--trials-file",
-               str(tmp_path / "trials.jsonl"), "--marker-dir", str(tmp_path / "markers")]
-    return subprocess.Popen(command + (["--victim"] if victim else []), cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    env = dict(
+        os.environ,
+        KERASTUNER_TUNER_ID=tuner_id,
+        KERASTUNER_ORACLE_IP="127.0.0.1",
+        KERASTUNER_ORACLE_PORT=str(port),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_NUM_INTRAOP_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "tests.tuning_failure_worker",
+        "--directory",
+        str(tmp_path / tuner_id),
+        "--out",
+        str(tmp_path / f"{tuner_id}.json"),
+        "--trials-file",
+        str(tmp_path / "trials.jsonl"),
+        "--marker-dir",
+        str(tmp_path / "markers"),
+    ]
+    return subprocess.Popen(
+        command + (["--victim"] if victim else []),
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _wait_for(path, processes, timeout):
@@ -138,8 +163,9 @@ def test_a_sigkilled_worker_s_trial_fails_and_the_search_exports_the_best(tmp_pa
     try:
         for tuner_id in ("chief", "tuner0", "tuner1"):
             logs[tuner_id] = open(tmp_path / f"{tuner_id}.log", "w")
-            processes[tuner_id] = _start(tuner_id, port, tmp_path, logs[tuner_id],
-                                         victim=tuner_id == "tuner1")
+            processes[tuner_id] = _start(
+                tuner_id, port, tmp_path, logs[tuner_id], victim=tuner_id == "tuner1"
+            )
         # tuner1 builds its first trial's model and waits: SIGKILL it there.
         _wait_for(str(tmp_path / "markers" / "tuner1-in-trial"), processes, timeout=240)
         processes["tuner1"].send_signal(signal.SIGKILL)

@@ -23,7 +23,9 @@ not killed, process) is ignored: the trial stays failed.
 Limits: the chief itself must live (it holds the oracle); if every worker dies, the budget is
 not spent and the chief waits for a worker to (re)connect; a (re)started worker with the same
 ``KERASTUNER_TUNER_ID`` as a dead one before the trial is declared stale resumes that trial
-(keras-tuner's ``create_trial`` hands it back).
+(keras-tuner's ``create_trial`` hands it back); a trial ended here counts towards keras-tuner's
+``max_consecutive_failed_trials`` (3): the third failure in a row ends the chief with keras-tuner's
+``RuntimeError`` and the workers' next requests fail after keras-tuner's 5-minute RPC timeout.
 """
 
 import logging
