@@ -65,8 +65,6 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients  # noqa: F401
     from ga_tfx.batchnorm import AccumBatchNormalization  # noqa: F401
     from ga_tfx.conversion import replace_batchnorm_layers  # noqa: F401
-    from ga_tfx.models import (AccumulatingModel, GradientAccumulateModel,  # noqa: F401
-                               unwrap_model, wrap_model)
+    from ga_tfx.models import AccumulatingModel, GradientAccumulateModel, unwrap_model, wrap_model  # noqa: F401
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401
-    from ga_tfx.training_loop import (NonFiniteGradientError, TrainingLoop,  # noqa: F401
-                                      UpdateCallback)
+    from ga_tfx.training_loop import NonFiniteGradientError, TrainingLoop, UpdateCallback  # noqa: F401

@@ -72,8 +72,13 @@ class Spec:
     # ------------------------------------------------------------------ describing
     def bounds(self) -> str:
         """``">= 1"``, ``"> 0"``, ``"in [0, 1]"``... ('' when unbounded)."""
-        low = (f">= {self.minimum:g}" if self.minimum is not None else
-               f"> {self.above:g}" if self.above is not None else "")
+        low = (
+            f">= {self.minimum:g}"
+            if self.minimum is not None
+            else f"> {self.above:g}"
+            if self.above is not None
+            else ""
+        )
         if self.maximum is None:
             return low
         return f"{low} and <= {self.maximum:g}" if low else f"<= {self.maximum:g}"
@@ -107,8 +112,9 @@ class Spec:
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
                 raise self._error(name, value, typed=True)
             if not value:
-                raise SettingError(f"{name} must list at least one value ({self.allowed()}), "
-                                   "got an empty list.")
+                raise SettingError(
+                    f"{name} must list at least one value ({self.allowed()}), got an empty list."
+                )
             one = dataclasses.replace(self, many=False, optional=False, rule=None)
             checked: Any = tuple(one.check(f"each {name} value", item) for item in value)
         else:
@@ -136,12 +142,15 @@ class Spec:
             value = int(value)
         else:  # float
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise SettingError(f"{name} must be a real number {self.bounds()}, got "
-                                   f"{value!r} of type {type(value).__name__}.")
+                raise SettingError(
+                    f"{name} must be a real number {self.bounds()}, got "
+                    f"{value!r} of type {type(value).__name__}."
+                )
             value = float(value)
             if not math.isfinite(value):
-                raise SettingError(f"{name} must be a finite number {self.bounds()}, got "
-                                   f"{value!r}.")
+                raise SettingError(
+                    f"{name} must be a finite number {self.bounds()}, got {value!r}."
+                )
         if self.choices is not None and value not in self.choices:
             raise self._error(name, value)
         if kind is not str and not self._in_bounds(value):
@@ -151,9 +160,11 @@ class Spec:
         return value
 
     def _in_bounds(self, value):
-        return ((self.minimum is None or value >= self.minimum)
-                and (self.above is None or value > self.above)
-                and (self.maximum is None or value <= self.maximum))
+        return (
+            (self.minimum is None or value >= self.minimum)
+            and (self.above is None or value > self.above)
+            and (self.maximum is None or value <= self.maximum)
+        )
 
     def _error(self, name, value, typed=False):
         got = f"{value!r} of type {type(value).__name__}" if typed else repr(value)
@@ -195,8 +206,9 @@ class Spec:
         return int if self.kind is bool else self.kind
 
 
-def setting(default: Any = dataclasses.MISSING, *, spec: Optional[Spec] = None,
-            **spec_fields: Any) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING, *, spec: Optional[Spec] = None, **spec_fields: Any
+) -> Any:
     """A dataclass field declared with a :class:`Spec` (given, or built from ``spec_fields``;
     with both, ``spec_fields`` override the given spec's fields). No ``default``: required."""
     if spec is None:
@@ -214,8 +226,11 @@ def like(cls: type, name: str, default: Any = dataclasses.MISSING, **spec_fields
 
 def specs(cls: type) -> Dict[str, Spec]:
     """``{name: Spec}`` of the declared fields of a settings dataclass, in declaration order."""
-    return {f.name: f.metadata[METADATA_KEY] for f in dataclasses.fields(cls)
-            if METADATA_KEY in f.metadata}
+    return {
+        f.name: f.metadata[METADATA_KEY]
+        for f in dataclasses.fields(cls)
+        if METADATA_KEY in f.metadata
+    }
 
 
 def spec_of(cls: type, name: str) -> Spec:
@@ -224,14 +239,20 @@ def spec_of(cls: type, name: str) -> Spec:
 
 def defaults(cls: type) -> Dict[str, Any]:
     """``{name: default}`` of the declared fields that have one."""
-    return {f.name: f.default for f in dataclasses.fields(cls)
-            if METADATA_KEY in f.metadata and f.default is not dataclasses.MISSING}
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(cls)
+        if METADATA_KEY in f.metadata and f.default is not dataclasses.MISSING
+    }
 
 
 def required(cls: type) -> Tuple[str, ...]:
     """Names of the declared fields without a default."""
-    return tuple(f.name for f in dataclasses.fields(cls)
-                 if METADATA_KEY in f.metadata and f.default is dataclasses.MISSING)
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if METADATA_KEY in f.metadata and f.default is dataclasses.MISSING
+    )
 
 
 class Settings:
@@ -267,8 +288,13 @@ class Settings:
             value = getattr(self, name)
             if value is None:
                 continue
-            out[name] = (int(value) if isinstance(value, bool) else
-                         list(value) if isinstance(value, tuple) else value)
+            out[name] = (
+                int(value)
+                if isinstance(value, bool)
+                else list(value)
+                if isinstance(value, tuple)
+                else value
+            )
         return out
 
 

@@ -6,24 +6,35 @@ only. Errors name the bad value and what is allowed (:class:`~ga_tfx._schema.Set
 ``ValueError`` that is also a ``TypeError`` for a value of the wrong type).
 """
 
-from typing import Any, Optional
-
 from ga_tfx._schema import SettingError, Spec
+
+from typing import Any, Optional
 
 PARTIAL_WINDOW_POLICIES = ("apply", "drop", "carry")
 
 ACCUM_STEPS = Spec(int, "the number of micro-batches per optimizer update", minimum=1)
 PARTIAL_WINDOW = Spec(
-    str, "what happens to an epoch's last window of fewer than accum_steps micro-batches",
-    choices=PARTIAL_WINDOW_POLICIES)
-AGC_CLIP_FACTOR = Spec(float, "adaptive gradient clipping factor (off: None)", above=0,
-                       optional=True)
+    str,
+    "what happens to an epoch's last window of fewer than accum_steps micro-batches",
+    choices=PARTIAL_WINDOW_POLICIES,
+)
+AGC_CLIP_FACTOR = Spec(
+    float, "adaptive gradient clipping factor (off: None)", above=0, optional=True
+)
 AGC_EPS = Spec(float, "AGC's lower bound on parameter norms", minimum=0)
 _POSITIVE = Spec(float, "a positive number", above=0)
 
-__all__ = ["ACCUM_STEPS", "AGC_CLIP_FACTOR", "AGC_EPS", "PARTIAL_WINDOW",
-           "PARTIAL_WINDOW_POLICIES", "SettingError", "check_accum_steps",
-           "check_partial_window", "check_positive_float"]
+__all__ = [
+    "ACCUM_STEPS",
+    "AGC_CLIP_FACTOR",
+    "AGC_EPS",
+    "PARTIAL_WINDOW",
+    "PARTIAL_WINDOW_POLICIES",
+    "SettingError",
+    "check_accum_steps",
+    "check_partial_window",
+    "check_positive_float",
+]
 
 
 def check_accum_steps(accum_steps: Any, name: str = "accum_steps") -> int:
@@ -39,8 +50,9 @@ def check_partial_window(policy: Any) -> str:
     return PARTIAL_WINDOW.check("partial_window", policy)
 
 
-def check_positive_float(value: Any, name: str, allow_none: bool = False,
-                         allow_zero: bool = False) -> Optional[float]:
+def check_positive_float(
+    value: Any, name: str, allow_none: bool = False, allow_zero: bool = False
+) -> Optional[float]:
     """Returns ``value`` as a float > 0 (or >= 0 with ``allow_zero``), or raises."""
     spec = AGC_EPS if allow_zero else _POSITIVE
     if allow_none:

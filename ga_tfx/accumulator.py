@@ -64,16 +64,26 @@ class GradientAccumulator(tf.Module):
                 for i, v in enumerate(variables)
             ]
             self.sample_count = tf.Variable(
-                0.0, trainable=False, synchronization=_ON_READ, aggregation=_SUM,
+                0.0,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=_SUM,
                 name="sample_count",
             )
             self.samples_seen = tf.Variable(
-                0.0, dtype=tf.float64, trainable=False, synchronization=_ON_READ,
-                aggregation=_SUM, name="samples_seen",
+                0.0,
+                dtype=tf.float64,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=_SUM,
+                name="samples_seen",
             )
             self.micro_steps = tf.Variable(
-                0, dtype=tf.int64, trainable=False,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name="micro_steps",
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                name="micro_steps",
             )
         self._variable_refs = [v.ref() for v in variables]
         self._connected = Untracked()  # trace-time Python state, not a dependency
@@ -81,7 +91,8 @@ class GradientAccumulator(tf.Module):
     def record_connected(self, variables, gradients):
         """Remembers (at trace time) which variables receive a gradient at all."""
         self._connected.value = frozenset(
-            v.ref() for v, g in zip(variables, gradients) if g is not None)
+            v.ref() for v, g in zip(variables, gradients) if g is not None
+        )
 
     def connected_only(self, grads_and_vars):
         """Drops variables that never receive a gradient: a stateful optimizer (momentum,
@@ -115,8 +126,13 @@ class GradientAccumulator(tf.Module):
                 continue
             w = tf.cast(weight, buffer.dtype)
             if isinstance(grad, tf.IndexedSlices):
-                ops.append(_local_component(buffer).scatter_add(tf.IndexedSlices(
-                    tf.cast(grad.values, buffer.dtype) * w, grad.indices, grad.dense_shape)))
+                ops.append(
+                    _local_component(buffer).scatter_add(
+                        tf.IndexedSlices(
+                            tf.cast(grad.values, buffer.dtype) * w, grad.indices, grad.dense_shape
+                        )
+                    )
+                )
             else:
                 ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
         ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))

@@ -23,10 +23,10 @@ Ranks above 5 are rejected. In ga-tfx AGC runs once per optimizer update on the 
 (window-mean) gradient, never per micro-batch, so it equals AGC on big-batch training.
 """
 
-import fnmatch
-
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
+
+import fnmatch
 
 MAX_SUPPORTED_RANK = 5
 
@@ -110,14 +110,21 @@ class AdaptiveGradientClipping:
     def __call__(self, grads_and_vars):
         """Returns ``[(clipped_gradient, variable), ...]``."""
         return [
-            (g if g is None or self.excludes(v) else
-             clip_gradient(g, v, self.clip_factor, self.eps), v)
+            (
+                g
+                if g is None or self.excludes(v)
+                else clip_gradient(g, v, self.clip_factor, self.eps),
+                v,
+            )
             for g, v in grads_and_vars
         ]
 
     def get_config(self):
-        return {"agc_clip_factor": self.clip_factor, "agc_eps": self.eps,
-                "agc_exclude": list(self.exclude)}
+        return {
+            "agc_clip_factor": self.clip_factor,
+            "agc_eps": self.eps,
+            "agc_exclude": list(self.exclude),
+        }
 
 
 def adaptive_clip_gradients(grads_and_vars, clip_factor, eps=1e-3, exclude=()):
@@ -126,7 +133,8 @@ def adaptive_clip_gradients(grads_and_vars, clip_factor, eps=1e-3, exclude=()):
 
 
 def make_agc(clip_factor, eps=1e-3, exclude=()):
-    """``None`` when AGC is off (``clip_factor`` is ``None``), else :class:`AdaptiveGradientClipping`."""
+    """``None`` when AGC is off (``clip_factor`` is ``None``), else
+    :class:`AdaptiveGradientClipping`."""
     if clip_factor is None:
         return None
     return AdaptiveGradientClipping(clip_factor, eps, exclude)

@@ -28,13 +28,13 @@ cross devices once per update. (tf-keras' own ``LossScaleOptimizer`` decides its
 update the same way.)
 """
 
-from typing import Any, Iterable, Optional, Sequence, Tuple
-
 from ga_tfx import _tf_keras_internals, _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
 from ga_tfx.engine.step import apply_window_gradients, is_loss_scale_optimizer
+
+from typing import Any, Iterable, Optional, Sequence, Tuple
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
@@ -66,17 +66,26 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     included).
     """
 
-    def __init__(self, optimizer: Any, accum_steps: int, agc_clip_factor: Optional[float] = None,
-                 agc_eps: float = 1e-3, agc_exclude: Sequence[str] = (),
-                 name: str = "gradient_accumulate_optimizer"):
+    def __init__(
+        self,
+        optimizer: Any,
+        accum_steps: int,
+        agc_clip_factor: Optional[float] = None,
+        agc_eps: float = 1e-3,
+        agc_exclude: Sequence[str] = (),
+        name: str = "gradient_accumulate_optimizer",
+    ):
         super().__init__(name=name, jit_compile=False)
         if not isinstance(optimizer, _OPTIMIZER_TYPES):
             raise TypeError(
                 f"optimizer must be a tf-keras optimizer instance (tf.keras.optimizers.*), got "
-                f"{optimizer!r} of type {type(optimizer).__module__}.{type(optimizer).__name__}.")
+                f"{optimizer!r} of type {type(optimizer).__module__}.{type(optimizer).__name__}."
+            )
         if isinstance(optimizer, GradientAccumulateOptimizer):
-            raise TypeError("optimizer is already a GradientAccumulateOptimizer; wrap the plain "
-                            "optimizer once, with the accum_steps you want.")
+            raise TypeError(
+                "optimizer is already a GradientAccumulateOptimizer; wrap the plain "
+                "optimizer once, with the accum_steps you want."
+            )
         self.optimizer = optimizer
         self.accum_steps = _validation.check_accum_steps(accum_steps)
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
@@ -116,10 +125,16 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         inner = self.optimizer.variables
         inner = list(inner() if callable(inner) and not isinstance(inner, list) else inner)
         acc = self.accumulator
-        own = [] if acc is None else (
-            list(acc.sums) + [acc.sample_count, acc.samples_seen, acc.micro_steps])
-        return type(self.optimizer.variables)(inner + own) if isinstance(
-            self.optimizer, keras.optimizers.Optimizer) else inner + own
+        own = (
+            []
+            if acc is None
+            else (list(acc.sums) + [acc.sample_count, acc.samples_seen, acc.micro_steps])
+        )
+        return (
+            type(self.optimizer.variables)(inner + own)
+            if isinstance(self.optimizer, keras.optimizers.Optimizer)
+            else inner + own
+        )
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         # Plain attribute tracking: the base class caches its children on first use, which would
@@ -156,9 +171,14 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             self.optimizer.finalize_variable_values(var_list)
 
     def get_config(self):
-        config = {"name": self.name, "accum_steps": self.accum_steps,
-                  "optimizer": keras.optimizers.serialize(self.optimizer),
-                  "agc_clip_factor": None, "agc_eps": 1e-3, "agc_exclude": []}
+        config = {
+            "name": self.name,
+            "accum_steps": self.accum_steps,
+            "optimizer": keras.optimizers.serialize(self.optimizer),
+            "agc_clip_factor": None,
+            "agc_eps": 1e-3,
+            "agc_exclude": [],
+        }
         if self._agc is not None:
             config.update(self._agc.get_config())
         return config
@@ -167,7 +187,8 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
         config["optimizer"] = keras.optimizers.deserialize(
-            config["optimizer"], custom_objects=custom_objects)
+            config["optimizer"], custom_objects=custom_objects
+        )
         return cls(**config)
 
     # ------------------------------------------------------------------ micro-steps
@@ -190,9 +211,14 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         unscaled = self.optimizer.get_unscaled_gradients([g for g, _ in grads_and_vars])
         return list(zip(unscaled, [v for _, v in grads_and_vars]))
 
-    def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, tf.Variable]],
-                        name: Optional[str] = None, skip_gradients_aggregation: bool = False,
-                        sample_count: Any = None, **kwargs) -> tf.Tensor:
+    def apply_gradients(
+        self,
+        grads_and_vars: Iterable[Tuple[Any, tf.Variable]],
+        name: Optional[str] = None,
+        skip_gradients_aggregation: bool = False,
+        sample_count: Any = None,
+        **kwargs,
+    ) -> tf.Tensor:
         """Adds one micro-batch's gradients; applies the window when it holds ``K`` of them.
 
         Call it in replica context: directly without a strategy, inside ``strategy.run``
@@ -218,16 +244,20 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         """
         aggregate = kwargs.pop("experimental_aggregate_gradients", True)
         if kwargs:
-            raise TypeError(f"Unexpected keyword arguments {sorted(kwargs)}; apply_gradients "
-                            "takes grads_and_vars, sample_count and Keras' name, "
-                            "skip_gradients_aggregation, experimental_aggregate_gradients.")
+            raise TypeError(
+                f"Unexpected keyword arguments {sorted(kwargs)}; apply_gradients "
+                "takes grads_and_vars, sample_count and Keras' name, "
+                "skip_gradients_aggregation, experimental_aggregate_gradients."
+            )
         ctx = self._replica_context("apply_gradients")
         if self.accumulator is not None and (
-                tf.distribute.get_strategy() is not self._accumulation_strategy):
+            tf.distribute.get_strategy() is not self._accumulation_strategy
+        ):
             raise RuntimeError(
                 "GradientAccumulateOptimizer.apply_gradients was called outside the distribution "
                 f"strategy its accumulator was created in ({self._accumulation_strategy!r}); "
-                "call it inside strategy.run.")
+                "call it inside strategy.run."
+            )
         if (skip_gradients_aggregation or not aggregate) and ctx.num_replicas_in_sync > 1:
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients takes each replica's own gradients "
@@ -236,7 +266,8 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 f"with {ctx.num_replicas_in_sync} replicas. Pass unaggregated gradients. (Under "
                 "the mixed_float16 policy, compile wraps the optimizer in a LossScaleOptimizer "
                 "that all-reduces every micro-batch: use ga_tfx.GradientAccumulateModel or "
-                "ga_tfx.wrap_model, which scale the loss and skip non-finite windows per update.)")
+                "ga_tfx.wrap_model, which scale the loss and skip non-finite windows per update.)"
+            )
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
@@ -268,12 +299,18 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     def _end_micro_step(self, strategy):
         """Cross-replica, once per micro-step: count it; apply when the window is full."""
         steps = self.accumulator.micro_steps.assign_add(1)
-        return tf.cond(steps >= self.accum_steps, lambda: self._apply_everywhere(strategy),
-                       lambda: tf.constant(False))
+        return tf.cond(
+            steps >= self.accum_steps,
+            lambda: self._apply_everywhere(strategy),
+            lambda: tf.constant(False),
+        )
 
     def _flush_cross_replica(self, strategy):
-        return tf.cond(self.accumulator.micro_steps > 0, lambda: self._apply_everywhere(strategy),
-                       lambda: tf.constant(False))
+        return tf.cond(
+            self.accumulator.micro_steps > 0,
+            lambda: self._apply_everywhere(strategy),
+            lambda: tf.constant(False),
+        )
 
     def _apply_everywhere(self, strategy):
         """Cross-replica: the window's update on every replica, then the counter is reset."""
@@ -298,7 +335,8 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         elif not self.accumulator.matches(variables):
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients must receive the same variables in "
-                "the same order on every call.")
+                "the same order on every call."
+            )
         return self.accumulator
 
     @staticmethod
@@ -307,5 +345,6 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         if ctx is None:
             raise RuntimeError(
                 f"GradientAccumulateOptimizer.{method} was called in cross-replica context; "
-                f"call it inside strategy.run (e.g. strategy.run(step, args=...)).")
+                f"call it inside strategy.run (e.g. strategy.run(step, args=...))."
+            )
         return ctx

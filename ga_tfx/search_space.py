@@ -6,13 +6,13 @@ constructing it checks every field, and the TFX Tuner's ``custom_config["ga_tfx_
 imports keras_tuner) declares these hyperparameters on a trial's ``hp``.
 """
 
+from ga_tfx import _validation
+from ga_tfx._schema import Settings, setting
+
 import dataclasses
 import math
 import numbers
 from typing import Any, Dict, Mapping, Optional, Tuple
-
-from ga_tfx import _validation
-from ga_tfx._schema import Settings, setting
 
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 
@@ -35,32 +35,59 @@ class AccumulationSearchSpace(Settings):
     """
 
     accum_steps: Tuple[int, ...] = setting(
-        (1, 2, 4), spec=_validation.ACCUM_STEPS, many=True, rule=_unique,
-        help="accum_steps values the search tries (effective batch = accum_steps x micro "
-             "batch)")
+        (1, 2, 4),
+        spec=_validation.ACCUM_STEPS,
+        many=True,
+        rule=_unique,
+        help="accum_steps values the search tries (effective batch = accum_steps x micro batch)",
+    )
     agc_clip_factor: Optional[Tuple[float, ...]] = setting(
-        None, spec=_validation.AGC_CLIP_FACTOR, many=True, rule=_min_max,
+        None,
+        spec=_validation.AGC_CLIP_FACTOR,
+        many=True,
+        rule=_min_max,
         help="(min, max) pair of the AGC clip factor, sampled on a log scale (None: AGC not "
-             "searched)")
-    agc_optional: bool = setting(True, kind=bool,
-                                 help="whether 'AGC off' is one of the searched options")
+        "searched)",
+    )
+    agc_optional: bool = setting(
+        True, kind=bool, help="whether 'AGC off' is one of the searched options"
+    )
     micro_batch_size: Tuple[int, ...] = setting(
-        (32,), kind=int, minimum=1, many=True, rule=_unique,
-        help="micro-batch size(s) to search (one value: fixed)")
+        (32,),
+        kind=int,
+        minimum=1,
+        many=True,
+        rule=_unique,
+        help="micro-batch size(s) to search (one value: fixed)",
+    )
     learning_rate: Optional[Tuple[float, ...]] = setting(
-        None, kind=float, above=0, many=True, optional=True, rule=_min_max,
-        help="(min, max) pair of the learning rate, log scale (None: the optimizer's rate)")
+        None,
+        kind=float,
+        above=0,
+        many=True,
+        optional=True,
+        rule=_min_max,
+        help="(min, max) pair of the learning rate, log scale (None: the optimizer's rate)",
+    )
     lr_scaling: str = setting(
-        "none", kind=str, choices=LR_SCALING_RULES,
-        help="learning-rate scaling with the effective batch: none, linear or sqrt")
+        "none",
+        kind=str,
+        choices=LR_SCALING_RULES,
+        help="learning-rate scaling with the effective batch: none, linear or sqrt",
+    )
     base_batch_size: Optional[int] = setting(
-        None, kind=int, minimum=1, optional=True,
+        None,
+        kind=int,
+        minimum=1,
+        optional=True,
         help="effective batch at which the learning rate is unscaled (None: the smallest "
-             "micro-batch size)")
+        "micro-batch size)",
+    )
 
     def __post_init__(self):
         if isinstance(self.micro_batch_size, numbers.Integral) and not isinstance(
-                self.micro_batch_size, bool):
+            self.micro_batch_size, bool
+        ):
             object.__setattr__(self, "micro_batch_size", (self.micro_batch_size,))
         super().__post_init__()
 

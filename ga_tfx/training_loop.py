@@ -38,24 +38,29 @@ Counters: an *update* is one applied optimizer step (``optimizer.iterations`` ad
 a skipped window is not an update. Every "every N" and "at N" counts updates.
 """
 
-import os
-import shutil
-import tempfile
-import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
-
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.engine.step import apply_aggregated_gradients, batch_size
 from ga_tfx.transforms import Member, NonFiniteGuard, global_norm, make_chain
 
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, List, Optional, Sequence, Union
+
 _ON_READ = tf.VariableSynchronization.ON_READ
 _FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 # Metrics of each finished window, in console order (TensorBoard tags are "train/<name>").
-LOG_KEYS = ("loss", "grad_norm", "grad_norm_clipped", "learning_rate", "skipped_windows",
-            "samples_per_second")
+LOG_KEYS = (
+    "loss",
+    "grad_norm",
+    "grad_norm_clipped",
+    "learning_rate",
+    "skipped_windows",
+    "samples_per_second",
+)
 
 
 class NonFiniteGradientError(RuntimeError):
@@ -76,28 +81,39 @@ class UpdateCallback:
     A callback may change ``loop.learning_rate`` or set ``loop.stop_training = True``.
     """
 
-    def __init__(self, fn: Optional[Callable[["TrainingLoop", dict], Any]] = None, *,
-                 every_n_updates: Optional[int] = None, at_update: Optional[int] = None,
-                 at_end: bool = False):
+    def __init__(
+        self,
+        fn: Optional[Callable[["TrainingLoop", dict], Any]] = None,
+        *,
+        every_n_updates: Optional[int] = None,
+        at_update: Optional[int] = None,
+        at_end: bool = False,
+    ):
         triggers = [every_n_updates is not None, at_update is not None, bool(at_end)]
         if fn is not None and sum(triggers) != 1:
             raise ValueError(
                 "UpdateCallback needs exactly one trigger: every_n_updates=N, at_update=N or "
                 f"at_end=True; got every_n_updates={every_n_updates!r}, "
-                f"at_update={at_update!r}, at_end={at_end!r}.")
+                f"at_update={at_update!r}, at_end={at_end!r}."
+            )
         self.fn = fn
-        self.every_n_updates = (None if every_n_updates is None else
-                                _validation.check_accum_steps(every_n_updates, "every_n_updates"))
-        self.at_update = (None if at_update is None else
-                          _validation.check_accum_steps(at_update, "at_update"))
+        self.every_n_updates = (
+            None
+            if every_n_updates is None
+            else _validation.check_accum_steps(every_n_updates, "every_n_updates")
+        )
+        self.at_update = (
+            None if at_update is None else _validation.check_accum_steps(at_update, "at_update")
+        )
         self.at_end = bool(at_end)
 
     def on_update_end(self, loop: "TrainingLoop", logs: dict) -> None:
         if self.fn is None:
             return
         update = loop.updates
-        if ((self.every_n_updates is not None and update % self.every_n_updates == 0)
-                or (self.at_update is not None and update == self.at_update)):
+        if (self.every_n_updates is not None and update % self.every_n_updates == 0) or (
+            self.at_update is not None and update == self.at_update
+        ):
             self.fn(loop, logs)
 
     def on_train_end(self, loop: "TrainingLoop", logs: dict) -> None:
@@ -119,15 +135,23 @@ class LoopState(tf.Module):
     def __init__(self, name="training_loop_state"):
         super().__init__(name=name)
         with tf.name_scope(name):
+
             def counter(name):
-                return tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=_FIRST,
-                                   name=name)
+                return tf.Variable(
+                    0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name=name
+                )
+
             self.epoch = counter("epoch")
             self.position = counter("position")
             self.updates = counter("updates")
             self.windows = counter("windows")
-            self.loss_sum = tf.Variable(0.0, trainable=False, synchronization=_ON_READ,
-                                        aggregation=tf.VariableAggregation.SUM, name="loss_sum")
+            self.loss_sum = tf.Variable(
+                0.0,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+                name="loss_sum",
+            )
 
 
 def _default_inputs(batch):
@@ -139,7 +163,8 @@ def _default_targets(batch):
         raise ValueError(
             "The default targets_fn takes the second element of an (inputs, targets) batch, got "
             f"a batch of type {type(batch).__name__}. Pass targets_fn=... (e.g. "
-            "targets_fn=lambda batch: batch to give loss_fn the whole batch).")
+            "targets_fn=lambda batch: batch to give loss_fn the whole batch)."
+        )
     return batch[1]
 
 
@@ -162,9 +187,9 @@ class TrainingLoop:
     Args:
       model: a built Keras 2 model (its variables exist), created under ``strategy.scope()``.
       optimizer: a tf-keras optimizer (``keras.optimizers.*``; not a legacy optimizer, not a
-        ``LossScaleOptimizer``), created under the same scope. Its ``iterations`` count updates; a learning-rate schedule sees one step per
-        update. A constant learning rate is a variable: callbacks may set
-        ``loop.learning_rate`` and checkpoints keep it.
+        ``LossScaleOptimizer``), created under the same scope. Its ``iterations`` count
+        updates; a learning-rate schedule sees one step per update. A constant learning rate
+        is a variable: callbacks may set ``loop.learning_rate`` and checkpoints keep it.
       loss_fn: ``loss_fn(targets, outputs)``: per-example losses (shape ``[n]`` or
         ``[n, ...]``; e.g. a Keras loss with ``reduction="none"``, as tf.distribute requires) or
         the scalar mean over the ``n`` samples of the batch it is given. Never divide by the
@@ -224,18 +249,32 @@ class TrainingLoop:
       verbose: print the logs to the console (chief only; default ``True``).
     """
 
-    def __init__(self, model: keras.Model, optimizer, loss_fn: Callable, dataset,
-                 accum_steps: int, *, strategy: Optional[tf.distribute.Strategy] = None,
-                 inputs_fn: Callable = _default_inputs, targets_fn: Callable = _default_targets,
-                 variables: Union[None, Sequence[tf.Variable], Callable] = None,
-                 sample_count_fn: Optional[Callable] = None,
-                 regularization: Union[bool, Callable] = True,
-                 nonfinite_policy: str = "skip", max_consecutive_skips: Optional[int] = None,
-                 clip_global_norm: Optional[float] = None, transforms: Sequence[Member] = (),
-                 callbacks: Sequence[Any] = (), checkpoint_dir: Optional[str] = None,
-                 checkpoint_every_n_updates: Optional[int] = None,
-                 max_checkpoints_to_keep: int = 3, log_dir: Optional[str] = None,
-                 log_every_n_windows: int = 1, verbose: bool = True):
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer,
+        loss_fn: Callable,
+        dataset,
+        accum_steps: int,
+        *,
+        strategy: Optional[tf.distribute.Strategy] = None,
+        inputs_fn: Callable = _default_inputs,
+        targets_fn: Callable = _default_targets,
+        variables: Union[None, Sequence[tf.Variable], Callable] = None,
+        sample_count_fn: Optional[Callable] = None,
+        regularization: Union[bool, Callable] = True,
+        nonfinite_policy: str = "skip",
+        max_consecutive_skips: Optional[int] = None,
+        clip_global_norm: Optional[float] = None,
+        transforms: Sequence[Member] = (),
+        callbacks: Sequence[Any] = (),
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_every_n_updates: Optional[int] = None,
+        max_checkpoints_to_keep: int = 3,
+        log_dir: Optional[str] = None,
+        log_every_n_windows: int = 1,
+        verbose: bool = True,
+    ):
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -244,21 +283,28 @@ class TrainingLoop:
         self.inputs_fn, self.targets_fn = inputs_fn, targets_fn
         self.sample_count_fn = sample_count_fn
         self.max_consecutive_skips = (
-            None if max_consecutive_skips is None else
-            _validation.check_accum_steps(max_consecutive_skips, "max_consecutive_skips"))
+            None
+            if max_consecutive_skips is None
+            else _validation.check_accum_steps(max_consecutive_skips, "max_consecutive_skips")
+        )
         self.checkpoint_every_n_updates = (
-            None if checkpoint_every_n_updates is None else
-            _validation.check_accum_steps(checkpoint_every_n_updates,
-                                          "checkpoint_every_n_updates"))
+            None
+            if checkpoint_every_n_updates is None
+            else _validation.check_accum_steps(
+                checkpoint_every_n_updates, "checkpoint_every_n_updates"
+            )
+        )
         self.log_every_n_windows = _validation.check_accum_steps(
-            log_every_n_windows, "log_every_n_windows")
+            log_every_n_windows, "log_every_n_windows"
+        )
         self.verbose = bool(verbose)
         self.callbacks = list(callbacks)
         self.stop_training = False
         self.history: List[dict] = []
         self._dataset = dataset
-        self._check_callables(loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn,
-                              regularization)
+        self._check_callables(
+            loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn, regularization
+        )
         self._regularization = regularization
         self._check_optimizer(optimizer)
 
@@ -270,7 +316,8 @@ class TrainingLoop:
         if not self.variables:
             raise ValueError(
                 "The model has no trainable variables: build it first (call it on a batch or "
-                "give its Input shapes) and create it under strategy.scope().")
+                "give its Input shapes) and create it under strategy.scope()."
+            )
         self._check_scope(self.variables + [optimizer.iterations])
 
         with self.strategy.scope():
@@ -286,17 +333,25 @@ class TrainingLoop:
 
         self.checkpoint_dir = checkpoint_dir
         self._checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=optimizer, accumulator=self.accumulator,
-            gradient_chain=self.chain, loop_state=self.state)
-        max_to_keep = _validation.check_accum_steps(max_checkpoints_to_keep,
-                                                    "max_checkpoints_to_keep")
+            model=model,
+            optimizer=optimizer,
+            accumulator=self.accumulator,
+            gradient_chain=self.chain,
+            loop_state=self.state,
+        )
+        max_to_keep = _validation.check_accum_steps(
+            max_checkpoints_to_keep, "max_checkpoints_to_keep"
+        )
         self._manager = None  # the chief's; other workers write to temporary directories
         if checkpoint_dir is not None and self._is_chief("should_checkpoint"):
-            self._manager = tf.train.CheckpointManager(self._checkpoint, checkpoint_dir,
-                                                       max_to_keep=max_to_keep)
-        self._writer = (tf.summary.create_file_writer(log_dir)
-                        if log_dir is not None and self._is_chief("should_save_summary")
-                        else None)
+            self._manager = tf.train.CheckpointManager(
+                self._checkpoint, checkpoint_dir, max_to_keep=max_to_keep
+            )
+        self._writer = (
+            tf.summary.create_file_writer(log_dir)
+            if log_dir is not None and self._is_chief("should_save_summary")
+            else None
+        )
 
     # ------------------------------------------------------------------ public state
     @property
@@ -354,16 +409,23 @@ class TrainingLoop:
     def restore(self) -> bool:
         """Restores the latest checkpoint of ``checkpoint_dir``; ``False`` if there is none."""
         self._restored = True
-        latest = (tf.train.latest_checkpoint(self.checkpoint_dir)
-                  if self.checkpoint_dir is not None else None)
+        latest = (
+            tf.train.latest_checkpoint(self.checkpoint_dir)
+            if self.checkpoint_dir is not None
+            else None
+        )
         if latest is None:
             return False
         self._checkpoint.restore(latest).assert_existing_objects_matched()
         return True
 
     # ------------------------------------------------------------------ the loop
-    def run(self, epochs: int = 1, max_updates: Optional[int] = None,
-            max_micro_batches: Optional[int] = None) -> dict:
+    def run(
+        self,
+        epochs: int = 1,
+        max_updates: Optional[int] = None,
+        max_micro_batches: Optional[int] = None,
+    ) -> dict:
         """Trains until ``epochs`` epochs are done (counted from the start of training, restored
         epochs included) or ``max_updates`` updates are reached.
 
@@ -374,8 +436,11 @@ class TrainingLoop:
         epochs = _validation.check_accum_steps(epochs, "epochs")
         if not self._restored:
             self.restore()
-        budget = (None if max_micro_batches is None else
-                  _validation.check_accum_steps(max_micro_batches, "max_micro_batches"))
+        budget = (
+            None
+            if max_micro_batches is None
+            else _validation.check_accum_steps(max_micro_batches, "max_micro_batches")
+        )
         self.stop_training = False
         self._last_time = time.perf_counter()  # the first window's samples/s includes tracing
         logs: dict = {}
@@ -425,11 +490,15 @@ class TrainingLoop:
         now = time.perf_counter()
         elapsed, self._last_time = now - self._last_time, now
         logs = {
-            "update": self.updates, "window": self.windows,
-            "applied": bool(out["applied"]), "samples": float(out["samples"]),
-            "loss": float(out["loss"]), "grad_norm": float(out["grad_norm"]),
+            "update": self.updates,
+            "window": self.windows,
+            "applied": bool(out["applied"]),
+            "samples": float(out["samples"]),
+            "loss": float(out["loss"]),
+            "grad_norm": float(out["grad_norm"]),
             "grad_norm_clipped": float(out["grad_norm_clipped"]),
-            "learning_rate": self.learning_rate, "skipped_windows": self.skipped_windows,
+            "learning_rate": self.learning_rate,
+            "skipped_windows": self.skipped_windows,
             "nonfinite_windows": int(self._guard.nonfinite_windows.numpy()),
             "samples_per_second": float(out["samples"]) / max(elapsed, 1e-9),
         }
@@ -441,7 +510,8 @@ class TrainingLoop:
             raise NonFiniteGradientError(
                 f"{consecutive} consecutive windows had a non-finite gradient (NaN or inf), "
                 f"max_consecutive_skips={self.max_consecutive_skips}; stopped at window "
-                f"{logs['window']} after {logs['update']} updates.")
+                f"{logs['window']} after {logs['update']} updates."
+            )
         if logs["applied"]:
             every = self.checkpoint_every_n_updates
             if every is not None and logs["update"] % every == 0:
@@ -459,10 +529,13 @@ class TrainingLoop:
             self._writer.flush()
         if self.verbose and self._is_chief("should_save_summary"):
             skipped = "" if logs["applied"] else "  (window skipped: non-finite gradient)"
-            print(f"update {logs['update']:>6}  loss {logs['loss']:.6g}  "
-                  f"grad_norm {logs['grad_norm']:.4g} -> {logs['grad_norm_clipped']:.4g}  "
-                  f"lr {logs['learning_rate']:.4g}  skipped_windows {logs['skipped_windows']}  "
-                  f"samples/s {logs['samples_per_second']:.1f}{skipped}", flush=True)
+            print(
+                f"update {logs['update']:>6}  loss {logs['loss']:.6g}  "
+                f"grad_norm {logs['grad_norm']:.4g} -> {logs['grad_norm_clipped']:.4g}  "
+                f"lr {logs['learning_rate']:.4g}  skipped_windows {logs['skipped_windows']}  "
+                f"samples/s {logs['samples_per_second']:.1f}{skipped}",
+                flush=True,
+            )
 
     # ------------------------------------------------------------------ traced parts
     def _window(self, iterator, take, finish):
@@ -478,10 +551,15 @@ class TrainingLoop:
             count += 1
         pending = self.accumulator.micro_steps.assign_add(count)
         with tf.control_dependencies([pending, self.state.position.assign_add(count)]):
-            empty = {"count": tf.identity(count), "finished": tf.constant(False),
-                     "applied": tf.constant(False), "samples": tf.constant(0.0),
-                     "loss": tf.constant(0.0), "grad_norm": tf.constant(0.0),
-                     "grad_norm_clipped": tf.constant(0.0)}
+            empty = {
+                "count": tf.identity(count),
+                "finished": tf.constant(False),
+                "applied": tf.constant(False),
+                "samples": tf.constant(0.0),
+                "loss": tf.constant(0.0),
+                "grad_norm": tf.constant(0.0),
+                "grad_norm_clipped": tf.constant(0.0),
+            }
             if not finish:
                 return empty
             return tf.cond(pending > 0, lambda: self._finish_window(count), lambda: empty)
@@ -489,15 +567,19 @@ class TrainingLoop:
     def _micro_step(self, batch):
         """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss``."""
         x = self.inputs_fn(batch)
-        samples = (batch_size(x) if self.sample_count_fn is None
-                   else tf.cast(self.sample_count_fn(batch), tf.float32))
+        samples = (
+            batch_size(x)
+            if self.sample_count_fn is None
+            else tf.cast(self.sample_count_fn(batch), tf.float32)
+        )
         with tf.GradientTape() as tape:
             outputs = self.model(x, training=True)
             loss = _mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples)
         grads = tape.gradient(loss, self.variables)
         self.accumulator.record_connected(self.variables, grads)
-        return tf.group(self.accumulator.add(grads, samples),
-                        self.state.loss_sum.assign_add(loss * samples))
+        return tf.group(
+            self.accumulator.add(grads, samples), self.state.loss_sum.assign_add(loss * samples)
+        )
 
     def _finish_window(self, count):
         """Cross-replica: window gradient and chain per replica, then apply or skip."""
@@ -513,14 +595,21 @@ class TrainingLoop:
         applied = tf.cond(apply, do_apply, lambda: tf.constant(False))
         with tf.control_dependencies([applied]):
             self.strategy.run(self._reset)
-            ops = [self.accumulator.micro_steps.assign(0),
-                   self.state.windows.assign_add(1),
-                   self.state.updates.assign_add(tf.cast(applied, tf.int64))]
+            ops = [
+                self.accumulator.micro_steps.assign(0),
+                self.state.windows.assign_add(1),
+                self.state.updates.assign_add(tf.cast(applied, tf.int64)),
+            ]
         with tf.control_dependencies(ops):
-            return {"count": tf.identity(count), "finished": tf.constant(True),
-                    "applied": tf.identity(applied), "samples": first(out["samples"]),
-                    "loss": first(out["loss"]), "grad_norm": first(out["grad_norm"]),
-                    "grad_norm_clipped": first(out["grad_norm_clipped"])}
+            return {
+                "count": tf.identity(count),
+                "finished": tf.constant(True),
+                "applied": tf.identity(applied),
+                "samples": first(out["samples"]),
+                "loss": first(out["loss"]),
+                "grad_norm": first(out["grad_norm"]),
+                "grad_norm_clipped": first(out["grad_norm_clipped"]),
+            }
 
     def _window_gradient(self):
         """Replica context: one batched all-reduce; ``Σ n g / N + ∇R``; norms; the chain."""
@@ -534,20 +623,29 @@ class TrainingLoop:
         grads = [s / tf.cast(samples, s.dtype) for s in sums]
         loss = loss_sum / samples
         pairs = acc.connected_only(
-            [(tf.cast(g, v.dtype), v) for g, v in zip(grads, self.variables)])
+            [(tf.cast(g, v.dtype), v) for g, v in zip(grads, self.variables)]
+        )
         reg_loss, reg_grads = self._regularization_gradients()
         if reg_grads is not None:
             loss += reg_loss
             connected = {v.ref() for _, v in pairs}
-            pairs = [(g + tf.cast(r, g.dtype) if r is not None else g, v)
-                     for g, r, v in zip(grads, reg_grads, self.variables)
-                     if v.ref() in connected or r is not None]
+            pairs = [
+                (g + tf.cast(r, g.dtype) if r is not None else g, v)
+                for g, r, v in zip(grads, reg_grads, self.variables)
+                if v.ref() in connected or r is not None
+            ]
             pairs = [(tf.cast(g, v.dtype), v) for g, v in pairs]
         norm_before = global_norm(pairs)
         pairs, apply = self.chain(pairs)
         self._applied_variables = [v for _, v in pairs]  # trace-time, read by _apply
-        return {"grads": [g for g, _ in pairs], "apply": apply, "samples": samples,
-                "loss": loss, "grad_norm": norm_before, "grad_norm_clipped": global_norm(pairs)}
+        return {
+            "grads": [g for g, _ in pairs],
+            "apply": apply,
+            "samples": samples,
+            "loss": loss,
+            "grad_norm": norm_before,
+            "grad_norm_clipped": global_norm(pairs),
+        }
 
     def _regularization_gradients(self):
         if self._regularization is False:
@@ -563,8 +661,7 @@ class TrainingLoop:
         return tf.cast(reg, tf.float32), tape.gradient(reg, self.variables)
 
     def _apply(self, grads):
-        return apply_aggregated_gradients(
-            self.optimizer, list(zip(grads, self._applied_variables)))
+        return apply_aggregated_gradients(self.optimizer, list(zip(grads, self._applied_variables)))
 
     def _reset(self):
         return tf.group(self.accumulator.reset(), self.state.loss_sum.assign(0.0))
@@ -581,7 +678,8 @@ class TrainingLoop:
                 raise ValueError(
                     f"Variable {v.name!r} was not created under strategy.scope() of the "
                     f"strategy given to TrainingLoop ({type(self.strategy).__name__}): create "
-                    "the model and the optimizer inside `with strategy.scope():`.")
+                    "the model and the optimizer inside `with strategy.scope():`."
+                )
 
     @staticmethod
     def _check_optimizer(optimizer):
@@ -589,17 +687,21 @@ class TrainingLoop:
             raise TypeError(
                 "TrainingLoop does not take a LossScaleOptimizer: it has no loss scaling; its "
                 "non-finite guard (nonfinite_policy) handles NaN/inf windows. Pass the inner "
-                "optimizer.")
+                "optimizer."
+            )
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise TypeError(
                 f"optimizer must be a tf-keras optimizer instance (ga_tfx.keras.optimizers.*, "
-                f"not keras.optimizers.legacy.*), got {optimizer!r}.")
+                f"not keras.optimizers.legacy.*), got {optimizer!r}."
+            )
 
     @staticmethod
-    def _check_callables(loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn,
-                         regularization):
-        for name, value in (("loss_fn", loss_fn), ("inputs_fn", inputs_fn),
-                            ("targets_fn", targets_fn)):
+    def _check_callables(loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn, regularization):
+        for name, value in (
+            ("loss_fn", loss_fn),
+            ("inputs_fn", inputs_fn),
+            ("targets_fn", targets_fn),
+        ):
             if not callable(value):
                 raise TypeError(f"{name} must be callable, got {value!r}.")
         if sample_count_fn is not None and not callable(sample_count_fn):
@@ -607,8 +709,10 @@ class TrainingLoop:
         if not (isinstance(dataset, tf.data.Dataset) or callable(dataset)):
             raise TypeError(
                 f"dataset must be a tf.data.Dataset of micro-batches or a callable "
-                f"epoch -> Dataset, got {dataset!r}.")
+                f"epoch -> Dataset, got {dataset!r}."
+            )
         if not (isinstance(regularization, bool) or callable(regularization)):
             raise TypeError(
                 f"regularization must be True, False or a callable model -> scalar, got "
-                f"{regularization!r}.")
+                f"{regularization!r}."
+            )

@@ -31,12 +31,12 @@ user name                :class:`FunctionTransform`: any callable
 =======================  =====================================================================
 """
 
-import re
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
-
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
 from ga_tfx.agc import AdaptiveGradientClipping
+
+import re
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 NONFINITE_POLICIES = ("skip", "zero")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -87,7 +87,8 @@ class NonFiniteGuard(GradientTransform):
         super().__init__(name=name)
         if policy not in NONFINITE_POLICIES:
             raise ValueError(
-                f"nonfinite_policy must be one of {NONFINITE_POLICIES}, got {policy!r}.")
+                f"nonfinite_policy must be one of {NONFINITE_POLICIES}, got {policy!r}."
+            )
         self.policy = policy
         self.nonfinite_windows = None
         self.consecutive_nonfinite = None
@@ -98,16 +99,27 @@ class NonFiniteGuard(GradientTransform):
             return
         # ONLY_FIRST_REPLICA: assigned in replica context with the same value on every replica.
         with tf.init_scope(), tf.name_scope(self.name):
+
             def counter(name):
-                return tf.Variable(0, dtype=tf.int64, trainable=False, name=name,
-                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+                return tf.Variable(
+                    0,
+                    dtype=tf.int64,
+                    trainable=False,
+                    name=name,
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                )
+
             self.nonfinite_windows = counter("nonfinite_windows")
             self.consecutive_nonfinite = counter("consecutive_nonfinite")
             self.last_nonfinite_entries = counter("last_nonfinite_entries")
 
     def __call__(self, grads_and_vars):
-        bad = tf.add_n([tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(g)), tf.int64))
-                        for g, _ in grads_and_vars])
+        bad = tf.add_n(
+            [
+                tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(g)), tf.int64))
+                for g, _ in grads_and_vars
+            ]
+        )
         finite = tf.equal(bad, 0)
         step = tf.cast(tf.logical_not(finite), tf.int64)
         updates = [
@@ -118,13 +130,16 @@ class NonFiniteGuard(GradientTransform):
         with tf.control_dependencies(updates):
             if self.policy == "skip":
                 return [(tf.identity(g), v) for g, v in grads_and_vars], finite
-            return [(tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)), v)
-                    for g, v in grads_and_vars], None
+            return [
+                (tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)), v) for g, v in grads_and_vars
+            ], None
 
     def diagnostics(self):
-        return {"nonfinite_windows": self.nonfinite_windows,
-                "consecutive_nonfinite": self.consecutive_nonfinite,
-                "last_nonfinite_entries": self.last_nonfinite_entries}
+        return {
+            "nonfinite_windows": self.nonfinite_windows,
+            "consecutive_nonfinite": self.consecutive_nonfinite,
+            "last_nonfinite_entries": self.last_nonfinite_entries,
+        }
 
 
 class ClipGlobalNorm(GradientTransform):
@@ -153,8 +168,9 @@ class AdaptiveClipping(GradientTransform):
       name: checkpoint key (default ``"agc"``); stateless.
     """
 
-    def __init__(self, clip_factor: float, eps: float = 1e-3, exclude: Iterable[str] = (),
-                 name: str = "agc"):
+    def __init__(
+        self, clip_factor: float, eps: float = 1e-3, exclude: Iterable[str] = (), name: str = "agc"
+    ):
         super().__init__(name=name)
         self.agc = AdaptiveGradientClipping(clip_factor, eps, exclude)
 
@@ -183,7 +199,8 @@ class FunctionTransform(GradientTransform):
             raise ValueError(
                 f"gradient transform {self.name!r} must return one (gradient, variable) pair "
                 f"per input pair, same variables in the same order; got {len(out)} pairs for "
-                f"{len(grads_and_vars)}.")
+                f"{len(grads_and_vars)}."
+            )
         return out, None
 
 
@@ -211,7 +228,8 @@ class GradientChain(tf.Module):
         if duplicates:
             raise ValueError(
                 f"gradient transform names must be unique (they are checkpoint keys); "
-                f"{duplicates} appear more than once in {names}.")
+                f"{duplicates} appear more than once in {names}."
+            )
         self.members = {m.name: m for m in built}
         self.order = tuple(names)
 
@@ -231,8 +249,9 @@ class GradientChain(tf.Module):
 
     def member(self, kind: type) -> Optional[GradientTransform]:
         """The first member of type ``kind``, or ``None``."""
-        return next((self.members[n] for n in self.order
-                     if isinstance(self.members[n], kind)), None)
+        return next(
+            (self.members[n] for n in self.order if isinstance(self.members[n], kind)), None
+        )
 
     def diagnostics(self) -> dict:
         out = {}
@@ -244,18 +263,20 @@ class GradientChain(tf.Module):
 def _as_member(member) -> GradientTransform:
     if isinstance(member, GradientTransform):
         return member
-    if (isinstance(member, tuple) and len(member) == 2 and isinstance(member[0], str)):
+    if isinstance(member, tuple) and len(member) == 2 and isinstance(member[0], str):
         return FunctionTransform(member[1], member[0])
     raise TypeError(
         "a gradient transform must be a ga_tfx.transforms.GradientTransform or a "
-        f"(name, callable) pair, got {member!r}.")
+        f"(name, callable) pair, got {member!r}."
+    )
 
 
 def _check_name(name):
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(
             f"a gradient transform name must be a Python identifier (it is a checkpoint key), "
-            f"got {name!r}.")
+            f"got {name!r}."
+        )
 
 
 def global_norm(grads_and_vars: GradsAndVars) -> tf.Tensor:
@@ -263,8 +284,11 @@ def global_norm(grads_and_vars: GradsAndVars) -> tf.Tensor:
     return tf.linalg.global_norm([tf.cast(g, tf.float32) for g, _ in grads_and_vars])
 
 
-def make_chain(nonfinite_policy: str = "skip", clip_global_norm: Optional[float] = None,
-               transforms: Sequence[Member] = ()) -> GradientChain:
+def make_chain(
+    nonfinite_policy: str = "skip",
+    clip_global_norm: Optional[float] = None,
+    transforms: Sequence[Member] = (),
+) -> GradientChain:
     """The training loop's chain, in its documented order: non-finite guard, global-norm
     clipping (if ``clip_global_norm`` is not ``None``), then ``transforms`` in order."""
     members: list = [NonFiniteGuard(nonfinite_policy)]

@@ -34,15 +34,15 @@ error reported) without stopping the search.
 This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
 """
 
-import math
-
-import keras_tuner
-
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.conversion import replace_batchnorm_layers
 from ga_tfx.models import wrap_model
 from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noqa: F401
+
+import math
+
+import keras_tuner
 
 
 def _declare(space, hp):
@@ -50,7 +50,9 @@ def _declare(space, hp):
     values = {"accum_steps": hp.Choice("accum_steps", space.accum_steps)}
     values["micro_batch_size"] = (
         hp.Choice("micro_batch_size", space.micro_batch_size)
-        if len(space.micro_batch_size) > 1 else space.micro_batch_size[0])
+        if len(space.micro_batch_size) > 1
+        else space.micro_batch_size[0]
+    )
     values["agc_clip_factor"] = None
     if space.agc_clip_factor is not None:
         low, high = space.agc_clip_factor
@@ -58,14 +60,13 @@ def _declare(space, hp):
             if hp.Boolean("agc", default=True):
                 with hp.conditional_scope("agc", [True]):
                     values["agc_clip_factor"] = hp.Float(
-                        "agc_clip_factor", low, high, sampling="log")
+                        "agc_clip_factor", low, high, sampling="log"
+                    )
         else:
-            values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high,
-                                                 sampling="log")
+            values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high, sampling="log")
     values["learning_rate"] = None
     if space.learning_rate is not None:
-        values["learning_rate"] = hp.Float("learning_rate", *space.learning_rate,
-                                           sampling="log")
+        values["learning_rate"] = hp.Float("learning_rate", *space.learning_rate, sampling="log")
     return values
 
 
@@ -88,8 +89,16 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
     ``samples_per_epoch / micro_batch_size`` micro-batches, which must be an integer).
     """
 
-    def __init__(self, build_model, search_space=None, replace_batchnorm=True,
-                 partial_window="apply", name=None, tunable=True, agc_clip_factor=None):
+    def __init__(
+        self,
+        build_model,
+        search_space=None,
+        replace_batchnorm=True,
+        partial_window="apply",
+        name=None,
+        tunable=True,
+        agc_clip_factor=None,
+    ):
         super().__init__(name=name, tunable=tunable)
         if not callable(build_model):
             raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}.")
@@ -102,11 +111,12 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         self.replace_batchnorm = replace_batchnorm
         self.partial_window = _validation.check_partial_window(partial_window)
         if agc_clip_factor is not None:
-            agc_clip_factor = _validation.check_positive_float(agc_clip_factor,
-                                                               "agc_clip_factor")
+            agc_clip_factor = _validation.check_positive_float(agc_clip_factor, "agc_clip_factor")
             if search_space.searches_agc():
-                raise ValueError("agc_clip_factor (a fixed factor) and a search space that "
-                                 "searches agc_clip_factor exclude each other.")
+                raise ValueError(
+                    "agc_clip_factor (a fixed factor) and a search space that "
+                    "searches agc_clip_factor exclude each other."
+                )
         self.agc_clip_factor = agc_clip_factor
 
     def build(self, hp):
@@ -115,37 +125,44 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             values["agc_clip_factor"] = self.agc_clip_factor
         model = self.build_model(hp)
         if not isinstance(model, keras.Model) or getattr(model, "optimizer", None) is None:
-            raise TypeError("build_model(hp) must return a compiled tf.keras Model, got "
-                            f"{model!r}.")
+            raise TypeError(
+                f"build_model(hp) must return a compiled tf.keras Model, got {model!r}."
+            )
         compile_config = model.get_compile_config()
         learning_rate = float(keras.backend.get_value(model.optimizer.learning_rate))
         if self.replace_batchnorm:
             model = replace_batchnorm_layers(model, accum_steps=values["accum_steps"])
-        wrapped = wrap_model(model, accum_steps=values["accum_steps"],
-                             partial_window=self.partial_window,
-                             agc_clip_factor=values["agc_clip_factor"])
+        wrapped = wrap_model(
+            model,
+            accum_steps=values["accum_steps"],
+            partial_window=self.partial_window,
+            agc_clip_factor=values["agc_clip_factor"],
+        )
         wrapped._ga_always_use_engine = True  # every trial counts its samples the same way
         wrapped.compile_from_config(compile_config)
         if values["learning_rate"] is not None:
             learning_rate = values["learning_rate"]
         effective = values["accum_steps"] * values["micro_batch_size"]
         wrapped.optimizer.learning_rate = self.search_space.scaled_learning_rate(
-            learning_rate, effective)
+            learning_rate, effective
+        )
         wrapped.ga_trial_values = dict(values, effective_batch_size=effective)
         return wrapped
 
-    def fit(self, hp, model, x=None, y=None, callbacks=None, samples_per_epoch=None,
-            **kwargs):
+    def fit(self, hp, model, x=None, y=None, callbacks=None, samples_per_epoch=None, **kwargs):
         values = model.ga_trial_values
         micro = values["micro_batch_size"]
         if samples_per_epoch is not None:
             if kwargs.get("steps_per_epoch") is not None:
                 raise ValueError("Give steps_per_epoch or samples_per_epoch, not both.")
-            samples_per_epoch = _validation.check_accum_steps(samples_per_epoch,
-                                                              "samples_per_epoch")
+            samples_per_epoch = _validation.check_accum_steps(
+                samples_per_epoch, "samples_per_epoch"
+            )
             if samples_per_epoch % micro:
-                raise ValueError(f"samples_per_epoch={samples_per_epoch} is not a whole number "
-                                 f"of micro-batches of {micro}.")
+                raise ValueError(
+                    f"samples_per_epoch={samples_per_epoch} is not a whole number "
+                    f"of micro-batches of {micro}."
+                )
             kwargs["steps_per_epoch"] = samples_per_epoch // micro
         if isinstance(x, tf.data.Dataset):
             x = x.batch(micro)
@@ -153,8 +170,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             x = x(micro)  # already micro-batches
         else:
             kwargs["batch_size"] = micro
-        callbacks = [_TrialRecorder(values["effective_batch_size"])] + list(
-            callbacks or [])
+        callbacks = [_TrialRecorder(values["effective_batch_size"])] + list(callbacks or [])
         try:
             return model.fit(x, y, callbacks=callbacks, **kwargs)
         except tf.errors.ResourceExhaustedError as error:
@@ -177,7 +193,8 @@ class _TrialRecorder(keras.callbacks.Callback):
         if loss is not None and not math.isfinite(float(loss)):
             raise keras_tuner.errors.FailedTrialError(
                 f"Loss became {float(loss)} at micro-batch {batch} (effective batch size "
-                f"{self.effective_batch_size}).")
+                f"{self.effective_batch_size})."
+            )
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:

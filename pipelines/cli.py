@@ -7,91 +7,130 @@
 ``ga-tfx <command> --help`` explains every flag.
 """
 
-import argparse
-import os
-import sys
-import traceback
-
 from ga_tfx._schema import Spec
 from ga_tfx._validation import ACCUM_STEPS
 from ga_tfx.components.trainer import preemption
 from ga_tfx.pipelines import options
 
+import argparse
+import os
+import sys
+import traceback
+
 SHIPPED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits")
 
 
 # Flags that are not pipeline options (where the run happens, the demo's own knobs).
-_WORKERS = Spec(int, "Beam DirectRunner workers: 1 in-memory, N > 1 or 0 (one per core) "
-                     "multi-processing", minimum=0)
+_WORKERS = Spec(
+    int,
+    "Beam DirectRunner workers: 1 in-memory, N > 1 or 0 (one per core) multi-processing",
+    minimum=0,
+)
 _POSITIVE = Spec(int, "a count", minimum=1)
 
 
 def _add_training_flags(parser):
-    options.add_flags(parser.add_argument_group(
-        "training (the ga-tfx Trainer and the optional Tuner)"))
+    options.add_flags(
+        parser.add_argument_group("training (the ga-tfx Trainer and the optional Tuner)")
+    )
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="ga-tfx", description="Gradient accumulation for Keras 2 and TFX pipelines.")
+        prog="ga-tfx", description="Gradient accumulation for Keras 2 and TFX pipelines."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
-        "run", help="run the digits pipeline on this machine (LocalDagRunner, Beam)",
+        "run",
+        help="run the digits pipeline on this machine (LocalDagRunner, Beam)",
         description="Runs CsvExampleGen, StatisticsGen, SchemaGen, ExampleValidator, "
-                    "Transform, [Tuner], the ga-tfx Trainer, Evaluator and Pusher on this "
-                    "machine and prints a summary. Re-running with the same --output-dir "
-                    "reuses cached outputs and resumes a Trainer that failed.")
-    run.add_argument("--data-root", default=SHIPPED_DATA,
-                     help="directory of CSV files (pixel_00..pixel_63, label); default: the "
-                          "shipped digits data")
-    run.add_argument("--output-dir", default="pipeline_output",
-                     help="holds root/ (artifacts), metadata.db and serving_model/ "
-                          "(default ./pipeline_output)")
-    run.add_argument("--pipeline-name", default=None,
-                     help="pipeline name in ML Metadata (default ga-tfx-digits, or ga-tfx-csv "
-                          "with --label)")
-    run.add_argument("--verbose", action="store_true",
-                     help="print every log line (absl, Beam, TensorFlow) on the console "
-                          "instead of the log file")
-    run.add_argument("--no-cache", action="store_true",
-                     help="re-run every component even if its inputs did not change")
-    run.add_argument("--direct-num-workers", type=options.flag_type("direct_num_workers", _WORKERS),
-                     default=1,
-                     help="Beam DirectRunner workers: 1 in-memory (default), N > 1 or 0 "
-                          "(one per core) multi-processing")
+        "Transform, [Tuner], the ga-tfx Trainer, Evaluator and Pusher on this "
+        "machine and prints a summary. Re-running with the same --output-dir "
+        "reuses cached outputs and resumes a Trainer that failed.",
+    )
+    run.add_argument(
+        "--data-root",
+        default=SHIPPED_DATA,
+        help="directory of CSV files (pixel_00..pixel_63, label); default: the shipped digits data",
+    )
+    run.add_argument(
+        "--output-dir",
+        default="pipeline_output",
+        help="holds root/ (artifacts), metadata.db and serving_model/ (default ./pipeline_output)",
+    )
+    run.add_argument(
+        "--pipeline-name",
+        default=None,
+        help="pipeline name in ML Metadata (default ga-tfx-digits, or ga-tfx-csv with --label)",
+    )
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every log line (absl, Beam, TensorFlow) on the console instead of the log file",
+    )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="re-run every component even if its inputs did not change",
+    )
+    run.add_argument(
+        "--direct-num-workers",
+        type=options.flag_type("direct_num_workers", _WORKERS),
+        default=1,
+        help="Beam DirectRunner workers: 1 in-memory (default), N > 1 or 0 "
+        "(one per core) multi-processing",
+    )
     _add_training_flags(run)
 
     compile_ = sub.add_parser(
-        "compile", help="compile the pipeline for Kubeflow Pipelines v2 (PipelineJob JSON)",
+        "compile",
+        help="compile the pipeline for Kubeflow Pipelines v2 (PipelineJob JSON)",
         description="Writes a PipelineJob JSON (KubeflowV2DagRunner) whose steps run in "
-                    "--image (built from docker/Dockerfile). Paths are as the cluster sees "
-                    "them.")
-    compile_.add_argument("--image", required=True,
-                          help="container image with TFX and ga-tfx (docker/Dockerfile)")
+        "--image (built from docker/Dockerfile). Paths are as the cluster sees "
+        "them.",
+    )
+    compile_.add_argument(
+        "--image", required=True, help="container image with TFX and ga-tfx (docker/Dockerfile)"
+    )
     compile_.add_argument("--pipeline-root", required=True, help="e.g. gs://bucket/root")
     compile_.add_argument("--data-root", required=True, help="e.g. gs://bucket/digits")
-    compile_.add_argument("--serving-dir", required=True,
-                          help="where the Pusher copies blessed models")
-    compile_.add_argument("--output", default="ga_tfx_digits_pipeline.json",
-                          help="the PipelineJob JSON to write (default "
-                               "ga_tfx_digits_pipeline.json)")
+    compile_.add_argument(
+        "--serving-dir", required=True, help="where the Pusher copies blessed models"
+    )
+    compile_.add_argument(
+        "--output",
+        default="ga_tfx_digits_pipeline.json",
+        help="the PipelineJob JSON to write (default ga_tfx_digits_pipeline.json)",
+    )
     compile_.add_argument("--pipeline-name", default="ga-tfx-digits")
     _add_training_flags(compile_)
 
     demo = sub.add_parser(
-        "demo", help="train on the digits data with accumulation and as big batches; compare",
+        "demo",
+        help="train on the digits data with accumulation and as big batches; compare",
         description="Trains a small CNN on scikit-learn's digits twice from the same initial "
-                    "weights, as big batches and with ga_tfx accumulation, and prints the "
-                    "largest weight difference.")
-    demo.add_argument("--accum-steps", type=options.flag_type("accum_steps", ACCUM_STEPS),
-                      default=8,
-                      help="micro-batches per optimizer update (default 8)")
-    demo.add_argument("--micro-batch", type=options.flag_type("micro_batch", _POSITIVE),
-                      default=16,
-                      help="micro-batch size (default 16)")
-    demo.add_argument("--epochs", type=options.flag_type("epochs", _POSITIVE), default=3,
-                      help="epochs (default 3)")
+        "weights, as big batches and with ga_tfx accumulation, and prints the "
+        "largest weight difference.",
+    )
+    demo.add_argument(
+        "--accum-steps",
+        type=options.flag_type("accum_steps", ACCUM_STEPS),
+        default=8,
+        help="micro-batches per optimizer update (default 8)",
+    )
+    demo.add_argument(
+        "--micro-batch",
+        type=options.flag_type("micro_batch", _POSITIVE),
+        default=16,
+        help="micro-batch size (default 16)",
+    )
+    demo.add_argument(
+        "--epochs",
+        type=options.flag_type("epochs", _POSITIVE),
+        default=3,
+        help="epochs (default 3)",
+    )
     return parser
 
 
@@ -107,22 +146,30 @@ def _run(args):
     failure = None
     with RunConsole(verbose=args.verbose) as console:
         try:
-            from absl import logging
             from ga_tfx.pipelines import local
+
+            from absl import logging
 
             logging.set_verbosity(logging.INFO)  # the component lines come from these logs
 
             def started():
                 log = console.keep_log(os.path.join(output_dir, "logs"), args.pipeline_name)
-                console.line(f"ga-tfx: pipeline {args.pipeline_name}"
-                             + (f" (full log: {log})" if log else ""))
+                console.line(
+                    f"ga-tfx: pipeline {args.pipeline_name}"
+                    + (f" (full log: {log})" if log else "")
+                )
 
             summary = local.run(
-                args.pipeline_name, os.path.join(output_dir, "root"), args.data_root,
-                os.path.join(output_dir, "serving_model"), training_options(args),
+                args.pipeline_name,
+                os.path.join(output_dir, "root"),
+                args.data_root,
+                os.path.join(output_dir, "serving_model"),
+                training_options(args),
                 metadata_path=os.path.join(output_dir, "metadata.db"),
-                enable_cache=not args.no_cache, direct_num_workers=args.direct_num_workers,
-                on_checked=started)
+                enable_cache=not args.no_cache,
+                direct_num_workers=args.direct_num_workers,
+                on_checked=started,
+            )
             console.line("")
             console.line(f"== ga-tfx pipeline {args.pipeline_name}: done ==")
             for line in summary.lines():
@@ -143,9 +190,11 @@ def _run(args):
             args.log_path = log_path
             raise failure  # main() prints it as the last line (exit status 2)
         lines = [line for line in str(failure).strip().splitlines() if line.strip()]
-        print(f"ga-tfx run: error: {type(failure).__name__}: "
-              f"{lines[0][:300] if lines else 'failed'} (full log: {log_path})",
-              file=sys.stderr)
+        print(
+            f"ga-tfx run: error: {type(failure).__name__}: "
+            f"{lines[0][:300] if lines else 'failed'} (full log: {log_path})",
+            file=sys.stderr,
+        )
         return 1
     print(f"full log: {log_path}", flush=True)
     raise failure  # main(): the interruption's one line, last
@@ -155,11 +204,14 @@ def _tuning_report(console, output_dir):
     """The trials of the run's search: a table on the console, a CSV and a plot on disk."""
     from ga_tfx.pipelines import pipeline, tuning_report
 
-    report = tuning_report.write(pipeline.trials_file(os.path.join(output_dir, "root")),
-                                 output_dir, pipeline.TUNER_OBJECTIVE)
+    report = tuning_report.write(
+        pipeline.trials_file(os.path.join(output_dir, "root")), output_dir, pipeline.TUNER_OBJECTIVE
+    )
     if report is None:
-        console.line("tuning:               no trial recorded (the Tuner was cached from a "
-                     "run before trial records)")
+        console.line(
+            "tuning:               no trial recorded (the Tuner was cached from a "
+            "run before trial records)"
+        )
         return
     console.line(f"tuning trials ({pipeline.TUNER_OBJECTIVE}, best first):")
     for line in report["lines"]:
@@ -171,8 +223,14 @@ def _compile(args):
     from ga_tfx.pipelines import kubeflow
 
     job = kubeflow.compile_pipeline(
-        args.output, args.image, args.pipeline_name, args.pipeline_root, args.data_root,
-        args.serving_dir, training_options(args))
+        args.output,
+        args.image,
+        args.pipeline_name,
+        args.pipeline_root,
+        args.data_root,
+        args.serving_dir,
+        training_options(args),
+    )
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
     print(f"wrote {args.output}: {len(tasks)} steps ({', '.join(tasks)}), image {args.image}")
     return 0
@@ -191,8 +249,11 @@ def main(argv=None):
         return 0
     except ValueError as error:  # bad data or settings: found before anything ran
         log_path = getattr(args, "log_path", None)
-        print(f"ga-tfx {args.command}: error: {error}"
-              + (f" (full log: {log_path})" if log_path else ""), file=sys.stderr)
+        print(
+            f"ga-tfx {args.command}: error: {error}"
+            + (f" (full log: {log_path})" if log_path else ""),
+            file=sys.stderr,
+        )
         return 2
     except Exception as error:  # SIGTERM/SIGINT: the Trainer saved a checkpoint and stopped
         return preemption.report_interruption(error)

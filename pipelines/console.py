@@ -64,8 +64,7 @@ class RunConsole:
             sys.stderr.flush()
             self._saved_fds = [os.dup(1), os.dup(2)]
             if self._stream is None:
-                out = self._own_stream = os.fdopen(os.dup(self._saved_fds[0]), "w",
-                                                   buffering=1)
+                out = self._own_stream = os.fdopen(os.dup(self._saved_fds[0]), "w", buffering=1)
             handle, path = tempfile.mkstemp(prefix="ga-tfx-", suffix=".log")
             os.close(handle)
             self._redirect(path)
@@ -172,8 +171,9 @@ class RunConsole:
         state = self._progress
         if state.get("label") != label:
             state.clear()
-            state.update(label=label, start=time.monotonic(), start_update=update - 1,
-                         printed=set())
+            state.update(
+                label=label, start=time.monotonic(), start_update=update - 1, printed=set()
+            )
         done = update - state["start_update"]
         elapsed = time.monotonic() - state["start"]
         remaining = (total - update) * elapsed / done if done > 0 else 0.0

@@ -15,6 +15,7 @@ Two layers:
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.pipelines import digits
 
 import logging
 import os
@@ -24,8 +25,6 @@ from absl import logging as absl_logging
 from tfx import v1 as tfx
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
-
-from ga_tfx.pipelines import digits
 
 # The file name ImportSchemaGen and SchemaGen give the schema (tfx.components.schema_gen).
 SCHEMA_FILE_NAME = "schema.pbtxt"
@@ -38,8 +37,7 @@ class DataError(ValueError):
 def _allowed(feature) -> str:
     """What the curated schema allows for ``feature`` (a schema_pb2.Feature), in words."""
     if feature.HasField("int_domain"):
-        return (f"integers {feature.int_domain.min}..{feature.int_domain.max}, one in every "
-                "row")
+        return f"integers {feature.int_domain.min}..{feature.int_domain.max}, one in every row"
     return "values of the schema's type, one in every row"
 
 
@@ -52,10 +50,15 @@ def anomaly_lines(anomalies, schema, split: str) -> List[str]:
     features = {feature.name: feature for feature in schema.feature}
     lines = []
     for column, info in sorted(anomalies.anomaly_info.items()):
-        found = "; ".join(reason.description or reason.short_description
-                          for reason in info.reason) or info.description
-        allowed = _allowed(features[column]) if column in features else (
-            f"only the columns {', '.join(sorted(features))}")
+        found = (
+            "; ".join(reason.description or reason.short_description for reason in info.reason)
+            or info.description
+        )
+        allowed = (
+            _allowed(features[column])
+            if column in features
+            else (f"only the columns {', '.join(sorted(features))}")
+        )
         lines.append(f"split {split!r}, column {column!r}: {found} (allowed: {allowed})")
     if anomalies.HasField("dataset_anomaly_info"):
         lines.append(f"split {split!r}: {anomalies.dataset_anomaly_info.description}")
@@ -87,9 +90,14 @@ def check(schema_uri: str, statistics, anomalies, effective_batch_size: int = 0)
         path = os.path.join(artifact_utils.get_split_uri([anomalies], split), "SchemaDiff.pb")
         problems += anomaly_lines(anomalies_util.load_anomalies_binary(path), schema, split)
     if problems:
-        raise DataError(f"bad data, stopped before Transform and training: {problems[0]}"
-                        + (f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})"
-                           if len(problems) > 1 else ""))
+        raise DataError(
+            f"bad data, stopped before Transform and training: {problems[0]}"
+            + (
+                f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})"
+                if len(problems) > 1
+                else ""
+            )
+        )
     warning = update_warning(counts.get("train"), effective_batch_size)
     if warning:
         absl_logging.warning("%s", warning)
@@ -100,10 +108,12 @@ def update_warning(train_examples: Optional[int], effective_batch_size: int) -> 
     """One line when one update takes more examples than the training split has."""
     if not train_examples or effective_batch_size <= train_examples:
         return None
-    return (f"warning: one optimizer update takes {effective_batch_size} examples (micro-batch "
-            f"x accum_steps) but the training split has {train_examples}: every update "
-            f"repeats examples about {effective_batch_size / train_examples:.1f} times; lower "
-            "the micro-batch or accum_steps.")
+    return (
+        f"warning: one optimizer update takes {effective_batch_size} examples (micro-batch "
+        f"x accum_steps) but the training split has {train_examples}: every update "
+        f"repeats examples about {effective_batch_size / train_examples:.1f} times; lower "
+        "the micro-batch or accum_steps."
+    )
 
 
 def largest_effective_batch(options) -> int:
@@ -122,14 +132,13 @@ def warn_before_run(rows: int, options) -> None:
 
 
 @tfx.dsl.components.component
-def DataCheck(schema: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Schema],
-              statistics: tfx.dsl.components.InputArtifact[
-                  tfx.types.standard_artifacts.ExampleStatistics],
-              anomalies: tfx.dsl.components.InputArtifact[
-                  tfx.types.standard_artifacts.ExampleAnomalies],
-              checked_schema: tfx.dsl.components.OutputArtifact[
-                  tfx.types.standard_artifacts.Schema],
-              effective_batch_size: tfx.dsl.components.Parameter[int] = 0) -> None:
+def DataCheck(
+    schema: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Schema],
+    statistics: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.ExampleStatistics],
+    anomalies: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.ExampleAnomalies],
+    checked_schema: tfx.dsl.components.OutputArtifact[tfx.types.standard_artifacts.Schema],
+    effective_batch_size: tfx.dsl.components.Parameter[int] = 0,
+) -> None:
     """The pipeline's gate: fails on ExampleValidator anomalies or an empty split (see
     :func:`check`); passes the checked schema on (``checked_schema``) for Transform and the
     Trainer."""

@@ -6,10 +6,10 @@ micro-batches of b accumulated over K. Prints both runs' update counts, accuraci
 largest weight difference.
 """
 
-import time
-
 import ga_tfx  # first: selects Keras 2
 from ga_tfx._keras import keras, tf
+
+import time
 
 import numpy as np
 
@@ -37,16 +37,20 @@ def build_model(seed):
 
 
 def _compile(model, learning_rate):
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
 
 
 def run_demo(accum_steps=8, micro_batch=16, epochs=3, learning_rate=3e-3, seed=0):
     tf.config.experimental.enable_op_determinism()
     x, y, x_test, y_test = load_digits_data()
-    print(f"digits: {len(x)} train / {len(x_test)} test images; micro-batch {micro_batch}, "
-          f"accum_steps {accum_steps} -> effective batch {micro_batch * accum_steps}")
+    print(
+        f"digits: {len(x)} train / {len(x_test)} test images; micro-batch {micro_batch}, "
+        f"accum_steps {accum_steps} -> effective batch {micro_batch * accum_steps}"
+    )
 
     big = build_model(seed)
     _compile(big, learning_rate)
@@ -60,12 +64,15 @@ def run_demo(accum_steps=8, micro_batch=16, epochs=3, learning_rate=3e-3, seed=0
     accumulating.fit(x, y, batch_size=micro_batch, epochs=epochs, shuffle=False, verbose=0)
     accum_seconds = time.perf_counter() - start
 
-    max_dw = max(float(np.max(np.abs(a - b)))
-                 for a, b in zip(big.get_weights(), accumulating.get_weights()))
+    max_dw = max(
+        float(np.max(np.abs(a - b))) for a, b in zip(big.get_weights(), accumulating.get_weights())
+    )
     rows = [("big batch", big, big_seconds), ("ga_tfx accumulation", accumulating, accum_seconds)]
     for name, model, seconds in rows:
         _, accuracy = model.evaluate(x_test, y_test, verbose=0)
-        print(f"{name:>20}: updates={int(model.optimizer.iterations):4d} "
-              f"test accuracy={accuracy:.4f} train time={seconds:.1f}s")
+        print(
+            f"{name:>20}: updates={int(model.optimizer.iterations):4d} "
+            f"test accuracy={accuracy:.4f} train time={seconds:.1f}s"
+        )
     print(f"max |w_accumulated - w_big_batch| = {max_dw:.3g}")
     return max_dw

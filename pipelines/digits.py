@@ -2,13 +2,12 @@
 
 The shipped data (``pipelines/data/digits/digits.csv``) holds 1797 real 8x8 images as
 ``pixel_00`` .. ``pixel_63`` (integers 0-16) and ``label`` (0-9). Referenced by dotted path
-(``ga_tfx.pipelines.digits.preprocessing_fn``, ``ga_tfx.pipelines.digits``), so nothing is packaged at run time
-and the same names work in the Kubeflow image.
+(``ga_tfx.pipelines.digits.preprocessing_fn``, ``ga_tfx.pipelines.digits``), so nothing is
+packaged at run time and the same names work in the Kubeflow image.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
-
 from ga_tfx.pipelines import csv_dir
 
 import csv
@@ -26,8 +25,9 @@ COLUMNS = PIXEL_KEYS + (RAW_LABEL_KEY,)
 PIXEL_RANGE = (0, 16)  # grey levels of the 8x8 images
 LABEL_RANGE = (0, CLASSES - 1)  # the known classes
 # The curated schema of the shipped data (ImportSchemaGen): the same ranges, every value required.
-SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                           "digits_schema.pbtxt")
+SCHEMA_FILE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "data", "digits_schema.pbtxt"
+)
 # CsvExampleGen's default split: hash buckets 2:1 (train:eval).
 TRAIN_FRACTION = 2 / 3
 
@@ -81,26 +81,34 @@ def check_csv_dir(data_root):
             reader = csv.reader(f)
             header = next(reader, None)
             if not header:
-                raise ValueError(f"{path} is empty: expected a header with the columns "
-                                 f"pixel_00..pixel_63, {RAW_LABEL_KEY}, then data rows.")
+                raise ValueError(
+                    f"{path} is empty: expected a header with the columns "
+                    f"pixel_00..pixel_63, {RAW_LABEL_KEY}, then data rows."
+                )
             header = [name.strip() for name in header]
             missing = [c for c in COLUMNS if c not in header]
             unexpected = [c for c in header if c not in COLUMNS]
             if missing or unexpected:
-                raise ValueError(f"{path} has the wrong columns: missing {missing}, "
-                                 f"unexpected {unexpected}; expected pixel_00..pixel_63 and "
-                                 f"{RAW_LABEL_KEY!r}.")
+                raise ValueError(
+                    f"{path} has the wrong columns: missing {missing}, "
+                    f"unexpected {unexpected}; expected pixel_00..pixel_63 and "
+                    f"{RAW_LABEL_KEY!r}."
+                )
             found = 0
             for cells in reader:
                 line = reader.line_num
                 if len(cells) != len(header):
-                    raise ValueError(f"{path}, line {line}: {len(cells)} cells, expected "
-                                     f"{len(header)} (one per column of the header).")
+                    raise ValueError(
+                        f"{path}, line {line}: {len(cells)} cells, expected "
+                        f"{len(header)} (one per column of the header)."
+                    )
                 for column, text in zip(header, cells):
                     problem = check_value(column, text)
                     if problem:
-                        raise ValueError(f"{path}, line {line}, column {column!r}: {problem}; "
-                                         f"allowed: {allowed(column)}.")
+                        raise ValueError(
+                            f"{path}, line {line}, column {column!r}: {problem}; "
+                            f"allowed: {allowed(column)}."
+                        )
                 found += 1
             if not found:
                 raise ValueError(f"{path} has a header but no data rows.")
@@ -114,18 +122,23 @@ def batch_warning(rows, effective_batch_size):
     train_rows = int(rows * TRAIN_FRACTION)
     if effective_batch_size <= train_rows:
         return None
-    return (f"warning: one optimizer update takes {effective_batch_size} examples (micro-batch "
-            f"x accum_steps) but the training split has about {train_rows} of {rows} rows: "
-            f"every update repeats rows about {effective_batch_size / max(train_rows, 1):.1f} "
-            "times; lower --micro-batch or --accum-steps.")
+    return (
+        f"warning: one optimizer update takes {effective_batch_size} examples (micro-batch "
+        f"x accum_steps) but the training split has about {train_rows} of {rows} rows: "
+        f"every update repeats rows about {effective_batch_size / max(train_rows, 1):.1f} "
+        "times; lower --micro-batch or --accum-steps."
+    )
 
 
 def preprocessing_fn(inputs):
     """Raw pixel columns -> one ``pixels_xf`` vector per image; the label as it is."""
-    pixels = tf.stack([tf.reshape(tf.cast(inputs[key], tf.float32), [-1])
-                       for key in PIXEL_KEYS], axis=1)
-    return {FEATURES_KEY: pixels / 16.0,
-            LABEL_KEY: tf.reshape(tf.cast(inputs[RAW_LABEL_KEY], tf.int64), [-1])}
+    pixels = tf.stack(
+        [tf.reshape(tf.cast(inputs[key], tf.float32), [-1]) for key in PIXEL_KEYS], axis=1
+    )
+    return {
+        FEATURES_KEY: pixels / 16.0,
+        LABEL_KEY: tf.reshape(tf.cast(inputs[RAW_LABEL_KEY], tf.int64), [-1]),
+    }
 
 
 def build_model(hparams):
@@ -146,7 +159,9 @@ def build_model(hparams):
     x = keras.layers.Flatten()(x)
     outputs = keras.layers.Dense(CLASSES, activation="softmax", name="probabilities")(x)
     model = keras.Model(inputs, outputs, name="digits_cnn")
-    model.compile(optimizer=keras.optimizers.Adam(float(hparams.get("learning_rate", 1e-2))),
-                  loss=keras.losses.SparseCategoricalCrossentropy(),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    model.compile(
+        optimizer=keras.optimizers.Adam(float(hparams.get("learning_rate", 1e-2))),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
     return model

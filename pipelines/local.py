@@ -6,6 +6,10 @@ Metadata, from the artifacts of the latest run (cached ones included).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.components.trainer import run_record
+from ga_tfx.components.trainer import settings as settings_lib
+from ga_tfx.pipelines import data_check, user_code
+from ga_tfx.pipelines import pipeline as pipeline_lib
 
 import dataclasses
 import json
@@ -17,11 +21,6 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 from tfx.utils import io_utils
 
-from ga_tfx.components.trainer import run_record
-from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.pipelines import data_check, user_code
-from ga_tfx.pipelines import pipeline as pipeline_lib
-
 
 def beam_args(direct_num_workers: int = 1) -> List[str]:
     """DirectRunner flags: in-memory for 1 worker, multi-processing for more (0: one per core).
@@ -32,8 +31,7 @@ def beam_args(direct_num_workers: int = 1) -> List[str]:
     """
     if direct_num_workers == 1:
         return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-    return ["--direct_running_mode=multi_processing",
-            f"--direct_num_workers={direct_num_workers}"]
+    return ["--direct_running_mode=multi_processing", f"--direct_num_workers={direct_num_workers}"]
 
 
 @dataclasses.dataclass
@@ -65,10 +63,18 @@ class RunSummary:
         ]
 
 
-def run(pipeline_name: str, pipeline_root: str, data_root: str, serving_model_dir: str,
-        options: pipeline_lib.TrainingOptions, *, metadata_path: Optional[str] = None,
-        enable_cache: bool = True, direct_num_workers: int = 1,
-        on_checked: Optional[Callable[[], Any]] = None) -> RunSummary:
+def run(
+    pipeline_name: str,
+    pipeline_root: str,
+    data_root: str,
+    serving_model_dir: str,
+    options: pipeline_lib.TrainingOptions,
+    *,
+    metadata_path: Optional[str] = None,
+    enable_cache: bool = True,
+    direct_num_workers: int = 1,
+    on_checked: Optional[Callable[[], Any]] = None,
+) -> RunSummary:
     """Checks the data, runs the pipeline with ``LocalDagRunner``, returns its summary.
 
     ``metadata_path`` (default ``<pipeline_root>/metadata.db``) is the SQLite ML Metadata
@@ -81,11 +87,18 @@ def run(pipeline_name: str, pipeline_root: str, data_root: str, serving_model_di
     config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
     config.sqlite.filename_uri = metadata_path
     config.sqlite.connection_mode = (
-        metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE)
+        metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+    )
     pipeline = pipeline_lib.create_pipeline(  # checks the options: nothing is written before
-        pipeline_name, pipeline_root, os.path.abspath(data_root), serving_model_dir, options,
-        metadata_connection_config=config, enable_cache=enable_cache,
-        beam_pipeline_args=beam_args(direct_num_workers))
+        pipeline_name,
+        pipeline_root,
+        os.path.abspath(data_root),
+        serving_model_dir,
+        options,
+        metadata_connection_config=config,
+        enable_cache=enable_cache,
+        beam_pipeline_args=beam_args(direct_num_workers),
+    )
     if on_checked is not None:  # e.g. the console moving its log into the output directory
         on_checked()
     os.makedirs(os.path.dirname(os.path.abspath(metadata_path)), exist_ok=True)
@@ -102,15 +115,23 @@ def summarize(connection_config) -> RunSummary:
     latest = max(runs, key=lambda context: (context.create_time_since_epoch, context.id))
     executions = store.get_executions_by_context(latest.id)
     node_type = store.get_context_type("node").id
-    cached = sorted(context.name.split(".")[-1]
-                    for e in executions if e.last_known_state == e.CACHED
-                    for context in store.get_contexts_by_execution(e.id)
-                    if context.type_id == node_type)
+    cached = sorted(
+        context.name.split(".")[-1]
+        for e in executions
+        if e.last_known_state == e.CACHED
+        for context in store.get_contexts_by_execution(e.id)
+        if context.type_id == node_type
+    )
     events = store.get_events_by_execution_ids([e.id for e in executions])
     artifacts = store.get_artifacts_by_id(
-        [event.artifact_id for event in events if event.type == event.OUTPUT])
-    type_names = {t.id: t.name for t in store.get_artifact_types_by_id(
-        sorted({artifact.type_id for artifact in artifacts}))}
+        [event.artifact_id for event in events if event.type == event.OUTPUT]
+    )
+    type_names = {
+        t.id: t.name
+        for t in store.get_artifact_types_by_id(
+            sorted({artifact.type_id for artifact in artifacts})
+        )
+    }
     outputs = {type_names[artifact.type_id]: artifact for artifact in artifacts}
 
     record = run_record.read(outputs["ModelRun"].uri) if "ModelRun" in outputs else None
@@ -123,11 +144,16 @@ def summarize(connection_config) -> RunSummary:
         hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
         metrics=_metrics(outputs.get("ModelEvaluation")),
         blessed=bool(blessing and blessing.custom_properties["blessed"].int_value),
-        pushed_model=(pushed.custom_properties["pushed_destination"].string_value
-                      if pushed and pushed.custom_properties["pushed"].int_value else None),
-        serving_model=(os.path.join(outputs["Model"].uri, "Format-Serving")
-                       if "Model" in outputs else None),
-        cached_components=cached)
+        pushed_model=(
+            pushed.custom_properties["pushed_destination"].string_value
+            if pushed and pushed.custom_properties["pushed"].int_value
+            else None
+        ),
+        serving_model=(
+            os.path.join(outputs["Model"].uri, "Format-Serving") if "Model" in outputs else None
+        ),
+        cached_components=cached,
+    )
 
 
 def _resumed_line(update):
@@ -146,6 +172,7 @@ def _metrics(artifact):
     if artifact is None:
         return {}
     import tensorflow_model_analysis as tfma
+
     result = tfma.load_eval_result(artifact.uri)
     found = {}
     for _, per_output in result.slicing_metrics:

@@ -6,13 +6,13 @@ beyond paths. Options that are Trainer settings or search-space fields reuse tho
 flags, their help and defaults are generated from these fields (:func:`add_flags`).
 """
 
-import argparse
-import dataclasses
-from typing import Any, Optional, Tuple
-
 from ga_tfx._schema import SettingError, Settings, Spec, defaults, like, setting, specs
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
 from ga_tfx.search_space import AccumulationSearchSpace
+
+import argparse
+import dataclasses
+from typing import Any, Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,57 +29,89 @@ class TrainingOptions(Settings):
 
     accum_steps: int = like(AccumulationSettings, "accum_steps", 4)
     micro_batch_size: int = like(AccumulationSettings, "micro_batch_size", 32)
-    train_updates: int = setting(60, kind=int, minimum=1,
-                                 help="optimizer updates (effective batches) to train")
+    train_updates: int = setting(
+        60, kind=int, minimum=1, help="optimizer updates (effective batches) to train"
+    )
     updates_per_epoch: Optional[int] = like(AccumulationSettings, "updates_per_epoch", 20)
     checkpoint_every_updates: int = like(  # the Trainer's defaults: one declaration
-        AccumulationSettings, "checkpoint_every_updates",
-        defaults(AccumulationSettings)["checkpoint_every_updates"])
+        AccumulationSettings,
+        "checkpoint_every_updates",
+        defaults(AccumulationSettings)["checkpoint_every_updates"],
+    )
     checkpoint_every_seconds: float = like(
-        AccumulationSettings, "checkpoint_every_seconds",
-        defaults(AccumulationSettings)["checkpoint_every_seconds"])
-    eval_steps: int = setting(8, kind=int, minimum=1,
-                              help="evaluation micro-batches after each epoch")
+        AccumulationSettings,
+        "checkpoint_every_seconds",
+        defaults(AccumulationSettings)["checkpoint_every_seconds"],
+    )
+    eval_steps: int = setting(
+        8, kind=int, minimum=1, help="evaluation micro-batches after each epoch"
+    )
     agc_clip_factor: Optional[float] = like(AccumulationSettings, "agc_clip_factor", 0.08)
     strategy: str = like(AccumulationSettings, "strategy", "auto")
     min_accuracy: float = setting(
-        0.8, kind=float, above=0, maximum=1,
+        0.8,
+        kind=float,
+        above=0,
+        maximum=1,
         help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
-             "least this")
+        "least this",
+    )
     label: Optional[str] = setting(
-        None, kind=str, optional=True,
+        None,
+        kind=str,
+        optional=True,
         help="the label column of your own CSV files (--data-root): trains the generic "
-             "model of ga_tfx.pipelines.tabular; None: the shipped digits pipeline")
-    task: str = setting("classification", kind=str, choices=("classification", "regression"),
-                        help="what --label is: classes (accuracy) or a number (RMSE, MAE)")
+        "model of ga_tfx.pipelines.tabular; None: the shipped digits pipeline",
+    )
+    task: str = setting(
+        "classification",
+        kind=str,
+        choices=("classification", "regression"),
+        help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
+    )
     module_file: Optional[str] = setting(
-        None, kind=str, optional=True,
+        None,
+        kind=str,
+        optional=True,
         help="your own TFX module file for --label data: preprocessing_fn(inputs[, "
-             "custom_config]) and build_model(hparams[, transform_output]) (None: the "
-             "generic module)")
+        "custom_config]) and build_model(hparams[, transform_output]) (None: the "
+        "generic module)",
+    )
     max_rmse: Optional[float] = setting(
-        None, kind=float, above=0, optional=True,
+        None,
+        kind=float,
+        above=0,
+        optional=True,
         help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
-             "(None: no threshold)")
-    tune: bool = setting(False, kind=bool,
-                         help="add a Tuner searching accum steps and the AGC clip factor; its "
-                              "best values override --accum-steps/--agc-clip-factor")
-    search_accum_steps: Tuple[int, ...] = like(AccumulationSearchSpace, "accum_steps",
-                                               (1, 2, 4))
+        "(None: no threshold)",
+    )
+    tune: bool = setting(
+        False,
+        kind=bool,
+        help="add a Tuner searching accum steps and the AGC clip factor; its "
+        "best values override --accum-steps/--agc-clip-factor",
+    )
+    search_accum_steps: Tuple[int, ...] = like(AccumulationSearchSpace, "accum_steps", (1, 2, 4))
     search_agc_clip_factor: Optional[Tuple[float, ...]] = like(
-        AccumulationSearchSpace, "agc_clip_factor", (0.01, 0.16))
+        AccumulationSearchSpace, "agc_clip_factor", (0.01, 0.16)
+    )
     tuning_trials: int = setting(3, kind=int, minimum=1, help="Tuner trials")
     tuning_updates: int = setting(
-        10, kind=int, minimum=1,
+        10,
+        kind=int,
+        minimum=1,
         help="updates of the trial with the largest effective batch; every trial sees as "
-             "many examples")
+        "many examples",
+    )
 
     def __post_init__(self):
         super().__post_init__()
         check_updates(self.train_updates, self.updates_per_epoch)
         if self.label is None and (self.module_file or self.task != "classification"):
-            raise SettingError("module_file and task apply to your own CSV data: give its "
-                               "label column with label (--label COLUMN).")
+            raise SettingError(
+                "module_file and task apply to your own CSV data: give its "
+                "label column with label (--label COLUMN)."
+            )
 
 
 # ---------------------------------------------------------------------- command-line flags
@@ -89,6 +121,7 @@ def flag_type(name: str, spec: Spec):
             return spec.parse(name, text)
         except SettingError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+
     parse.__name__ = spec.kind.__name__  # argparse names the type in its messages
     return parse
 
@@ -109,20 +142,31 @@ def add_flags(group: Any, cls: type = TrainingOptions) -> None:
             continue
         default = values.get(name)
         if spec.kind is bool and not spec.many:  # argparse adds "(default: ...)" itself
-            group.add_argument(flag, dest=name, default=default,
-                               action=argparse.BooleanOptionalAction, help=spec.help)
+            group.add_argument(
+                flag,
+                dest=name,
+                default=default,
+                action=argparse.BooleanOptionalAction,
+                help=spec.help,
+            )
             continue
         help_text = f"{spec.help} (default {_shown(default)})"
-        metavar = (None if spec.choices else
-                   f"{name.upper()},..." if spec.many else name.upper())
-        group.add_argument(flag, dest=name, default=default, metavar=metavar,
-                           choices=spec.choices, type=flag_type(name, spec), help=help_text)
+        metavar = None if spec.choices else f"{name.upper()},..." if spec.many else name.upper()
+        group.add_argument(
+            flag,
+            dest=name,
+            default=default,
+            metavar=metavar,
+            choices=spec.choices,
+            type=flag_type(name, spec),
+            help=help_text,
+        )
         if spec.off_flag:
-            group.add_argument(spec.off_flag, dest=name, action="store_const", const=None,
-                               help=f"turn {name} off")
+            group.add_argument(
+                spec.off_flag, dest=name, action="store_const", const=None, help=f"turn {name} off"
+            )
 
 
 def from_flags(args: argparse.Namespace, cls: type = TrainingOptions) -> Any:
     """The options the parsed flags describe (checked again as a whole, e.g. updates)."""
-    return cls(**{name: getattr(args, name) for name in specs(cls)
-                  if hasattr(args, name)})
+    return cls(**{name: getattr(args, name) for name in specs(cls) if hasattr(args, name)})

@@ -35,7 +35,8 @@ def _dense(value, default):
     """A [batch, 1] dense tensor from a dense or sparse (missing values) input column."""
     if isinstance(value, tf.SparseTensor):
         value = tf.sparse.to_dense(
-            tf.SparseTensor(value.indices, value.values, [value.dense_shape[0], 1]), default)
+            tf.SparseTensor(value.indices, value.values, [value.dense_shape[0], 1]), default
+        )
     if value.shape.rank == 1:
         value = tf.expand_dims(value, -1)
     return value
@@ -53,21 +54,28 @@ def preprocessing_fn(inputs: Mapping[str, Any], custom_config: Dict[str, Any]):
         value = inputs[name]
         if value.dtype == tf.string:
             ids = tft.compute_and_apply_vocabulary(
-                _dense(value, ""), top_k=TOP_K, num_oov_buckets=1,
-                vocab_filename=f"vocabulary_{name}")
+                _dense(value, ""),
+                top_k=TOP_K,
+                num_oov_buckets=1,
+                vocab_filename=f"vocabulary_{name}",
+            )
             parts.append(tf.one_hot(tf.squeeze(ids, -1), TOP_K + 1, dtype=tf.float32))
         else:
             numbers = tf.cast(_dense(value, tf.cast(0, value.dtype)), tf.float32)
             parts.append(tft.scale_to_z_score(numbers))
-    raw_label = tf.squeeze(_dense(inputs[label], "" if inputs[label].dtype == tf.string
-                                  else tf.cast(0, inputs[label].dtype)), -1)
+    raw_label = tf.squeeze(
+        _dense(
+            inputs[label],
+            "" if inputs[label].dtype == tf.string else tf.cast(0, inputs[label].dtype),
+        ),
+        -1,
+    )
     if task == "regression":
         label_out = tf.cast(raw_label, tf.float32)
     else:
         if raw_label.dtype != tf.string:
             raw_label = tf.strings.as_string(raw_label)
-        label_out = tft.compute_and_apply_vocabulary(raw_label,
-                                                     vocab_filename=LABEL_VOCABULARY)
+        label_out = tft.compute_and_apply_vocabulary(raw_label, vocab_filename=LABEL_VOCABULARY)
     return {FEATURES_KEY: tf.concat(parts, axis=-1), LABEL_KEY: label_out}
 
 
@@ -78,9 +86,11 @@ def build_model(hparams: Dict[str, Any], transform_output=None):
     classification when the Transform output has a label vocabulary), ``seed`` (default 0).
     """
     if transform_output is None:
-        raise ValueError("ga_tfx.pipelines.tabular.build_model needs the Transform output "
-                         "(the feature width and the label's classes): train it with a "
-                         "transform_graph.")
+        raise ValueError(
+            "ga_tfx.pipelines.tabular.build_model needs the Transform output "
+            "(the feature width and the label's classes): train it with a "
+            "transform_graph."
+        )
     width = transform_output.transformed_feature_spec()[FEATURES_KEY].shape[-1]
     classes = _classes(transform_output)
     task = hparams.get("task") or ("classification" if classes else "regression")
@@ -96,8 +106,14 @@ def build_model(hparams: Dict[str, Any], transform_output=None):
     if task == "regression":
         outputs = keras.layers.Dense(1, name="prediction")(x)
         model = keras.Model(inputs, outputs)
-        model.compile(optimizer, loss="mse", metrics=[keras.metrics.RootMeanSquaredError(
-            name="rmse"), keras.metrics.MeanAbsoluteError(name="mae")])
+        model.compile(
+            optimizer,
+            loss="mse",
+            metrics=[
+                keras.metrics.RootMeanSquaredError(name="rmse"),
+                keras.metrics.MeanAbsoluteError(name="mae"),
+            ],
+        )
         return model
     outputs = keras.layers.Dense(classes, activation="softmax", name="probabilities")(x)
     model = keras.Model(inputs, outputs)
@@ -121,9 +137,9 @@ def check_csv_dir(data_root: str, label: str) -> int:
     found are listed), a header without data rows, a row with another number of cells, an
     empty label cell. Column types are left to TFX's schema inference.
     """
-    import csv
-
     from ga_tfx.pipelines import csv_dir
+
+    import csv
 
     files = csv_dir.csv_files(data_root, "CSV file(s) with a header")
     first_header, rows = None, 0
@@ -134,19 +150,27 @@ def check_csv_dir(data_root: str, label: str) -> int:
             if not header:
                 raise ValueError(f"{path} is empty: expected a header line, then data rows.")
             if label not in header:
-                raise ValueError(f"{path} has no label column {label!r}; its columns: "
-                                 f"{header}. Pass --label with one of them.")
+                raise ValueError(
+                    f"{path} has no label column {label!r}; its columns: "
+                    f"{header}. Pass --label with one of them."
+                )
             if first_header is not None and header != first_header:
-                raise ValueError(f"{path} has the columns {header}, but {files[0]} has "
-                                 f"{first_header}: all CSV files must share one header.")
+                raise ValueError(
+                    f"{path} has the columns {header}, but {files[0]} has "
+                    f"{first_header}: all CSV files must share one header."
+                )
             first_header, index, found = header, header.index(label), 0
             for cells in reader:
                 if len(cells) != len(header):
-                    raise ValueError(f"{path}, line {reader.line_num}: {len(cells)} cells, "
-                                     f"expected {len(header)} (one per column of the header).")
+                    raise ValueError(
+                        f"{path}, line {reader.line_num}: {len(cells)} cells, "
+                        f"expected {len(header)} (one per column of the header)."
+                    )
                 if not cells[index].strip():
-                    raise ValueError(f"{path}, line {reader.line_num}, column {label!r}: empty "
-                                     "label cell; every example needs a label.")
+                    raise ValueError(
+                        f"{path}, line {reader.line_num}, column {label!r}: empty "
+                        "label cell; every example needs a label."
+                    )
                 found += 1
             if not found:
                 raise ValueError(f"{path} has a header but no data rows.")

@@ -15,8 +15,16 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-COLUMNS = ("trial", "accum_steps", "micro_batch", "effective_batch", "agc_clip_factor",
-           "learning_rate", "score", "status")
+COLUMNS = (
+    "trial",
+    "accum_steps",
+    "micro_batch",
+    "effective_batch",
+    "agc_clip_factor",
+    "learning_rate",
+    "score",
+    "status",
+)
 
 
 def read_trials(path: str) -> List[Dict[str, Any]]:
@@ -39,13 +47,21 @@ def rows(records: Sequence[Dict[str, Any]], maximize: bool) -> List[Dict[str, An
         values, metrics = record.get("values", {}), record.get("metrics", {})
         accum, micro = values.get("accum_steps"), values.get("micro_batch_size")
         effective = metrics.get("effective_batch_size") or (
-            accum * micro if accum and micro else None)
+            accum * micro if accum and micro else None
+        )
         agc = values.get("agc_clip_factor") if values.get("agc", True) else None
-        table.append({
-            "trial": record["trial_id"], "accum_steps": accum, "micro_batch": micro,
-            "effective_batch": None if effective is None else int(effective),
-            "agc_clip_factor": agc, "learning_rate": values.get("learning_rate"),
-            "score": record.get("score"), "status": record.get("status", "?")})
+        table.append(
+            {
+                "trial": record["trial_id"],
+                "accum_steps": accum,
+                "micro_batch": micro,
+                "effective_batch": None if effective is None else int(effective),
+                "agc_clip_factor": agc,
+                "learning_rate": values.get("learning_rate"),
+                "score": record.get("score"),
+                "status": record.get("status", "?"),
+            }
+        )
     scored = [r for r in table if r["score"] is not None]
     others = [r for r in table if r["score"] is None]
     scored.sort(key=lambda r: r["score"], reverse=maximize)
@@ -64,8 +80,9 @@ def table_lines(table: Sequence[Dict[str, Any]]) -> List[str]:
     """The rows as aligned text lines (a header first)."""
     cells = [list(COLUMNS)] + [[_shown(row[c]) for c in COLUMNS] for row in table]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-            for line in cells]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells
+    ]
 
 
 def write(trials_path: str, output_dir: str, objective: str) -> Optional[Dict[str, Any]]:
@@ -99,19 +116,36 @@ def plot(table: Sequence[Dict[str, Any]], path: str, objective: str) -> None:
     with_agc = [r for r in done if r["agc_clip_factor"] is not None]
     without = [r for r in done if r["agc_clip_factor"] is None]
     if without:
-        axes.scatter([r["effective_batch"] for r in without], [r["score"] for r in without],
-                     c="0.6", s=60, edgecolors="k", label="AGC off")
+        axes.scatter(
+            [r["effective_batch"] for r in without],
+            [r["score"] for r in without],
+            c="0.6",
+            s=60,
+            edgecolors="k",
+            label="AGC off",
+        )
     if with_agc:
-        points = axes.scatter([r["effective_batch"] for r in with_agc],
-                              [r["score"] for r in with_agc],
-                              c=[r["agc_clip_factor"] for r in with_agc], cmap="viridis",
-                              s=60, edgecolors="k", label="AGC on")
+        points = axes.scatter(
+            [r["effective_batch"] for r in with_agc],
+            [r["score"] for r in with_agc],
+            c=[r["agc_clip_factor"] for r in with_agc],
+            cmap="viridis",
+            s=60,
+            edgecolors="k",
+            label="AGC on",
+        )
         figure.colorbar(points, ax=axes, label="AGC clip factor")
     failed = [r for r in table if r["score"] is None and r["effective_batch"]]
     if failed:
         bottom = min([r["score"] for r in done], default=0.0)
-        axes.scatter([r["effective_batch"] for r in failed], [bottom] * len(failed),
-                     marker="x", c="red", s=60, label="failed")
+        axes.scatter(
+            [r["effective_batch"] for r in failed],
+            [bottom] * len(failed),
+            marker="x",
+            c="red",
+            s=60,
+            label="failed",
+        )
     batches = sorted({r["effective_batch"] for r in table if r["effective_batch"]})
     if batches:
         axes.set_xscale("log", base=2)

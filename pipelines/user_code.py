@@ -1,11 +1,11 @@
 """Which user code a pipeline runs: the shipped digits code, the generic CSV code, or a module
 file of the user's own (standard library only; the pipeline and the CLI's data check read it)."""
 
-import dataclasses
-from typing import Any, Dict, Optional
-
 from ga_tfx.pipelines import digits, tabular
 from ga_tfx.pipelines.options import TrainingOptions
+
+import dataclasses
+from typing import Any, Dict, Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +42,13 @@ class UserCode:
         return tabular.check_csv_dir(data_root, self.raw_label_key)
 
 
-DIGITS = UserCode(label_key=digits.LABEL_KEY, raw_label_key=digits.RAW_LABEL_KEY,
-                  preprocessing_fn="ga_tfx.pipelines.digits.preprocessing_fn",
-                  model_fn="ga_tfx.pipelines.digits", curated_schema=digits.SCHEMA_FILE)
+DIGITS = UserCode(
+    label_key=digits.LABEL_KEY,
+    raw_label_key=digits.RAW_LABEL_KEY,
+    preprocessing_fn="ga_tfx.pipelines.digits.preprocessing_fn",
+    model_fn="ga_tfx.pipelines.digits",
+    curated_schema=digits.SCHEMA_FILE,
+)
 
 
 def for_options(options: TrainingOptions) -> UserCode:
@@ -54,13 +58,21 @@ def for_options(options: TrainingOptions) -> UserCode:
         return DIGITS
     config = {tabular.LABEL_CONFIG: options.label, tabular.TASK_CONFIG: options.task}
     if options.module_file:
-        return UserCode(label_key=_module_label_key(options.module_file),
-                        raw_label_key=options.label,
-                        task=options.task, module_file=options.module_file,
-                        transform_config=config)
-    return UserCode(label_key=tabular.LABEL_KEY, raw_label_key=options.label,
-                    task=options.task, preprocessing_fn="ga_tfx.pipelines.tabular.preprocessing_fn",
-                    model_fn="ga_tfx.pipelines.tabular", transform_config=config)
+        return UserCode(
+            label_key=_module_label_key(options.module_file),
+            raw_label_key=options.label,
+            task=options.task,
+            module_file=options.module_file,
+            transform_config=config,
+        )
+    return UserCode(
+        label_key=tabular.LABEL_KEY,
+        raw_label_key=options.label,
+        task=options.task,
+        preprocessing_fn="ga_tfx.pipelines.tabular.preprocessing_fn",
+        model_fn="ga_tfx.pipelines.tabular",
+        transform_config=config,
+    )
 
 
 def _module_label_key(module_file: str) -> str:
@@ -76,8 +88,10 @@ def _module_label_key(module_file: str) -> str:
     spec.loader.exec_module(module)
     for name in ("preprocessing_fn", "build_model"):
         if not callable(getattr(module, name, None)):
-            raise ValueError(f"module_file {module_file!r} defines no {name}(): the ga-tfx "
-                             "pipeline needs preprocessing_fn(inputs[, custom_config]) for "
-                             "Transform and build_model(hparams[, transform_output]) returning "
-                             "a compiled tf.keras model for the Trainer.")
+            raise ValueError(
+                f"module_file {module_file!r} defines no {name}(): the ga-tfx "
+                "pipeline needs preprocessing_fn(inputs[, custom_config]) for "
+                "Transform and build_model(hparams[, transform_output]) returning "
+                "a compiled tf.keras model for the Trainer."
+            )
     return getattr(module, "LABEL_KEY", tabular.LABEL_KEY)

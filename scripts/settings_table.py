@@ -35,27 +35,33 @@ def tables():
 def render(text):
     """``text`` with every marked table replaced by the generated one."""
     for name, table in tables().items():
-        pattern = re.compile(rf"(<!-- settings:{name} -->\n).*?(<!-- /settings:{name} -->)",
-                             re.S)
+        pattern = re.compile(rf"(<!-- settings:{name} -->\n).*?(<!-- /settings:{name} -->)", re.S)
         if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- settings:{name} --> ... "
-                             f"<!-- /settings:{name} --> block.")
-        text = pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
+            raise SystemExit(
+                f"README.md has no <!-- settings:{name} --> ... <!-- /settings:{name} --> block."
+            )
+        text = pattern.sub(lambda m, table=table: m.group(1) + table + "\n" + m.group(2), text)
     return text
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if README.md differs from the declarations")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="do not write; exit 1 if README.md differs from the declarations",
+    )
     args = parser.parse_args(argv)
     with open(README) as f:
         current = f.read()
     wanted = render(current)
     if args.check:
         if wanted != current:
-            print("README.md settings tables are out of date: run "
-                  "`.venv/bin/python scripts/settings_table.py`.", file=sys.stderr)
+            print(
+                "README.md settings tables are out of date: run "
+                "`.venv/bin/python scripts/settings_table.py`.",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if wanted != current:

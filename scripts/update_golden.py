@@ -23,19 +23,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if the golden is out of date")
+    parser.add_argument(
+        "--check", action="store_true", help="do not write; exit 1 if the golden is out of date"
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, ROOT)
     import ga_tfx  # noqa: F401  (first import: Keras 2)
+
     from tests import test_kubeflow_pipeline as kfp_test
 
     with tempfile.TemporaryDirectory() as directory:
         job = kfp_test.compile_job(directory, kfp_test.GOLDEN_OPTIONS)
         text = kfp_test.dump(kfp_test.normalize(job, [directory]))
     old = open(kfp_test.GOLDEN).read() if os.path.exists(kfp_test.GOLDEN) else ""
-    diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
-                                        "golden (before)", "golden (now)", n=2))
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(True), text.splitlines(True), "golden (before)", "golden (now)", n=2
+        )
+    )
     if not diff:
         print(f"{os.path.relpath(kfp_test.GOLDEN, ROOT)} is up to date")
         return 0

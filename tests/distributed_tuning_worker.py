@@ -10,6 +10,7 @@ also imports :func:`make_tuner` and :func:`data` for the single-process search i
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras
+from ga_tfx.tuning import AccumulationHyperModel
 
 import argparse
 import json
@@ -17,10 +18,8 @@ import os
 import time
 import types
 
-import numpy as np
 import keras_tuner as kt
-
-from ga_tfx.tuning import AccumulationHyperModel
+import numpy as np
 
 SPACE = {"accum_steps": [1, 2, 4], "micro_batch_size": 8}
 MAX_TRIALS = 3
@@ -32,15 +31,18 @@ def build_model(hp):
     inputs = keras.Input((8,))
     h = keras.layers.Dense(8, activation="relu")(inputs)
     model = keras.Model(inputs, keras.layers.Dense(3)(h))
-    model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model
 
 
 def data():
     rng = np.random.default_rng(0)
-    return (rng.normal(size=(SAMPLES, 8)).astype("float32"),
-            rng.integers(0, 3, SAMPLES).astype("int64"))
+    return (
+        rng.normal(size=(SAMPLES, 8)).astype("float32"),
+        rng.integers(0, 3, SAMPLES).astype("int64"),
+    )
 
 
 class RecordingRandomSearch(kt.RandomSearch):
@@ -56,34 +58,48 @@ class RecordingRandomSearch(kt.RandomSearch):
 
 
 def make_tuner(directory):
-    return RecordingRandomSearch(AccumulationHyperModel(build_model, SPACE), objective="loss",
-                                 max_trials=MAX_TRIALS, seed=1, directory=directory,
-                                 project_name="distributed", overwrite=True)
+    return RecordingRandomSearch(
+        AccumulationHyperModel(build_model, SPACE),
+        objective="loss",
+        max_trials=MAX_TRIALS,
+        seed=1,
+        directory=directory,
+        project_name="distributed",
+        overwrite=True,
+    )
 
 
 def summary(tuner):
     """What the (chief's) oracle holds, JSON-ready."""
     trials = []
     for trial in tuner.oracle.trials.values():
-        trials.append({
-            "trial_id": trial.trial_id, "status": trial.status,
-            "values": dict(trial.hyperparameters.values),
-            "metrics": {name: trial.metrics.get_last_value(name)
-                        for name in trial.metrics.metrics}})
+        trials.append(
+            {
+                "trial_id": trial.trial_id,
+                "status": trial.status,
+                "values": dict(trial.hyperparameters.values),
+                "metrics": {
+                    name: trial.metrics.get_last_value(name) for name in trial.metrics.metrics
+                },
+            }
+        )
     best = tuner.oracle.get_best_trials(1)[0]
-    return {"trials": trials,
-            "space": sorted(hp.name for hp in tuner.oracle.hyperparameters.space),
-            "best_values": dict(best.hyperparameters.values),
-            "best_metrics": {name: best.metrics.get_last_value(name)
-                             for name in best.metrics.metrics}}
+    return {
+        "trials": trials,
+        "space": sorted(hp.name for hp in tuner.oracle.hyperparameters.space),
+        "best_values": dict(best.hyperparameters.values),
+        "best_metrics": {name: best.metrics.get_last_value(name) for name in best.metrics.metrics},
+    }
 
 
 def _barrier(directory, tuner_id, workers, timeout=120):
     """Waits until every worker is ready to search (so that each gets a trial)."""
     open(os.path.join(directory, f"ready-{tuner_id}"), "w").close()
     deadline = time.monotonic() + timeout
-    while (len([f for f in os.listdir(directory) if f.startswith("ready-")]) < workers
-           and time.monotonic() < deadline):
+    while (
+        len([f for f in os.listdir(directory) if f.startswith("ready-")]) < workers
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
 
 
@@ -101,6 +117,7 @@ def main():
         # Keras Tuner's chief checks every 30 s whether the search has ended; poll faster here
         # so the test does not idle (nothing else changes).
         from keras_tuner.src.distribute import oracle_chief
+
         oracle_chief.time = types.SimpleNamespace(sleep=lambda s: time.sleep(min(s, 0.5)))
         tuner.search(x, y, epochs=1, verbose=0)  # serves the oracle until the search ends
         result = summary(tuner)

@@ -1,9 +1,9 @@
 """Shared helpers: small models, data, and weight-level comparisons."""
 
-import numpy as np
-
 import ga_tfx
 from ga_tfx._keras import keras, tf
+
+import numpy as np
 
 SEED = 1234
 
@@ -35,8 +35,19 @@ def sparse_ce():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def train_pair(build, make_optimizer, x, y, micro_batch, accum_steps, epochs=2,
-               compile_kwargs=None, fit_kwargs=None, loss=None, wrap_kwargs=None):
+def train_pair(
+    build,
+    make_optimizer,
+    x,
+    y,
+    micro_batch,
+    accum_steps,
+    epochs=2,
+    compile_kwargs=None,
+    fit_kwargs=None,
+    loss=None,
+    wrap_kwargs=None,
+):
     """Trains ``build()`` as big batches of K*b and, wrapped, as micro-batches of b.
 
     Returns ``(big_batch_model, accumulation_model)``.
@@ -46,12 +57,18 @@ def train_pair(build, make_optimizer, x, y, micro_batch, accum_steps, epochs=2,
     loss = loss if loss is not None else sparse_ce()
     big = build()
     big.compile(optimizer=make_optimizer(), loss=loss, **compile_kwargs)
-    big.fit(x, y, batch_size=micro_batch * accum_steps, epochs=epochs, shuffle=False,
-            verbose=0, **fit_kwargs)
+    big.fit(
+        x,
+        y,
+        batch_size=micro_batch * accum_steps,
+        epochs=epochs,
+        shuffle=False,
+        verbose=0,
+        **fit_kwargs,
+    )
     acc = ga_tfx.wrap_model(build(), accum_steps=accum_steps, **(wrap_kwargs or {}))
     acc.compile(optimizer=make_optimizer(), loss=loss, **compile_kwargs)
-    acc.fit(x, y, batch_size=micro_batch, epochs=epochs, shuffle=False, verbose=0,
-            **fit_kwargs)
+    acc.fit(x, y, batch_size=micro_batch, epochs=epochs, shuffle=False, verbose=0, **fit_kwargs)
     return big, acc
 
 
@@ -74,6 +91,7 @@ def two_replica_strategy(cross_device_ops=None):
     """
     strategy = tf.distribute.MirroredStrategy(
         ["/cpu:0", "/cpu:1"],
-        cross_device_ops=cross_device_ops or tf.distribute.ReductionToOneDevice())
+        cross_device_ops=cross_device_ops or tf.distribute.ReductionToOneDevice(),
+    )
     assert strategy.num_replicas_in_sync == 2
     return strategy

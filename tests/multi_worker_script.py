@@ -12,6 +12,8 @@ operation runs, as it must be, and serves every training of the process.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.components.trainer import Executor, distribution, run_fn, user_module
+from ga_tfx.components.trainer import settings as settings_lib
 
 import functools
 import os
@@ -19,8 +21,6 @@ import sys
 
 import numpy as np
 
-from ga_tfx.components.trainer import Executor, distribution, run_fn, user_module
-from ga_tfx.components.trainer import settings as settings_lib
 from tests.test_trainer_component import _artifacts, _exec_properties
 
 
@@ -32,11 +32,18 @@ def hyperparameters(optimizer):
 def train(out, module_file, strategy, micro_batch_size, accum_steps, updates, optimizer):
     """Trains through ``train_and_export``; returns the path of the saved weights."""
     inputs, outputs = _artifacts(out, hyperparameters(optimizer))
-    props = _exec_properties(module_file, num_steps=updates, eval_steps=0,
-                             accum_steps=accum_steps, micro_batch_size=micro_batch_size,
-                             strategy=strategy, updates_per_epoch=1)
-    settings = settings_lib.from_dict({name: props[name] for name in settings_lib.field_names()
-                                       if props.get(name) is not None})
+    props = _exec_properties(
+        module_file,
+        num_steps=updates,
+        eval_steps=0,
+        accum_steps=accum_steps,
+        micro_batch_size=micro_batch_size,
+        strategy=strategy,
+        updates_per_epoch=1,
+    )
+    settings = settings_lib.from_dict(
+        {name: props[name] for name in settings_lib.field_names() if props.get(name) is not None}
+    )
     fn_args = Executor()._GetFnArgs(inputs, outputs, props)
     plain = run_fn.train_and_export(fn_args, settings, user_module.load_build_model(props))
     path = os.path.join(out, "weights.npz")
@@ -50,5 +57,15 @@ if __name__ == "__main__":
     distribution.make_strategy = functools.lru_cache(maxsize=None)(distribution.make_strategy)
     out_dir, module, strategy_name, micro, accum, steps, optimizers = sys.argv[1:]
     for name in optimizers.split(","):
-        print(train(os.path.join(out_dir, name), module, strategy_name, int(micro), int(accum),
-                    int(steps), name), flush=True)
+        print(
+            train(
+                os.path.join(out_dir, name),
+                module,
+                strategy_name,
+                int(micro),
+                int(accum),
+                int(steps),
+                name,
+            ),
+            flush=True,
+        )

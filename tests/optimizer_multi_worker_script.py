@@ -12,12 +12,11 @@ the applied flags).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._keras import keras, tf
 
 import json
 import os
 import sys
-
-from ga_tfx._keras import keras, tf
 
 
 def main(out):
@@ -25,17 +24,26 @@ def main(out):
     import numpy as np
 
     from tests.helpers import mlp
-    from tests.test_optimizer_distributed import (K, OPTIMIZERS, PER_EXAMPLE_LOSS, SIZES, bounds,
-                                                  data)
+    from tests.test_optimizer_distributed import (
+        OPTIMIZERS,
+        PER_EXAMPLE_LOSS,
+        SIZES,
+        K,
+        bounds,
+        data,
+    )
 
     assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync  # 1 per worker
     x, y = data()
 
     def dataset_fn(context):
         index, workers = context.input_pipeline_id, context.num_input_pipelines
-        parts = [tf.data.Dataset.from_tensor_slices((x[s:e][index::workers],
-                                                     y[s:e][index::workers])).batch(e - s)
-                 for s, e in bounds(SIZES)]
+        parts = [
+            tf.data.Dataset.from_tensor_slices(
+                (x[s:e][index::workers], y[s:e][index::workers])
+            ).batch(e - s)
+            for s, e in bounds(SIZES)
+        ]
         dataset = parts[0]
         for part in parts[1:]:
             dataset = dataset.concatenate(part)
@@ -45,26 +53,29 @@ def main(out):
     for name in sorted(OPTIMIZERS):
         with strategy.scope():
             model = mlp(l2=1e-2)
-            optimizer = ga_tfx.GradientAccumulateOptimizer(optimizer=OPTIMIZERS[name](),
-                                                           accum_steps=K)
+            optimizer = ga_tfx.GradientAccumulateOptimizer(
+                optimizer=OPTIMIZERS[name](), accum_steps=K
+            )
         dataset = strategy.distribute_datasets_from_function(dataset_fn)
 
         def replica_step(xb, yb, n, model=model, optimizer=optimizer):
             with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(PER_EXAMPLE_LOSS(yb, model(xb, training=True)),
-                                                  global_batch_size=n)
+                loss = tf.nn.compute_average_loss(
+                    PER_EXAMPLE_LOSS(yb, model(xb, training=True)), global_batch_size=n
+                )
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
             grads = tape.gradient(loss, model.trainable_variables)
-            return optimizer.apply_gradients(zip(grads, model.trainable_variables),
-                                             sample_count=n)
+            return optimizer.apply_gradients(zip(grads, model.trainable_variables), sample_count=n)
 
         @tf.function(input_signature=[dataset.element_spec, tf.TensorSpec([], tf.int32)])
         def step(batch, n, replica_step=replica_step):
             return strategy.run(replica_step, args=(*batch, n))
 
         flush = tf.function(lambda optimizer=optimizer: strategy.run(optimizer.flush))
-        applied = [bool(strategy.experimental_local_results(step(batch, tf.constant(n)))[0])
-                   for batch, n in zip(dataset, SIZES)]
+        applied = [
+            bool(strategy.experimental_local_results(step(batch, tf.constant(n)))[0])
+            for batch, n in zip(dataset, SIZES)
+        ]
         applied.append(bool(strategy.experimental_local_results(flush())[0]))
         np.savez(os.path.join(out, f"{name}.npz"), *model.get_weights())
         summary[name] = {"updates": int(optimizer.iterations.numpy()), "applied": applied}

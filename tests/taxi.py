@@ -16,7 +16,7 @@ TESTDATA = os.path.join(os.path.dirname(tfx.__file__), "components", "testdata")
 # A module file defining build_model(hparams): hparams "units" (default 8), "batchnorm"
 # (default True) and "optimizer" (default "adam"; "sgd" and "sgd_momentum", whose steps are
 # proportional to the gradient, for weight-level comparisons) are read.
-MODEL_MODULE = '''
+MODEL_MODULE = """
 import ga_tfx  # noqa: F401
 from ga_tfx._keras import keras, tf
 
@@ -39,7 +39,7 @@ def build_model(hparams):
     model.compile(OPTIMIZERS[hparams.get("optimizer", "adam")](),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
-'''
+"""
 
 
 def transform_inputs():
@@ -52,5 +52,8 @@ def transform_inputs():
     graph.uri = os.path.join(TESTDATA, "transform", "transform_graph")
     schema = standard_artifacts.Schema()
     schema.uri = os.path.join(TESTDATA, "schema_gen")
-    return {specs.EXAMPLES_KEY: [examples], specs.TRANSFORM_GRAPH_KEY: [graph],
-            specs.SCHEMA_KEY: [schema]}
+    return {
+        specs.EXAMPLES_KEY: [examples],
+        specs.TRANSFORM_GRAPH_KEY: [graph],
+        specs.SCHEMA_KEY: [schema],
+    }

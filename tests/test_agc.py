@@ -1,11 +1,12 @@
 """Adaptive gradient clipping against a NumPy reference, for every parameter rank."""
 
-import numpy as np
-import pytest
-
 import ga_tfx
 from ga_tfx._keras import keras, tf
 from ga_tfx.agc import AdaptiveGradientClipping, clip_gradient, unit_axes
+
+import numpy as np
+import pytest
+
 from tests.helpers import classification_data, max_weight_diff, mlp, sparse_ce
 
 
@@ -13,8 +14,8 @@ def _numpy_agc(grad, param, clip_factor, eps, axes):
     """The NFNets rule, written independently in NumPy (float64)."""
     grad, param = grad.astype(np.float64), param.astype(np.float64)
     keep = axes is not None
-    param_norm = np.maximum(np.sqrt(np.sum(param ** 2, axis=axes, keepdims=keep)), eps)
-    grad_norm = np.sqrt(np.sum(grad ** 2, axis=axes, keepdims=keep))
+    param_norm = np.maximum(np.sqrt(np.sum(param**2, axis=axes, keepdims=keep)), eps)
+    grad_norm = np.sqrt(np.sum(grad**2, axis=axes, keepdims=keep))
     max_norm = clip_factor * param_norm
     scale = np.where(grad_norm > max_norm, max_norm / np.maximum(grad_norm, 1e-6), 1.0)
     return grad * scale
@@ -51,8 +52,9 @@ def test_unitwise_clipping_matches_numpy_reference(name, shape, axes):
 def test_sparse_gradients_are_clipped_like_their_dense_form():
     param = np.random.default_rng(0).normal(size=(10, 4)).astype("float32")
     variable = tf.Variable(param)
-    sparse = tf.IndexedSlices(tf.constant(np.ones((2, 4), "float32")), tf.constant([1, 7]),
-                              tf.constant([10, 4]))
+    sparse = tf.IndexedSlices(
+        tf.constant(np.ones((2, 4), "float32")), tf.constant([1, 7]), tf.constant([10, 4])
+    )
     dense = tf.convert_to_tensor(sparse)
     a = clip_gradient(sparse, variable, 0.01, name="embedding/embeddings:0")
     b = clip_gradient(dense, variable, 0.01, name="embedding/embeddings:0")
@@ -79,10 +81,11 @@ def _sgd_with_agc_per_batch(x, y, batch_size, epochs, clip_factor=0.02, learning
     for _ in range(epochs):
         for i in range(0, len(x), batch_size):
             with tf.GradientTape() as tape:
-                loss = loss_fn(y[i:i + batch_size], model(x[i:i + batch_size], training=True))
+                loss = loss_fn(y[i : i + batch_size], model(x[i : i + batch_size], training=True))
             grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(ga_tfx.adaptive_clip_gradients(
-                zip(grads, model.trainable_variables), clip_factor))
+            optimizer.apply_gradients(
+                ga_tfx.adaptive_clip_gradients(zip(grads, model.trainable_variables), clip_factor)
+            )
     return model
 
 
@@ -123,20 +126,23 @@ def test_zero_parameters_are_clipped_to_clip_factor_times_eps():
     gradient to clip_factor * eps, as in NFNets (and the NumPy reference)."""
     grad = np.array([3.0, -4.0], "float32")  # norm 5
     variable = tf.Variable(np.zeros(2, "float32"), name="bias")
-    clipped = clip_gradient(tf.constant(grad), variable, clip_factor=0.1, eps=1e-3,
-                            name="dense/bias:0").numpy()
-    np.testing.assert_allclose(clipped, _numpy_agc(grad, np.zeros(2), 0.1, 1e-3, None),
-                               rtol=1e-6)
+    clipped = clip_gradient(
+        tf.constant(grad), variable, clip_factor=0.1, eps=1e-3, name="dense/bias:0"
+    ).numpy()
+    np.testing.assert_allclose(clipped, _numpy_agc(grad, np.zeros(2), 0.1, 1e-3, None), rtol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(clipped), 0.1 * 1e-3, rtol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"clip_factor": 0.0}, ValueError, "agc_clip_factor must be > 0, got 0.0"),
-    ({"clip_factor": -1.0}, ValueError, "agc_clip_factor must be > 0"),
-    ({"clip_factor": float("nan")}, ValueError, "finite"),
-    ({"clip_factor": "0.1"}, TypeError, "real number"),
-    ({"clip_factor": 0.1, "eps": -1e-3}, ValueError, "agc_eps must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"clip_factor": 0.0}, ValueError, "agc_clip_factor must be > 0, got 0.0"),
+        ({"clip_factor": -1.0}, ValueError, "agc_clip_factor must be > 0"),
+        ({"clip_factor": float("nan")}, ValueError, "finite"),
+        ({"clip_factor": "0.1"}, TypeError, "real number"),
+        ({"clip_factor": 0.1, "eps": -1e-3}, ValueError, "agc_eps must be >= 0"),
+    ],
+)
 def test_bad_agc_settings(kwargs, error, match):
     with pytest.raises(error, match=match):
         AdaptiveGradientClipping(**kwargs)
@@ -164,8 +170,9 @@ def test_unsupported_rank_is_a_clear_error_before_training():
     with pytest.raises(ValueError, match=r"'rank6/w6:0' has rank 6\. Exclude it with agc_exclude"):
         model.fit(x, y, batch_size=6, epochs=1, verbose=0)
     # Excluded by name, the same model trains.
-    model = ga_tfx.wrap_model(keras.Model(inputs, outputs), accum_steps=2, agc_clip_factor=0.01,
-                              agc_exclude=["rank6/*"])
+    model = ga_tfx.wrap_model(
+        keras.Model(inputs, outputs), accum_steps=2, agc_clip_factor=0.01, agc_exclude=["rank6/*"]
+    )
     model.compile(keras.optimizers.SGD(0.1), sparse_ce())
     model.fit(x, y, batch_size=6, epochs=1, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 1

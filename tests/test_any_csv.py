@@ -6,6 +6,8 @@ benign). The generic module must reach >= 0.9 eval accuracy with the defaults, t
 pipeline (ExampleGen .. Pusher) and the quiet console.
 """
 
+from ga_tfx.pipelines import tabular
+
 import csv
 import json
 import os
@@ -14,8 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
-from ga_tfx.pipelines import tabular
 
 pytestmark = [pytest.mark.tfx]
 
@@ -28,12 +28,12 @@ def _breast_cancer_csv(directory):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "patients.csv"), "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([n.replace(" ", "_") for n in data.feature_names]
-                        + ["clinic", "diagnosis"])
+        writer.writerow([n.replace(" ", "_") for n in data.feature_names] + ["clinic", "diagnosis"])
         for row, target in zip(data.data, data.target):
-            writer.writerow([f"{v:.6g}" for v in row]
-                            + [rng.choice(["north", "south", "east"]),
-                               data.target_names[target]])
+            writer.writerow(
+                [f"{v:.6g}" for v in row]
+                + [rng.choice(["north", "south", "east"]), data.target_names[target]]
+            )
     return directory
 
 
@@ -49,10 +49,26 @@ def test_a_csv_with_text_columns_trains_with_one_command(tmp_path):
     data = _breast_cancer_csv(str(tmp_path / "data"))
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "ga_tfx.pipelines.cli", "run", "--data-root", data,
-         "--label", "diagnosis", "--output-dir", str(out), "--train-updates", "40",
-         "--updates-per-epoch", "20"],
-        capture_output=True, text=True, timeout=1500)
+        [
+            sys.executable,
+            "-m",
+            "ga_tfx.pipelines.cli",
+            "run",
+            "--data-root",
+            data,
+            "--label",
+            "diagnosis",
+            "--output-dir",
+            str(out),
+            "--train-updates",
+            "40",
+            "--updates-per-epoch",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     print(result.stdout[-3000:], result.stderr[-3000:])
     assert result.returncode == 0
     lines = result.stdout.splitlines()
@@ -61,7 +77,14 @@ def test_a_csv_with_text_columns_trains_with_one_command(tmp_path):
     accuracy = float(summary.split("sparse_categorical_accuracy=")[1].split(",")[0])
     print(f"eval accuracy on the breast-cancer CSV: {accuracy}")
     assert accuracy >= 0.9
-    record = json.load(open(next(
-        os.path.join(root, name) for root, _, names in os.walk(out) for name in names
-        if name == "ga_tfx_run.json")))
+    record = json.load(
+        open(
+            next(
+                os.path.join(root, name)
+                for root, _, names in os.walk(out)
+                for name in names
+                if name == "ga_tfx_run.json"
+            )
+        )
+    )
     assert record["effective_batch_size"] == 128

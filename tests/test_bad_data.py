@@ -7,6 +7,8 @@ data (nothing after it runs, ``metadata.db`` stays readable) and the re-run on f
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.pipelines import cli, data_check, digits
+from ga_tfx.pipelines.options import TrainingOptions
 
 import os
 import re
@@ -14,9 +16,6 @@ import re
 import pytest
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
-
-from ga_tfx.pipelines import cli, data_check, digits
-from ga_tfx.pipelines.options import TrainingOptions
 
 pytestmark = [pytest.mark.tfx]  # the pipeline's gate is a TFX component
 
@@ -26,7 +25,7 @@ SHIPPED = os.path.join(cli.SHIPPED_DATA, "digits.csv")
 def _bad_copy(tmp_path, row, column, value, rows=40):
     """The first ``rows`` shipped rows with ``value`` in data row ``row`` (1-based), ``column``."""
     with open(SHIPPED) as f:
-        lines = f.read().splitlines()[:rows + 1]
+        lines = f.read().splitlines()[: rows + 1]
     header = lines[0].split(",")
     cells = lines[row].split(",")
     cells[header.index(column)] = value
@@ -37,25 +36,35 @@ def _bad_copy(tmp_path, row, column, value, rows=40):
     return str(data)
 
 
-@pytest.mark.parametrize("column,value,problem,allowed", [
-    ("pixel_05", "abc", "'abc' is not a number", "integers 0..16"),
-    ("pixel_63", "", "empty cell (a value is required)", "integers 0..16"),
-    ("pixel_00", "nan", "'nan' is not a finite number", "integers 0..16"),
-    ("pixel_10", "inf", "'inf' is not a finite number", "integers 0..16"),
-    ("pixel_10", "2.5", "'2.5' is not an integer", "integers 0..16"),
-    ("pixel_10", "17", "'17' is out of range", "integers 0..16"),
-    ("label", "10", "label '10' is outside the known classes", "the known classes, integers 0..9"),
-    ("label", "-1", "label '-1' is outside the known classes", "integers 0..9"),
-])
+@pytest.mark.parametrize(
+    "column,value,problem,allowed",
+    [
+        ("pixel_05", "abc", "'abc' is not a number", "integers 0..16"),
+        ("pixel_63", "", "empty cell (a value is required)", "integers 0..16"),
+        ("pixel_00", "nan", "'nan' is not a finite number", "integers 0..16"),
+        ("pixel_10", "inf", "'inf' is not a finite number", "integers 0..16"),
+        ("pixel_10", "2.5", "'2.5' is not an integer", "integers 0..16"),
+        ("pixel_10", "17", "'17' is out of range", "integers 0..16"),
+        (
+            "label",
+            "10",
+            "label '10' is outside the known classes",
+            "the known classes, integers 0..9",
+        ),
+        ("label", "-1", "label '-1' is outside the known classes", "integers 0..9"),
+    ],
+)
 def test_run_stops_before_anything_with_file_line_column_value_allowed(
-        tmp_path, capsys, column, value, problem, allowed):
+    tmp_path, capsys, column, value, problem, allowed
+):
     data = _bad_copy(tmp_path, 17, column, value)
     out = tmp_path / "out"
     assert cli.main(["run", "--data-root", data, "--output-dir", str(out)]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     path = os.path.join(data, "digits.csv")
-    assert last.startswith(f"ga-tfx run: error: {path}, line 18, column {column!r}: {problem}; "
-                           f"allowed: "), last
+    assert last.startswith(
+        f"ga-tfx run: error: {path}, line 18, column {column!r}: {problem}; allowed: "
+    ), last
     assert allowed in last
     assert not out.exists()  # nothing ran, nothing written
 
@@ -76,18 +85,22 @@ def test_the_shipped_data_passes_and_is_counted():
 
 
 def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(caplog):
-    options = TrainingOptions(micro_batch_size=4096, accum_steps=4, train_updates=2,
-                              updates_per_epoch=1)
+    options = TrainingOptions(
+        micro_batch_size=4096, accum_steps=4, train_updates=2, updates_per_epoch=1
+    )
     data_check.warn_before_run(1797, options)
     (line,) = [record.getMessage() for record in caplog.records]
-    assert line == ("warning: one optimizer update takes 16384 examples (micro-batch x "
-                    "accum_steps) but the training split has 1198: every update repeats "
-                    "examples about 13.7 times; lower the micro-batch or accum_steps.")
+    assert line == (
+        "warning: one optimizer update takes 16384 examples (micro-batch x "
+        "accum_steps) but the training split has 1198: every update repeats "
+        "examples about 13.7 times; lower the micro-batch or accum_steps."
+    )
     caplog.clear()
     data_check.warn_before_run(1797, TrainingOptions())  # 4 x 32: fine, silent
     assert not caplog.records
-    tuned = TrainingOptions(micro_batch_size=256, accum_steps=1, tune=True,
-                            search_accum_steps=(1, 8))
+    tuned = TrainingOptions(
+        micro_batch_size=256, accum_steps=1, tune=True, search_accum_steps=(1, 8)
+    )
     assert data_check.largest_effective_batch(tuned) == 2048  # what a trial may train with
 
 
@@ -100,7 +113,10 @@ def test_the_curated_schema_allows_what_the_pre_check_allows():
     for name, feature in features.items():
         low, high = digits.LABEL_RANGE if name == digits.RAW_LABEL_KEY else digits.PIXEL_RANGE
         assert (feature.type, feature.int_domain.min, feature.int_domain.max) == (
-            schema_pb2.INT, low, high)
+            schema_pb2.INT,
+            low,
+            high,
+        )
         assert feature.presence.min_fraction == 1.0  # required in every row
 
 
@@ -110,15 +126,17 @@ def test_gate_lines_name_the_column_what_was_found_and_what_is_allowed():
         text_format.Parse(f.read(), schema)
     anomalies = anomalies_pb2.Anomalies()
     info = anomalies.anomaly_info["label"]
-    info.reason.add(short_description="Out-of-range values",
-                    description="Unexpectedly large value: 12.")
+    info.reason.add(
+        short_description="Out-of-range values", description="Unexpectedly large value: 12."
+    )
     anomalies.anomaly_info["colour"].reason.add(description="New column (not in the schema)")
     lines = data_check.anomaly_lines(anomalies, schema, "train")
     assert lines == [
         "split 'train', column 'colour': New column (not in the schema) (allowed: only the "
         "columns " + ", ".join(sorted(digits.COLUMNS)) + ")",
         "split 'train', column 'label': Unexpectedly large value: 12. (allowed: integers "
-        "0..9, one in every row)"]
+        "0..9, one in every row)",
+    ]
 
 
 @pytest.mark.slow  # a TFX run (ExampleGen, StatisticsGen, ExampleValidator): minutes
@@ -132,15 +150,20 @@ def test_the_pipeline_gate_stops_bad_data_and_a_fixed_rerun_passes(tmp_path):
         statistics = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
         schema = tfx.components.ImportSchemaGen(schema_file=digits.SCHEMA_FILE)
         validator = tfx.components.ExampleValidator(
-            statistics=statistics.outputs["statistics"], schema=schema.outputs["schema"])
+            statistics=statistics.outputs["statistics"], schema=schema.outputs["schema"]
+        )
         gate = data_check.DataCheck(
-            schema=schema.outputs["schema"], statistics=statistics.outputs["statistics"],
-            anomalies=validator.outputs["anomalies"])
+            schema=schema.outputs["schema"],
+            statistics=statistics.outputs["statistics"],
+            anomalies=validator.outputs["anomalies"],
+        )
         pipeline = tfx.dsl.Pipeline(
-            pipeline_name="bad-data", pipeline_root=str(tmp_path / "root"),
+            pipeline_name="bad-data",
+            pipeline_root=str(tmp_path / "root"),
             components=[example_gen, statistics, schema, validator, gate],
             metadata_connection_config=config,
-            beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"])
+            beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+        )
         tfx.orchestration.LocalDagRunner().run(pipeline)
 
     config = metadata_store_pb2.ConnectionConfig()
@@ -151,8 +174,11 @@ def test_the_pipeline_gate_stops_bad_data_and_a_fixed_rerun_passes(tmp_path):
         run(data)
     message = str(raised.value)
     assert "\n" not in message
-    assert re.search(r"column 'pixel_07': Expected data of type: INT but got STRING.*\"abc\".*"
-                     r"\(allowed: integers 0\.\.16, one in every row\)", message), message
+    assert re.search(
+        r"column 'pixel_07': Expected data of type: INT but got STRING.*\"abc\".*"
+        r"\(allowed: integers 0\.\.16, one in every row\)",
+        message,
+    ), message
     store = metadata_store.MetadataStore(config)  # still readable
     assert not [a for a in store.get_artifacts_by_type("Schema") if "DataCheck" in a.uri]
 

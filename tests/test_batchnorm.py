@@ -53,8 +53,7 @@ def _keras_window_updates(windows, axis=-1, momentum=0.5):
 def _bn_model(shape, accum_steps, axis=-1, momentum=0.5, seed=0):
     keras.utils.set_random_seed(seed)
     inputs = keras.Input(shape, name="x")
-    h = ga_tfx.AccumBatchNormalization(accum_steps, axis=axis, momentum=momentum,
-                                       name="bn")(inputs)
+    h = ga_tfx.AccumBatchNormalization(accum_steps, axis=axis, momentum=momentum, name="bn")(inputs)
     outputs = keras.layers.Dense(1, name="head")(keras.layers.Flatten()(h))
     return keras.Model(inputs, outputs, name="bn_model")
 
@@ -75,24 +74,31 @@ def _randomize_batchnorm(model, seed=0):
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, keras.layers.BatchNormalization):
             shapes = [w.shape for w in layer.get_weights()]
-            layer.set_weights([
-                rng.uniform(0.8, 1.2, shapes[0]).astype("float32"),   # gamma
-                rng.normal(0, 0.1, shapes[1]).astype("float32"),      # beta
-                rng.normal(0, 0.1, shapes[2]).astype("float32"),      # moving mean
-                rng.uniform(0.5, 1.5, shapes[3]).astype("float32"),   # moving variance
-            ])
+            layer.set_weights(
+                [
+                    rng.uniform(0.8, 1.2, shapes[0]).astype("float32"),  # gamma
+                    rng.normal(0, 0.1, shapes[1]).astype("float32"),  # beta
+                    rng.normal(0, 0.1, shapes[2]).astype("float32"),  # moving mean
+                    rng.uniform(0.5, 1.5, shapes[3]).astype("float32"),  # moving variance
+                ]
+            )
             count += 1
     return count
 
 
 def _batchnorm_layers(model):
-    return [layer for layer in model._flatten_layers(include_self=False)
-            if isinstance(layer, keras.layers.BatchNormalization)]
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
 
 
 def _max_diff(a, b):
-    return max(float(np.max(np.abs(np.asarray(u) - np.asarray(v)))) for u, v in
-               zip(tf.nest.flatten(a), tf.nest.flatten(b)))
+    return max(
+        float(np.max(np.abs(np.asarray(u) - np.asarray(v))))
+        for u, v in zip(tf.nest.flatten(a), tf.nest.flatten(b))
+    )
 
 
 # --------------------------------------------------------------------------- the layer alone
@@ -124,8 +130,9 @@ def test_standalone_updates_once_per_window_with_window_statistics(layout):
         assert _max_diff(out, keras_bn(tf.constant(batch), training=True)) <= EXACT
         if i < k - 1:  # no update before the window is complete
             np.testing.assert_array_equal(layer.moving_mean.numpy(), np.zeros(3, "float32"))
-    mean, var = _keras_window_updates([np.concatenate(batches[:k]),
-                                       np.concatenate(batches[k:])], axis)
+    mean, var = _keras_window_updates(
+        [np.concatenate(batches[:k]), np.concatenate(batches[k:])], axis
+    )
     assert _rel_err(layer.moving_mean.numpy(), mean) <= TOLERANCE
     assert _rel_err(layer.moving_variance.numpy(), var) <= TOLERANCE
     assert int(layer.window_moments.micro_steps.numpy()) == 0
@@ -174,7 +181,7 @@ def test_engine_window_statistics_equal_one_keras_update_per_window(layout):
     x = _data(2 * k * micro, shape, offset_step=100.0, micro=micro)
     acc = _fit_engine(_bn_model(shape, k, axis), x, micro, k)
     bn = acc.get_layer("bn")
-    mean, var = _keras_window_updates([x[:k * micro], x[k * micro:]], axis)
+    mean, var = _keras_window_updates([x[: k * micro], x[k * micro :]], axis)
     assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
     assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
     # The between-micro-batch variance is in: averaging micro-batch variances is far off.
@@ -248,7 +255,7 @@ def test_mirrored_strategy_two_replicas_equals_single_device(strategy):
     with pytest.warns(UserWarning, match="follow the model's windows"):
         acc = _fit_engine(model, x, micro, k, strategy=strategy)
     bn = acc.get_layer("bn")
-    mean, var = _keras_window_updates([x[:k * micro], x[k * micro:]])
+    mean, var = _keras_window_updates([x[: k * micro], x[k * micro :]])
     for replica_mean, replica_var in zip(bn.moving_mean.values, bn.moving_variance.values):
         assert _rel_err(replica_mean.numpy(), mean) <= TOLERANCE
         assert _rel_err(replica_var.numpy(), var) <= TOLERANCE
@@ -264,7 +271,7 @@ def test_mirrored_strategy_standalone_keras_fit_equals_single_device(strategy):
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     model.fit(x, np.zeros((len(x), 1), "float32"), batch_size=micro, shuffle=False, verbose=0)
     bn = model.get_layer("bn")
-    mean, var = _keras_window_updates([x[:k * micro], x[k * micro:]])
+    mean, var = _keras_window_updates([x[: k * micro], x[k * micro :]])
     for replica_mean, replica_var in zip(bn.moving_mean.values, bn.moving_variance.values):
         assert _rel_err(replica_mean.numpy(), mean) <= TOLERANCE
         assert _rel_err(replica_var.numpy(), var) <= TOLERANCE
@@ -278,7 +285,11 @@ def test_buffers_are_not_weights_but_are_checkpointed_mid_window(tmp_path):
     bn = model.get_layer("bn")
     assert len(model.get_weights()) == 6  # gamma, beta, moving mean/variance, kernel, bias
     assert [w.name.split("/")[-1] for w in bn.weights] == [
-        "gamma:0", "beta:0", "moving_mean:0", "moving_variance:0"]
+        "gamma:0",
+        "beta:0",
+        "moving_mean:0",
+        "moving_variance:0",
+    ]
     assert not any("window_moments" in v.name for v in model.variables)
 
     model(batches[0], training=True)
@@ -298,9 +309,15 @@ def test_buffers_are_not_weights_but_are_checkpointed_mid_window(tmp_path):
 
 def test_get_config_round_trip():
     layer = ga_tfx.AccumBatchNormalization(
-        4, axis=1, momentum=0.9, epsilon=1e-4, center=False,
+        4,
+        axis=1,
+        momentum=0.9,
+        epsilon=1e-4,
+        center=False,
         gamma_regularizer=keras.regularizers.l2(1e-3),
-        moving_variance_initializer="zeros", name="abn")
+        moving_variance_initializer="zeros",
+        name="abn",
+    )
     config = layer.get_config()
     assert config["accum_steps"] == 4 and config["momentum"] == 0.9 and config["axis"] == 1
     clone = ga_tfx.AccumBatchNormalization.from_config(config)
@@ -348,11 +365,11 @@ def _assert_replaced(original, replaced, x, n_bn, accum_steps=4):
     assert len(new_bns) == n_bn == len(_batchnorm_layers(original))
     assert all(isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in new_bns)
     assert all(layer.accum_steps == accum_steps for layer in new_bns)
-    assert not any(isinstance(layer, ga_tfx.AccumBatchNormalization)
-                   for layer in _batchnorm_layers(original))
+    assert not any(
+        isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in _batchnorm_layers(original)
+    )
     assert _max_diff(replaced.get_weights(), original.get_weights()) == 0.0
-    assert _max_diff(replaced(x, training=False), original(x, training=False)) \
-        <= OUTPUT_TOLERANCE
+    assert _max_diff(replaced(x, training=False), original(x, training=False)) <= OUTPUT_TOLERANCE
     original_ids = {id(v) for v in original.variables}
     assert not any(id(v) in original_ids for v in replaced.variables)
 
@@ -372,8 +389,9 @@ def test_replace_functional_keeps_weights_statistics_and_outputs():
 
 def test_replace_nested_mobilenet_v2():
     keras.utils.set_random_seed(5)
-    backbone = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3),
-                                              alpha=0.35, include_top=False)
+    backbone = keras.applications.MobileNetV2(
+        weights=None, input_shape=(32, 32, 3), alpha=0.35, include_top=False
+    )
     inputs = keras.Input((32, 32, 3), name="image")
     h = keras.layers.GlobalAveragePooling2D()(backbone(inputs))
     model = keras.Model(inputs, keras.layers.Dense(3, name="logits")(h), name="classifier")
@@ -388,8 +406,14 @@ def test_replace_nested_mobilenet_v2():
 
 def test_replace_sequential():
     keras.utils.set_random_seed(6)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
-                              keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(3),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dense(1),
+        ]
+    )
     _randomize_batchnorm(model)
     replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
     assert isinstance(replaced, keras.Sequential)
@@ -426,8 +450,9 @@ def test_replace_accumulation_model_stays_one():
     assert isinstance(replaced, ga_tfx.GradientAccumulateModel)
     assert (replaced.accum_steps, replaced.partial_window) == (3, "drop")
     assert len(_batchnorm_layers(replaced)) == 2
-    assert all(isinstance(layer, ga_tfx.AccumBatchNormalization)
-               for layer in _batchnorm_layers(replaced))
+    assert all(
+        isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in _batchnorm_layers(replaced)
+    )
 
 
 def test_replace_subclassed_model_explains_what_to_do():

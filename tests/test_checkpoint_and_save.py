@@ -1,10 +1,11 @@
 """Crash and resume, SavedModel export and reload of accumulation models."""
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
 from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce
 
 MICRO, K = 6, 4
@@ -42,8 +43,15 @@ def test_crash_and_resume_with_backup_and_restore(tmp_path, policy):
     backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
     crashed = _accumulating(policy)
     with pytest.raises(RuntimeError, match="preemption"):
-        crashed.fit(x, y, batch_size=MICRO, epochs=3, shuffle=False, verbose=0,
-                    callbacks=[backup, _Crash(epoch=1, batch=0)])
+        crashed.fit(
+            x,
+            y,
+            batch_size=MICRO,
+            epochs=3,
+            shuffle=False,
+            verbose=0,
+            callbacks=[backup, _Crash(epoch=1, batch=0)],
+        )
     if policy == "carry":  # the backup of epoch 0 holds a window of 3 pending micro-batches
         assert int(crashed.gradient_accumulator.micro_steps.numpy()) == 3
 
@@ -91,16 +99,22 @@ def test_unwrapped_export_has_no_accumulation_state(tmp_path):
     saved_variables = {v.name for v in loaded.variables}
     assert saved_variables == {v.name for v in plain.variables}
     assert not any("gradient_accumulator" in name for name in saved_variables)
-    np.testing.assert_allclose(loaded(tf.constant(x)).numpy(), model.predict(x, verbose=0),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        loaded(tf.constant(x)).numpy(), model.predict(x, verbose=0), atol=1e-6
+    )
 
 
 def test_gradient_accumulate_model_config_round_trip():
     inputs = keras.Input((8,))
     outputs = keras.layers.Dense(3)(inputs)
-    model = ga_tfx.GradientAccumulateModel(accum_steps=3, partial_window="drop",
-                                           agc_clip_factor=0.02, agc_exclude=["*dense*"],
-                                           inputs=inputs, outputs=outputs)
+    model = ga_tfx.GradientAccumulateModel(
+        accum_steps=3,
+        partial_window="drop",
+        agc_clip_factor=0.02,
+        agc_exclude=["*dense*"],
+        inputs=inputs,
+        outputs=outputs,
+    )
     clone = ga_tfx.GradientAccumulateModel.from_config(model.get_config())
     assert clone.accumulation_config() == model.accumulation_config()
     assert clone.accumulation_config()["agc_clip_factor"] == 0.02

@@ -1,5 +1,9 @@
 """The quiet console of `ga-tfx run`: component lines, progress, the log file; the tuning report."""
 
+from ga_tfx.components.trainer import progress
+from ga_tfx.pipelines import tuning_report
+from ga_tfx.pipelines.console import RunConsole
+
 import io
 import json
 import logging
@@ -8,10 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
-from ga_tfx.components.trainer import progress
-from ga_tfx.pipelines import tuning_report
-from ga_tfx.pipelines.console import RunConsole
 
 pytestmark = [pytest.mark.tfx]  # `ga-tfx run`'s console and tuning plot (the tfx extra)
 
@@ -31,8 +31,13 @@ def test_component_lines_and_plain_progress_milestones():
         _absl("Component %s is finished.", "Transform")
         _absl("Component %s is running.", "Trainer")
         for update in range(1, 101):
-            progress.report(label="Trainer", update=update, total=100, loss=1.0 / update,
-                            samples_per_second=512.0)
+            progress.report(
+                label="Trainer",
+                update=update,
+                total=100,
+                loss=1.0 / update,
+                samples_per_second=512.0,
+            )
         _absl("Component %s is finished.", "Trainer")
     lines = out.getvalue().splitlines()
     assert lines[0].split() == ["CsvExampleGen", "running"]
@@ -58,16 +63,17 @@ def test_everything_else_goes_to_the_log_file(tmp_path):
         f"    log = console.keep_log({str(tmp_path)!r}, 'p')\n"
         "    absl_logging.warning('noise from absl')\n"
         "    console.line('for the person')\n"
-        "print('after: ' + log)\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=120)
+        "print('after: ' + log)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "for the person"
     log = result.stdout.splitlines()[-1].split("after: ")[1]
     assert os.path.dirname(log) == str(tmp_path) and os.path.basename(log).startswith("p-")
     text = open(log).read()
-    for noise in ("noise from print", "noise from C++", "noise from warnings",
-                  "noise from absl"):
+    for noise in ("noise from print", "noise from C++", "noise from warnings", "noise from absl"):
         assert noise in text and noise not in result.stdout + result.stderr
 
 
@@ -75,15 +81,25 @@ def _record(trial_id, score, accum, agc=None, status="completed", run="r2"):
     values = {"accum_steps": accum, "micro_batch_size": 16, "agc": agc is not None}
     if agc is not None:
         values["agc_clip_factor"] = agc
-    return {"run": run, "trial_id": trial_id, "status": status, "score": score,
-            "values": values, "metrics": {"effective_batch_size": 16.0 * accum}}
+    return {
+        "run": run,
+        "trial_id": trial_id,
+        "status": status,
+        "score": score,
+        "values": values,
+        "metrics": {"effective_batch_size": 16.0 * accum},
+    }
 
 
 def test_tuning_report_table_csv_and_plot(tmp_path):
     trials = tmp_path / "trials.jsonl"
-    records = [_record("00", 0.5, 1, run="r1"),  # an older search: left out
-               _record("00", 0.91, 1), _record("01", 0.97, 4, agc=0.02),
-               _record("02", None, 2, status="failed"), _record("03", 0.95, 2)]
+    records = [
+        _record("00", 0.5, 1, run="r1"),  # an older search: left out
+        _record("00", 0.91, 1),
+        _record("01", 0.97, 4, agc=0.02),
+        _record("02", None, 2, status="failed"),
+        _record("03", 0.95, 2),
+    ]
     trials.write_text("".join(json.dumps(r) + "\n" for r in records))
     report = tuning_report.write(str(trials), str(tmp_path / "out"), "val_accuracy")
     assert report["lines"][0].split() == list(tuning_report.COLUMNS)

@@ -6,8 +6,22 @@ import sys
 
 def test_demo_reports_accumulation_equal_to_big_batch():
     result = subprocess.run(
-        [sys.executable, "-m", "ga_tfx.pipelines.cli", "demo", "--epochs", "1", "--accum-steps", "4",
-         "--micro-batch", "32"], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "ga_tfx.pipelines.cli",
+            "demo",
+            "--epochs",
+            "1",
+            "--accum-steps",
+            "4",
+            "--micro-batch",
+            "32",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert "effective batch 128" in lines[0]

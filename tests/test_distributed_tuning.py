@@ -27,14 +27,29 @@ def _free_port():
 
 
 def _start(tuner_id, port, tmp_path, log):
-    env = dict(os.environ, KERASTUNER_TUNER_ID=tuner_id, KERASTUNER_ORACLE_IP="127.0.0.1",
-               KERASTUNER_ORACLE_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2",
-               TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "tests.distributed_tuning_worker",
-               "--directory", str(tmp_path / tuner_id), "--out",
-               str(tmp_path / f"{tuner_id}.json"), "--barrier", str(tmp_path / "barrier"),
-               "--workers", "2"]
+    env = dict(
+        os.environ,
+        KERASTUNER_TUNER_ID=tuner_id,
+        KERASTUNER_ORACLE_IP="127.0.0.1",
+        KERASTUNER_ORACLE_PORT=str(port),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_NUM_INTRAOP_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "tests.distributed_tuning_worker",
+        "--directory",
+        str(tmp_path / tuner_id),
+        "--out",
+        str(tmp_path / f"{tuner_id}.json"),
+        "--barrier",
+        str(tmp_path / "barrier"),
+        "--workers",
+        "2",
+    ]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -55,7 +70,7 @@ def test_chief_and_two_workers_search_accum_steps_like_a_single_process(tmp_path
         single_summary = worker.summary(single)
 
         deadline = time.monotonic() + TIMEOUT_S
-        for tuner_id, process in processes.items():
+        for process in processes.values():
             process.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         for process in processes.values():
@@ -72,12 +87,13 @@ def test_chief_and_two_workers_search_accum_steps_like_a_single_process(tmp_path
         assert process.returncode == 0, f"{tuner_id} failed:\n{tail(tuner_id)}"
 
     chief = json.loads((tmp_path / "chief.json").read_text())
-    ran = {tuner_id: json.loads((tmp_path / f"{tuner_id}.json").read_text())["ran"]
-           for tuner_id in ("tuner0", "tuner1")}
+    ran = {
+        tuner_id: json.loads((tmp_path / f"{tuner_id}.json").read_text())["ran"]
+        for tuner_id in ("tuner0", "tuner1")
+    }
     # Both workers ran trials, and together exactly the chief oracle's trials.
     assert all(ran.values()), ran
-    assert sorted(ran["tuner0"] + ran["tuner1"]) == sorted(t["trial_id"]
-                                                           for t in chief["trials"])
+    assert sorted(ran["tuner0"] + ran["tuner1"]) == sorted(t["trial_id"] for t in chief["trials"])
     assert len(chief["trials"]) == worker.MAX_TRIALS
     assert {t["status"] for t in chief["trials"]} == {"COMPLETED"}
     assert {t["values"]["accum_steps"] for t in chief["trials"]} == {1, 2, 4}
@@ -101,6 +117,9 @@ def test_chief_and_two_workers_search_accum_steps_like_a_single_process(tmp_path
     assert chief["space"] == single_summary["space"]
     assert set(chief["best_values"]) == set(single_summary["best_values"])
     assert chief["best_values"]["accum_steps"] in (1, 2, 4)
-    assert set(chief["best_metrics"]) == set(single_summary["best_metrics"]) >= {
-        "loss", "effective_batch_size", "samples_seen", "updates"}
+    assert (
+        set(chief["best_metrics"])
+        == set(single_summary["best_metrics"])
+        >= {"loss", "effective_batch_size", "samples_seen", "updates"}
+    )
     assert {t["values"]["accum_steps"] for t in single_summary["trials"]} == {1, 2, 4}

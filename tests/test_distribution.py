@@ -1,12 +1,19 @@
 """MirroredStrategy with 2 replicas (two logical CPUs, see conftest) == single device."""
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
-from tests.helpers import (classification_data, iterations, max_weight_diff, mlp, sparse_ce,
-                           two_replica_strategy)
+from tests.helpers import (
+    classification_data,
+    iterations,
+    max_weight_diff,
+    mlp,
+    sparse_ce,
+    two_replica_strategy,
+)
 
 TOLERANCE = 1e-5
 MICRO, K = 6, 4  # global micro-batch of 6 = 3 samples per replica
@@ -55,8 +62,7 @@ def _embedding_mlp(seed=21):
     tokens = keras.Input((3,), dtype="int32", name="tokens")
     embedded = keras.layers.Flatten()(keras.layers.Embedding(30, 4)(tokens))
     h = keras.layers.Concatenate()([dense, embedded])
-    h = keras.layers.Dense(16, activation="relu",
-                           kernel_regularizer=keras.regularizers.l2(1e-2))(h)
+    h = keras.layers.Dense(16, activation="relu", kernel_regularizer=keras.regularizers.l2(1e-2))(h)
     return keras.Model([dense, tokens], keras.layers.Dense(3)(h))
 
 
@@ -75,11 +81,15 @@ def _fit(model, x, y, micro, epochs, **fit_kwargs):
     model.fit(dataset, epochs=epochs, verbose=0, **fit_kwargs)
 
 
-@pytest.mark.parametrize("build, make_optimizer", [
-    (_embedding_mlp, lambda: keras.optimizers.Adam(1e-2)),
-    (_embedding_mlp, lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
-    (_dense_mlp, lambda: keras.optimizers.SGD(0.1, momentum=0.9, global_clipnorm=0.5)),
-], ids=["embedding_adam", "embedding_sgd_momentum", "dense_sgd_momentum_global_clipnorm"])
+@pytest.mark.parametrize(
+    "build, make_optimizer",
+    [
+        (_embedding_mlp, lambda: keras.optimizers.Adam(1e-2)),
+        (_embedding_mlp, lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+        (_dense_mlp, lambda: keras.optimizers.SGD(0.1, momentum=0.9, global_clipnorm=0.5)),
+    ],
+    ids=["embedding_adam", "embedding_sgd_momentum", "dense_sgd_momentum_global_clipnorm"],
+)
 def test_mirrored_two_replicas_match_single_device(build, make_optimizer):
     x, y = _data(n=92)  # 92 = 15 micro-batches of 6 + one of 2: uneven last window
     if build is _dense_mlp:

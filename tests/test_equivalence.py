@@ -4,10 +4,11 @@ Every comparison starts from the same initial weights, sees the same data in the
 runs at least 8 optimizer updates (96 samples, b=6, K=4: 4 updates per epoch, 2 epochs).
 """
 
+from ga_tfx._keras import keras
+
 import numpy as np
 import pytest
 
-from ga_tfx._keras import keras
 from tests.helpers import classification_data, iterations, max_weight_diff, mlp, train_pair
 
 TOLERANCE = 1e-5  # the contract; measured values are ~1e-7 (float32 round-off)
@@ -32,8 +33,10 @@ OPTIMIZERS = {
 }
 # SGD sees the scale of the gradient (a gradient off by a factor moves the weights by that
 # factor); Adam normalises it away but has per-variable state: both where a claim needs them.
-SGD_AND_ADAM = {"sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-                "adam": lambda: keras.optimizers.Adam(1e-2)}
+SGD_AND_ADAM = {
+    "sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    "adam": lambda: keras.optimizers.Adam(1e-2),
+}
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
@@ -44,8 +47,9 @@ def test_every_optimizer_matches_big_batch(name):
     assert max_weight_diff(big, acc) <= TOLERANCE
 
 
-@pytest.mark.parametrize("clip", [{"clipnorm": 0.05}, {"global_clipnorm": 0.05},
-                                  {"clipvalue": 0.01}])
+@pytest.mark.parametrize(
+    "clip", [{"clipnorm": 0.05}, {"global_clipnorm": 0.05}, {"clipvalue": 0.01}]
+)
 def test_gradient_clipping_sees_the_accumulated_gradient(clip):
     x, y = classification_data()
     big, acc = train_pair(mlp, lambda: keras.optimizers.Adam(1e-2, **clip), x, y, MICRO, K)
@@ -53,21 +57,22 @@ def test_gradient_clipping_sees_the_accumulated_gradient(clip):
 
 
 def test_learning_rate_schedule_advances_once_per_update():
-    schedule = lambda: keras.optimizers.schedules.ExponentialDecay(0.5, decay_steps=1,
-                                                                   decay_rate=0.5)
+    schedule = lambda: keras.optimizers.schedules.ExponentialDecay(
+        0.5, decay_steps=1, decay_rate=0.5
+    )
     x, y = classification_data()
-    big, acc = train_pair(mlp, lambda: keras.optimizers.SGD(schedule(), momentum=0.9),
-                          x, y, MICRO, K)
+    big, acc = train_pair(
+        mlp, lambda: keras.optimizers.SGD(schedule(), momentum=0.9), x, y, MICRO, K
+    )
     assert max_weight_diff(big, acc) <= TOLERANCE
     # The last update used the schedule at step 7 (the 8th update), not at micro-step 31.
     lr = float(acc.optimizer.learning_rate.numpy())
-    assert lr == float(big.optimizer.learning_rate.numpy()) == pytest.approx(0.5 * 0.5 ** 7)
+    assert lr == float(big.optimizer.learning_rate.numpy()) == pytest.approx(0.5 * 0.5**7)
 
 
 def test_l2_regularisation_is_counted_once_per_update():
     x, y = classification_data()
-    big, acc = train_pair(lambda: mlp(l2=0.1), lambda: keras.optimizers.SGD(0.2),
-                          x, y, MICRO, K)
+    big, acc = train_pair(lambda: mlp(l2=0.1), lambda: keras.optimizers.SGD(0.2), x, y, MICRO, K)
     assert max_weight_diff(big, acc) <= TOLERANCE
 
 
@@ -75,11 +80,19 @@ def test_l2_regularisation_is_counted_once_per_update():
 def test_sample_weight_and_class_weight(name):
     x, y = classification_data()
     weights = np.random.default_rng(3).uniform(0.1, 3.0, len(x)).astype("float32")
-    big, acc = train_pair(mlp, SGD_AND_ADAM[name], x, y, MICRO, K,
-                          fit_kwargs={"sample_weight": weights})
+    big, acc = train_pair(
+        mlp, SGD_AND_ADAM[name], x, y, MICRO, K, fit_kwargs={"sample_weight": weights}
+    )
     assert max_weight_diff(big, acc) <= TOLERANCE
-    big, acc = train_pair(mlp, SGD_AND_ADAM[name], x, y, MICRO, K,
-                          fit_kwargs={"class_weight": {0: 0.3, 1: 2.0, 2: 1.0}})
+    big, acc = train_pair(
+        mlp,
+        SGD_AND_ADAM[name],
+        x,
+        y,
+        MICRO,
+        K,
+        fit_kwargs={"class_weight": {0: 0.3, 1: 2.0, 2: 1.0}},
+    )
     assert max_weight_diff(big, acc) <= TOLERANCE
 
 
@@ -87,10 +100,14 @@ def test_sample_weight_and_class_weight(name):
 def test_ema_counts_updates_not_micro_steps(name):
     """``use_ema=True``: the moving average is taken once per update, and its overwrite every
     ``ema_overwrite_frequency`` updates (iterations), as in big-batch training."""
+
     def make_optimizer():
         optimizer = SGD_AND_ADAM[name]()
-        return type(optimizer)(**dict(optimizer.get_config(), use_ema=True, ema_momentum=0.5,
-                                      ema_overwrite_frequency=3))
+        return type(optimizer)(
+            **dict(
+                optimizer.get_config(), use_ema=True, ema_momentum=0.5, ema_overwrite_frequency=3
+            )
+        )
 
     x, y = classification_data()
     big, acc = train_pair(mlp, make_optimizer, x, y, MICRO, K)
@@ -116,13 +133,25 @@ def _two_in_two_out(seed=7):
 def test_multi_input_multi_output_with_loss_weights(name):
     rng = np.random.default_rng(5)
     n = 96
-    x = {"a": rng.normal(size=(n, 5)).astype("float32"),
-         "b": rng.normal(size=(n, 3)).astype("float32")}
+    x = {
+        "a": rng.normal(size=(n, 5)).astype("float32"),
+        "b": rng.normal(size=(n, 3)).astype("float32"),
+    }
     y = {"cls": rng.integers(0, 3, n), "reg": rng.normal(size=(n, 1)).astype("float32")}
-    losses = {"cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-              "reg": keras.losses.MeanSquaredError()}
-    big, acc = train_pair(_two_in_two_out, SGD_AND_ADAM[name], x, y, MICRO, K, loss=losses,
-                          compile_kwargs={"loss_weights": {"cls": 1.0, "reg": 0.3}})
+    losses = {
+        "cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        "reg": keras.losses.MeanSquaredError(),
+    }
+    big, acc = train_pair(
+        _two_in_two_out,
+        SGD_AND_ADAM[name],
+        x,
+        y,
+        MICRO,
+        K,
+        loss=losses,
+        compile_kwargs={"loss_weights": {"cls": 1.0, "reg": 0.3}},
+    )
     assert acc.output_names == big.output_names
     assert max_weight_diff(big, acc) <= TOLERANCE
 
@@ -135,10 +164,15 @@ def _embedding_model(seed=11):
     return keras.Model(tokens, keras.layers.Dense(3)(h))
 
 
-@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.Adam(1e-2),
-                                            lambda: keras.optimizers.SGD(0.5, momentum=0.9),
-                                            lambda: keras.optimizers.Adagrad(0.5)],
-                         ids=["adam", "sgd_momentum", "adagrad"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda: keras.optimizers.Adam(1e-2),
+        lambda: keras.optimizers.SGD(0.5, momentum=0.9),
+        lambda: keras.optimizers.Adagrad(0.5),
+    ],
+    ids=["adam", "sgd_momentum", "adagrad"],
+)
 def test_sparse_embedding_gradients_match_big_batch(make_optimizer):
     rng = np.random.default_rng(2)
     x = rng.integers(0, 50, (96, 4)).astype("int32")
@@ -172,8 +206,9 @@ def test_subclassed_model_matches_big_batch():
 def test_sequential_model_matches_big_batch():
     def build():
         keras.utils.set_random_seed(4)
-        return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                                 keras.layers.Dense(3)])
+        return keras.Sequential(
+            [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)]
+        )
 
     x, y = classification_data()
     big, acc = train_pair(build, lambda: keras.optimizers.RMSprop(1e-2), x, y, MICRO, K)

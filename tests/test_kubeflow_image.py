@@ -1,13 +1,14 @@
 """The compiled Kubeflow job reads the curated schema where the image has it."""
 
+from ga_tfx.pipelines import kubeflow
+from ga_tfx.pipelines.options import TrainingOptions
+
 import json
 import os
 
 import pytest
 
-from ga_tfx.pipelines import kubeflow
 from tests.test_kubeflow_pipeline import compile_job
-from ga_tfx.pipelines.options import TrainingOptions
 
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # compiles a Kubeflow job
 

@@ -1,4 +1,5 @@
-"""The digits pipeline compiled for Kubeflow Pipelines v2 (``ga_tfx.pipelines.kubeflow``), no Docker.
+"""The digits pipeline compiled for Kubeflow Pipelines v2 (``ga_tfx.pipelines.kubeflow``), no
+Docker.
 
 1. The PipelineJob parses strictly as KFP protos and holds every step, the ga-tfx Trainer's
    executor, the image and the accumulation settings as they were configured.
@@ -17,6 +18,9 @@
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import tf
+from ga_tfx.pipelines import digits, kubeflow
+from ga_tfx.pipelines.cli import SHIPPED_DATA
+from ga_tfx.pipelines.pipeline import MODEL_FN, TrainingOptions
 
 import copy
 import csv
@@ -37,22 +41,29 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 from tfx import version as tfx_version
 
-from ga_tfx.pipelines import digits, kubeflow
-from ga_tfx.pipelines.cli import SHIPPED_DATA
-from ga_tfx.pipelines.pipeline import MODEL_FN, TrainingOptions
-
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # TFX, tensorflow_transform and kfp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "digits_pipeline_job.json")
 IMAGE = "europe-docker.pkg.dev/example-project/ga-tfx/ga-tfx:test"
 NAME = "ga-tfx-digits"
-CLUSTER_PATHS = dict(pipeline_root="gs://example-bucket/root",
-                     data_root="gs://example-bucket/digits",
-                     serving_model_dir="gs://example-bucket/serving")
-ALL_STEPS = {"CsvExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-             "DataCheck", "Transform", "Tuner", "GradientAccumulationTrainer", "Evaluator",
-             "Pusher"}
+CLUSTER_PATHS = dict(
+    pipeline_root="gs://example-bucket/root",
+    data_root="gs://example-bucket/digits",
+    serving_model_dir="gs://example-bucket/serving",
+)
+ALL_STEPS = {
+    "CsvExampleGen",
+    "StatisticsGen",
+    "ImportSchemaGen",
+    "ExampleValidator",
+    "DataCheck",
+    "Transform",
+    "Tuner",
+    "GradientAccumulationTrainer",
+    "Evaluator",
+    "Pusher",
+}
 TRAINER = "GradientAccumulationTrainer"
 # The golden's options: the defaults of `ga-tfx compile --tune`.
 GOLDEN_OPTIONS = TrainingOptions(tune=True)
@@ -60,8 +71,14 @@ GOLDEN_OPTIONS = TrainingOptions(tune=True)
 
 def compile_job(directory, options, name="job.json"):
     return kubeflow.compile_pipeline(
-        os.path.join(directory, name), IMAGE, NAME, CLUSTER_PATHS["pipeline_root"],
-        CLUSTER_PATHS["data_root"], CLUSTER_PATHS["serving_model_dir"], options)
+        os.path.join(directory, name),
+        IMAGE,
+        NAME,
+        CLUSTER_PATHS["pipeline_root"],
+        CLUSTER_PATHS["data_root"],
+        CLUSTER_PATHS["serving_model_dir"],
+        options,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +92,10 @@ def tuned_job(tmp_path_factory):
 
 def parse_strictly(job):
     """(PipelineJob, PipelineSpec) protos; an unknown field anywhere raises ParseError."""
-    spec = json_format.ParseDict(job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec(),
-                                 ignore_unknown_fields=False)
-    whole = json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob(),
-                                  ignore_unknown_fields=False)
+    spec = json_format.ParseDict(
+        job["pipelineSpec"], pipeline_spec_pb2.PipelineSpec(), ignore_unknown_fields=False
+    )
+    whole = json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob(), ignore_unknown_fields=False)
     return whole, spec
 
 
@@ -94,11 +111,22 @@ def trainer_parameters(spec):
 
 # ------------------------------------------------------------------ 1. structure
 
+
 @pytest.mark.parametrize("tune", [True, False])
 def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp_path, tune):
-    options = GOLDEN_OPTIONS if tune else TrainingOptions(
-        accum_steps=3, micro_batch_size=24, train_updates=30, updates_per_epoch=10,
-        eval_steps=5, agc_clip_factor=None, strategy="mirrored")
+    options = (
+        GOLDEN_OPTIONS
+        if tune
+        else TrainingOptions(
+            accum_steps=3,
+            micro_batch_size=24,
+            train_updates=30,
+            updates_per_epoch=10,
+            eval_steps=5,
+            agc_clip_factor=None,
+            strategy="mirrored",
+        )
+    )
     job = tuned_job[0] if tune else compile_job(str(tmp_path), options)
     whole, spec = parse_strictly(job)
 
@@ -117,26 +145,40 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
         assert list(container["command"]) == kubeflow.CONTAINER_COMMAND, step
     trainer_container = executors[spec.components[TRAINER].executor_label]["container"]
     args = list(trainer_container["args"])
-    assert args[args.index("--executor_class_path") + 1] == "ga_tfx.components.trainer.executor.Executor"
+    assert (
+        args[args.index("--executor_class_path") + 1]
+        == "ga_tfx.components.trainer.executor.Executor"
+    )
     assert args[args.index("--json_serialized_invocation_args") + 1] == "{{$}}"
 
     trainer = tasks[TRAINER]
-    sources = {key: (a.task_output_artifact.producer_task,
-                     a.task_output_artifact.output_artifact_key)
-               for key, a in trainer.inputs.artifacts.items()}
-    expected_sources = {"examples": ("Transform", "transformed_examples"),
-                        "transform_graph": ("Transform", "transform_graph")}
+    sources = {
+        key: (a.task_output_artifact.producer_task, a.task_output_artifact.output_artifact_key)
+        for key, a in trainer.inputs.artifacts.items()
+    }
+    expected_sources = {
+        "examples": ("Transform", "transformed_examples"),
+        "transform_graph": ("Transform", "transform_graph"),
+    }
     if tune:
         expected_sources["hyperparameters"] = ("Tuner", "best_hyperparameters")
     assert sources == expected_sources
 
     params = trainer_parameters(spec)
     expected_params = dict(
-        accum_steps=options.accum_steps, micro_batch_size=options.micro_batch_size,
-        label_key=digits.LABEL_KEY, raw_label_key=digits.RAW_LABEL_KEY, model_fn=MODEL_FN,
-        strategy=options.strategy, updates_per_epoch=options.updates_per_epoch,
-        replace_batchnorm=1, mixed_precision="float32", partial_window="apply", shuffle=1,
-        shuffle_seed=0)
+        accum_steps=options.accum_steps,
+        micro_batch_size=options.micro_batch_size,
+        label_key=digits.LABEL_KEY,
+        raw_label_key=digits.RAW_LABEL_KEY,
+        model_fn=MODEL_FN,
+        strategy=options.strategy,
+        updates_per_epoch=options.updates_per_epoch,
+        replace_batchnorm=1,
+        mixed_precision="float32",
+        partial_window="apply",
+        shuffle=1,
+        shuffle_seed=0,
+    )
     if options.agc_clip_factor is not None:
         expected_params["agc_clip_factor"] = options.agc_clip_factor
     for name, value in expected_params.items():
@@ -146,13 +188,17 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     assert json.loads(params["eval_args"]) == {"num_steps": options.eval_steps}
     assert "module_file" not in params  # the model comes from the installed package
     if tune:
-        tuner_config = json.loads(tasks["Tuner"].inputs.parameters["custom_config"]
-                                  .runtime_value.constant_value.string_value)
+        tuner_config = json.loads(
+            tasks["Tuner"]
+            .inputs.parameters["custom_config"]
+            .runtime_value.constant_value.string_value
+        )
         assert tuner_config["ga_tfx_search"]["accum_steps"] == list(options.search_accum_steps)
         assert tuner_config["model_fn"] == MODEL_FN
 
 
 # ------------------------------------------------------------------ 2. golden
+
 
 def normalize(job, paths=()):
     """The job without what changes between machines and TFX patch releases.
@@ -190,11 +236,17 @@ def dump(job):
 def leaf_differences(a, b, where=""):
     """Paths of the leaves that differ between two JSON values."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return [path for key in sorted(set(a) | set(b))
-                for path in leaf_differences(a.get(key), b.get(key), f"{where}/{key}")]
+        return [
+            path
+            for key in sorted(set(a) | set(b))
+            for path in leaf_differences(a.get(key), b.get(key), f"{where}/{key}")
+        ]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [path for i, (x, y) in enumerate(zip(a, b))
-                for path in leaf_differences(x, y, f"{where}/{i}")]
+        return [
+            path
+            for i, (x, y) in enumerate(zip(a, b))
+            for path in leaf_differences(x, y, f"{where}/{i}")
+        ]
     return [] if a == b else [where]
 
 
@@ -203,29 +255,39 @@ def test_compiled_job_matches_the_golden(tuned_job):
     normalized = dump(normalize(job, [directory]))
     with open(GOLDEN) as f:
         golden = f.read()
-    diff = "".join(difflib.unified_diff(golden.splitlines(True), normalized.splitlines(True),
-                                        "golden", "compiled", n=2))
+    diff = "".join(
+        difflib.unified_diff(
+            golden.splitlines(True), normalized.splitlines(True), "golden", "compiled", n=2
+        )
+    )
     assert normalized == golden, (
         "The compiled Kubeflow job differs from tests/golden/digits_pipeline_job.json; if the "
-        "change is intended, run scripts/update_golden.py and commit the golden:\n"
-        + diff[:6000])
+        "change is intended, run scripts/update_golden.py and commit the golden:\n" + diff[:6000]
+    )
 
 
 def test_the_golden_comparison_sees_a_changed_accum_steps(tuned_job, tmp_path):
     job, directory = tuned_job
-    changed = compile_job(str(tmp_path), dataclasses.replace(
-        GOLDEN_OPTIONS, accum_steps=GOLDEN_OPTIONS.accum_steps + 1))
+    changed = compile_job(
+        str(tmp_path),
+        dataclasses.replace(GOLDEN_OPTIONS, accum_steps=GOLDEN_OPTIONS.accum_steps + 1),
+    )
     before, after = normalize(job, [directory]), normalize(changed, [str(tmp_path)])
     assert dump(before) != dump(after)
     differences = leaf_differences(before, after)
-    trainer_accum = ("/pipelineSpec/root/dag/tasks/GradientAccumulationTrainer/inputs/"
-                     "parameters/accum_steps/runtimeValue/constantValue/intValue")
-    tuner_config = ("/pipelineSpec/root/dag/tasks/Tuner/inputs/parameters/custom_config/"
-                    "runtimeValue/constantValue/stringValue")  # holds the ga_tfx settings
+    trainer_accum = (
+        "/pipelineSpec/root/dag/tasks/GradientAccumulationTrainer/inputs/"
+        "parameters/accum_steps/runtimeValue/constantValue/intValue"
+    )
+    tuner_config = (
+        "/pipelineSpec/root/dag/tasks/Tuner/inputs/parameters/custom_config/"
+        "runtimeValue/constantValue/stringValue"
+    )  # holds the ga_tfx settings
     assert differences == [trainer_accum, tuner_config]
 
 
 # ------------------------------------------------------------------ 3. the Trainer step runs
+
 
 def write_transformed_digits(directory, train_rows=256, eval_rows=128):
     """Transformed examples (Split-train/, Split-eval/) and a transform graph, as the
@@ -235,28 +297,41 @@ def write_transformed_digits(directory, train_rows=256, eval_rows=128):
     """
     with open(os.path.join(SHIPPED_DATA, "digits.csv"), newline="") as f:
         rows = [{key: int(value) for key, value in row.items()} for row in csv.DictReader(f)]
-    splits = {"train": rows[:train_rows], "eval": rows[train_rows:train_rows + eval_rows]}
-    raw_metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(
-        {key: tf.io.FixedLenFeature([], tf.int64) for key in digits.COLUMNS}))
+    splits = {"train": rows[:train_rows], "eval": rows[train_rows : train_rows + eval_rows]}
+    raw_metadata = dataset_metadata.DatasetMetadata(
+        schema_utils.schema_from_feature_spec(
+            {key: tf.io.FixedLenFeature([], tf.int64) for key in digits.COLUMNS}
+        )
+    )
     examples = os.path.join(directory, "transformed_examples")
     graph = os.path.join(directory, "transform_graph")
     options = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-    with beam.Pipeline(argv=options) as pipeline, tft_beam.Context(
-            temp_dir=os.path.join(directory, "tft_tmp"), force_tf_compat_v1=False):
-        raw = {split: pipeline | f"Create {split}" >> beam.Create(data)
-               for split, data in splits.items()}
+    with (
+        beam.Pipeline(argv=options) as pipeline,
+        tft_beam.Context(temp_dir=os.path.join(directory, "tft_tmp"), force_tf_compat_v1=False),
+    ):
+        raw = {
+            split: pipeline | f"Create {split}" >> beam.Create(data)
+            for split, data in splits.items()
+        }
         transform_fn = (raw["train"], raw_metadata) | tft_beam.AnalyzeDataset(
-            digits.preprocessing_fn)
+            digits.preprocessing_fn
+        )
         _ = transform_fn | tft_beam.WriteTransformFn(graph)
         for split, data in raw.items():
             transformed, metadata = ((data, raw_metadata), transform_fn) | (
-                f"Transform {split}" >> tft_beam.TransformDataset())
+                f"Transform {split}" >> tft_beam.TransformDataset()
+            )
             coder = tft.coders.ExampleProtoCoder(metadata.schema)
-            _ = (transformed
-                 | f"Encode {split}" >> beam.Map(coder.encode)
-                 | f"Write {split}" >> beam.io.WriteToTFRecord(
-                     os.path.join(examples, f"Split-{split}", "transformed_examples"),
-                     file_name_suffix=".gz"))
+            _ = (
+                transformed
+                | f"Encode {split}" >> beam.Map(coder.encode)
+                | f"Write {split}"
+                >> beam.io.WriteToTFRecord(
+                    os.path.join(examples, f"Split-{split}", "transformed_examples"),
+                    file_name_suffix=".gz",
+                )
+            )
     metadata_io.write_metadata(raw_metadata, os.path.join(graph, "metadata"))  # raw schema
     return examples, graph
 
@@ -264,19 +339,34 @@ def write_transformed_digits(directory, train_rows=256, eval_rows=128):
 def executor_input(component, task, inputs, outputs, output_file):
     """The ExecutorInput JSON that replaces ``{{$}}``: artifacts typed as the compiled
     component declares them, the task's compiled constants as (schema 2.0.0) parameters."""
+
     def artifacts(definitions, uris, metadata):
-        return {key: {"artifacts": [{
-            "name": f"projects/example/locations/europe-west4/metadataStores/default/"
-                    f"artifacts/{task['taskInfo']['name']}-{key}",
-            "type": definitions[key]["artifactType"], "uri": uri,
-            "metadata": metadata.get(key, {})}]} for key, uri in uris.items()}
+        return {
+            key: {
+                "artifacts": [
+                    {
+                        "name": f"projects/example/locations/europe-west4/metadataStores/default/"
+                        f"artifacts/{task['taskInfo']['name']}-{key}",
+                        "type": definitions[key]["artifactType"],
+                        "uri": uri,
+                        "metadata": metadata.get(key, {}),
+                    }
+                ]
+            }
+            for key, uri in uris.items()
+        }
 
     value = {
         "inputs": {
-            "artifacts": artifacts(component["inputDefinitions"]["artifacts"], inputs,
-                                   {"examples": {"split_names": '["train", "eval"]'}}),
-            "parameters": {name: param["runtimeValue"]["constantValue"]
-                           for name, param in task["inputs"]["parameters"].items()},
+            "artifacts": artifacts(
+                component["inputDefinitions"]["artifacts"],
+                inputs,
+                {"examples": {"split_names": '["train", "eval"]'}},
+            ),
+            "parameters": {
+                name: param["runtimeValue"]["constantValue"]
+                for name, param in task["inputs"]["parameters"].items()
+            },
         },
         "outputs": {
             "artifacts": artifacts(component["outputDefinitions"]["artifacts"], outputs, {}),
@@ -289,8 +379,14 @@ def executor_input(component, task, inputs, outputs, output_file):
 
 
 def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
-    options = TrainingOptions(accum_steps=2, micro_batch_size=16, train_updates=4,
-                              updates_per_epoch=2, eval_steps=2, agc_clip_factor=0.05)
+    options = TrainingOptions(
+        accum_steps=2,
+        micro_batch_size=16,
+        train_updates=4,
+        updates_per_epoch=2,
+        eval_steps=2,
+        agc_clip_factor=0.05,
+    )
     job = compile_job(str(tmp_path), options)
     spec = job["pipelineSpec"]
     assert spec["schemaVersion"] == "2.0.0"  # parameters travel as inputs.parameters
@@ -302,9 +398,13 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
     task_root = tmp_path / "root" / "123" / "job-1" / f"{TRAINER}_0001"  # as Vertex lays it out
     model_uri, model_run_uri = str(task_root / "model"), str(task_root / "model_run")
     output_file = str(task_root / "executor_output.json")
-    invocation = executor_input(component, task,
-                                {"examples": examples, "transform_graph": graph},
-                                {"model": model_uri, "model_run": model_run_uri}, output_file)
+    invocation = executor_input(
+        component,
+        task,
+        {"examples": examples, "transform_graph": graph},
+        {"model": model_uri, "model_run": model_run_uri},
+        output_file,
+    )
     assert "{{$}}" in container["args"]
     command = [sys.executable if part == "python" else part for part in container["command"]]
     command += [invocation if arg == "{{$}}" else arg for arg in container["args"]]
@@ -316,28 +416,34 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
     env.update({item["name"]: item["value"] for item in container.get("env", [])})
     work_dir = tmp_path / "cwd"  # not the checkout: the code comes from the installed package
     work_dir.mkdir()
-    result = subprocess.run(command, env=env, cwd=str(work_dir), capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        command, env=env, cwd=str(work_dir), capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-8000:]
 
     assert os.path.isfile(os.path.join(model_uri, "Format-Serving", "saved_model.pb"))
     with open(output_file) as f:
-        output = json_format.Parse(f.read(), pipeline_spec_pb2.ExecutorOutput(),
-                                   ignore_unknown_fields=False)
-    assert {key: [a.uri for a in value.artifacts] for key, value in output.artifacts.items()} \
-        == {"model": [model_uri], "model_run": [model_run_uri]}
+        output = json_format.Parse(
+            f.read(), pipeline_spec_pb2.ExecutorOutput(), ignore_unknown_fields=False
+        )
+    assert {key: [a.uri for a in value.artifacts] for key, value in output.artifacts.items()} == {
+        "model": [model_uri],
+        "model_run": [model_run_uri],
+    }
     # The compiled settings reached the training: 4 updates of 2 x 16 examples.
     scalars = {}
     for path in glob.glob(os.path.join(model_run_uri, "ga_tfx", "events*")):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append(
-                    (event.step, float(tf.make_ndarray(value.tensor))))
+                    (event.step, float(tf.make_ndarray(value.tensor)))
+                )
     assert [step for step, _ in scalars["ga_tfx/updates"]] == [1, 2, 3, 4]
     assert {value for _, value in scalars["ga_tfx/effective_batch_size"]} == {32.0}
 
 
 # ------------------------------------------------------------------ the image's definition
+
 
 def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
     """docker/Dockerfile (not built here: no Docker engine) starts from TFX's image of the
@@ -351,8 +457,12 @@ def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
     assert f"tfx=={version}" in lock
     froms = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
     assert froms == [f"gcr.io/tfx-oss-public/tfx:{version}"]
-    for line in ("COPY requirements/lock.txt requirements/lock.txt", "COPY ga_tfx ga_tfx",
-                 "COPY components components", "COPY pipelines pipelines"):
+    for line in (
+        "COPY requirements/lock.txt requirements/lock.txt",
+        "COPY ga_tfx ga_tfx",
+        "COPY components components",
+        "COPY pipelines pipelines",
+    ):
         assert line in dockerfile.splitlines(), line
     assert "-r requirements/lock.txt" in dockerfile
 
@@ -361,10 +471,29 @@ def test_compile_command_writes_the_job_with_the_flags(tmp_path, capsys):
     from ga_tfx.pipelines import cli
 
     output = tmp_path / "job.json"
-    assert cli.main(["compile", "--image", "registry/ga-tfx:1", "--pipeline-root", "gs://b/r",
-                     "--data-root", "gs://b/digits", "--serving-dir", "gs://b/serving",
-                     "--accum-steps", "8", "--micro-batch", "16", "--no-agc",
-                     "--output", str(output)]) == 0
+    assert (
+        cli.main(
+            [
+                "compile",
+                "--image",
+                "registry/ga-tfx:1",
+                "--pipeline-root",
+                "gs://b/r",
+                "--data-root",
+                "gs://b/digits",
+                "--serving-dir",
+                "gs://b/serving",
+                "--accum-steps",
+                "8",
+                "--micro-batch",
+                "16",
+                "--no-agc",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
     assert "8 steps" in capsys.readouterr().out  # no Tuner without --tune
     job = json.loads(output.read_text())
     spec = pipeline_spec_pb2.PipelineSpec()

@@ -5,11 +5,12 @@ proportional to the gradient, so a loss-scale error of 2**15 or a halved gradien
 weights; Adam would normalise it away).
 """
 
+import ga_tfx
+from ga_tfx import keras, tf
+
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx import keras, tf
 from tests.helpers import classification_data, iterations, max_weight_diff, sparse_ce
 
 MICRO, K = 6, 4
@@ -17,7 +18,7 @@ EPOCHS = 2
 LEARNING_RATE = 0.1
 
 # Unit round-off u = 2**-p of each compute dtype (p: significand bits, hidden bit included).
-UNIT_ROUNDOFF = {"mixed_float16": 2.0 ** -11, "mixed_bfloat16": 2.0 ** -8}
+UNIT_ROUNDOFF = {"mixed_float16": 2.0**-11, "mixed_bfloat16": 2.0**-8}
 # Tolerance = ROUNDOFF_FACTOR * u * max|w_final - w_initial| of the float32 reference: the
 # half-precision forward/backward passes perturb each gradient by a few u (relative), so the
 # weights differ by a few u of their total movement. Measured (96 samples, 2 epochs, 8 updates):
@@ -59,8 +60,9 @@ def _big_batch_float32(x, y, momentum):
 def _accumulated(x, y, momentum, sample_weight=None):
     model = ga_tfx.wrap_model(_model(), accum_steps=K)
     model.compile(keras.optimizers.SGD(LEARNING_RATE, momentum=momentum), sparse_ce())
-    model.fit(x, y, sample_weight=sample_weight, batch_size=MICRO, epochs=EPOCHS,
-              shuffle=False, verbose=0)
+    model.fit(
+        x, y, sample_weight=sample_weight, batch_size=MICRO, epochs=EPOCHS, shuffle=False, verbose=0
+    )
     return model
 
 
@@ -76,12 +78,14 @@ def test_mixed_precision_accumulation_matches_float32_big_batch(policy, name, mo
     assert all(b.dtype == tf.float32 for b in mixed.gradient_accumulator.sums)
     if name == "mixed_float16":
         assert isinstance(mixed.optimizer, keras.mixed_precision.LossScaleOptimizer)
-        assert float(mixed.optimizer.loss_scale.numpy()) == 2.0 ** 15  # no window skipped
+        assert float(mixed.optimizer.loss_scale.numpy()) == 2.0**15  # no window skipped
     assert iterations(mixed.optimizer) == iterations(reference.optimizer) == 8
     tolerance = ROUNDOFF_FACTOR * UNIT_ROUNDOFF[name] * movement
     diff = max_weight_diff(reference, mixed)
-    print(f"{name} momentum={momentum}: max|dw| = {diff:.3g}, movement {movement:.3g}, "
-          f"tolerance {tolerance:.3g}")
+    print(
+        f"{name} momentum={momentum}: max|dw| = {diff:.3g}, movement {movement:.3g}, "
+        f"tolerance {tolerance:.3g}"
+    )
     assert movement > 0.05  # training moved the weights far beyond the tolerance
     assert diff <= tolerance
 
@@ -106,19 +110,24 @@ def test_skipped_windows_leave_no_trace_in_later_updates(policy, momentum):
     weights[window + 1] = np.inf  # one infinite loss in one micro-batch of the 2nd window
     mixed = _accumulated(x, y, momentum, sample_weight=weights)
     assert iterations(mixed.optimizer) == 6
-    assert float(mixed.optimizer.loss_scale.numpy()) == 2.0 ** 15 / 4  # halved once per skip
+    assert float(mixed.optimizer.loss_scale.numpy()) == 2.0**15 / 4  # halved once per skip
     tolerance = ROUNDOFF_FACTOR * UNIT_ROUNDOFF["mixed_float16"] * movement
     diff = max_weight_diff(reference, mixed)
     print(f"momentum={momentum}: max|dw| = {diff:.3g}, tolerance {tolerance:.3g}")
     assert diff <= tolerance
 
 
-@pytest.mark.parametrize("make_optimizer", [
-    lambda: keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
-    lambda: keras.optimizers.Adam(1e-2),
-], ids=["sgd_momentum", "adam"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda: keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
+        lambda: keras.optimizers.Adam(1e-2),
+    ],
+    ids=["sgd_momentum", "adam"],
+)
 def test_a_non_finite_window_leaves_weights_and_every_slot_bitwise_unchanged(
-        policy, make_optimizer):
+    policy, make_optimizer
+):
     policy("mixed_float16")
     x, y = classification_data(n=MICRO * K * 2)
     model = ga_tfx.wrap_model(_model(), accum_steps=K)
@@ -134,8 +143,15 @@ def test_a_non_finite_window_leaves_weights_and_every_slot_bitwise_unchanged(
 
     bad = np.ones(MICRO * K, "float32")
     bad[MICRO + 2] = np.inf  # the 2nd micro-batch of the window has an infinite loss
-    model.fit(x[second], y[second], sample_weight=bad, batch_size=MICRO, epochs=1,
-              shuffle=False, verbose=0)
+    model.fit(
+        x[second],
+        y[second],
+        sample_weight=bad,
+        batch_size=MICRO,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+    )
     assert float(optimizer.loss_scale.numpy()) == scale / 2
     for before, after in zip(weights, model.get_weights()):
         np.testing.assert_array_equal(before, after)

@@ -41,8 +41,9 @@ def _weights(path):
 
 def _updates(out):
     """The ga_tfx/updates scalars the run logged (optimizer.iterations after each update)."""
-    return [value for _, value in _scalars(str(out / "model_run" / "ga_tfx")).get(
-        "ga_tfx/updates", [])]
+    return [
+        value for _, value in _scalars(str(out / "model_run" / "ga_tfx")).get("ga_tfx/updates", [])
+    ]
 
 
 def _max_diff(a, b):
@@ -53,13 +54,30 @@ def _max_diff(a, b):
 def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path):
     module_file = _module(tmp_path)
     start = time.monotonic()
-    with workers_running(tmp_path, "tests.multi_worker_script",
-                         lambda index: [tmp_path / f"w{index}", module_file, "multi_worker",
-                                        MICRO, K, UPDATES, ",".join(OPTIMIZERS)],
-                         timeout_s=TIMEOUT_S, tail_lines=25):
+    with workers_running(
+        tmp_path,
+        "tests.multi_worker_script",
+        lambda index: [
+            tmp_path / f"w{index}",
+            module_file,
+            "multi_worker",
+            MICRO,
+            K,
+            UPDATES,
+            ",".join(OPTIMIZERS),
+        ],
+        timeout_s=TIMEOUT_S,
+        tail_lines=25,
+    ):
         # The big-batch references train while the workers start.
-        big = {name: _weights(train(str(tmp_path / "big" / name), module_file, "none",
-                                    MICRO * K, 1, UPDATES, name)) for name in OPTIMIZERS}
+        big = {
+            name: _weights(
+                train(
+                    str(tmp_path / "big" / name), module_file, "none", MICRO * K, 1, UPDATES, name
+                )
+            )
+            for name in OPTIMIZERS
+        }
     print(f"two workers + references: {time.monotonic() - start:.1f}s")
 
     namespace = {}
@@ -67,8 +85,11 @@ def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path
     for name in OPTIMIZERS:
         chief = _weights(tmp_path / "w0" / name / "weights.npz")
         other = _weights(tmp_path / "w1" / name / "weights.npz")
-        assert _updates(tmp_path / "big" / name) == _updates(tmp_path / "w0" / name) == [
-            float(update) for update in range(1, UPDATES + 1)]
+        assert (
+            _updates(tmp_path / "big" / name)
+            == _updates(tmp_path / "w0" / name)
+            == [float(update) for update in range(1, UPDATES + 1)]
+        )
         assert _max_diff(chief, other) == 0.0  # the workers hold one set of mirrored weights
         diff = _max_diff(chief, big[name])
         initial = namespace["build_model"](hyperparameters(name)).get_weights()
@@ -83,8 +104,9 @@ def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path
         for index, writes in ((0, True), (1, False)):
             out = tmp_path / f"w{index}" / name
             serving_dir = out / "model" / "Format-Serving"
-            events = glob.glob(str(out / "model_run" / "**" / "events.out.tfevents.*"),
-                               recursive=True)
+            events = glob.glob(
+                str(out / "model_run" / "**" / "events.out.tfevents.*"), recursive=True
+            )
             assert os.path.exists(serving_dir / "saved_model.pb") == writes, index
             assert bool(os.path.exists(serving_dir) and os.listdir(serving_dir)) == writes, index
             assert bool(events) == writes, (index, events)

@@ -1,12 +1,19 @@
 """GradientAccumulateOptimizer: accumulation for custom training loops."""
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
-from tests.helpers import (classification_data, iterations, max_weight_diff, mlp, sparse_ce,
-                           two_replica_strategy)
+from tests.helpers import (
+    classification_data,
+    iterations,
+    max_weight_diff,
+    mlp,
+    sparse_ce,
+    two_replica_strategy,
+)
 
 TOLERANCE = 1e-5
 MICRO, K = 6, 4
@@ -22,19 +29,25 @@ def _custom_loop(model, optimizer, x, y, micro, steps=None, start=0):
     @tf.function
     def step(xb, yb):
         grads = _loss_and_grads(model, xb, yb)
-        return optimizer.apply_gradients(zip(grads, model.trainable_variables),
-                                         sample_count=tf.shape(xb)[0])
+        return optimizer.apply_gradients(
+            zip(grads, model.trainable_variables), sample_count=tf.shape(xb)[0]
+        )
 
     applied = []
     for i in range(start, len(x) if steps is None else start + steps * micro, micro):
-        applied.append(bool(step(x[i:i + micro], y[i:i + micro])))
+        applied.append(bool(step(x[i : i + micro], y[i : i + micro])))
     return applied
 
 
-@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.Adam(1e-2),
-                                            lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-                                            lambda: keras.optimizers.legacy.RMSprop(1e-2)],
-                         ids=["adam", "sgd_momentum", "legacy_rmsprop"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda: keras.optimizers.Adam(1e-2),
+        lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+        lambda: keras.optimizers.legacy.RMSprop(1e-2),
+    ],
+    ids=["adam", "sgd_momentum", "legacy_rmsprop"],
+)
 def test_custom_loop_matches_big_batch(make_optimizer):
     x, y = classification_data(n=192)
     big = mlp(l2=1e-2)
@@ -128,12 +141,13 @@ def test_agc_on_the_accumulated_gradient_matches_big_batch_agc():
     variables = big.trainable_variables
     reference = keras.optimizers.SGD(0.5)
     for i in range(0, 96, MICRO * K):
-        grads = _loss_and_grads(big, x[i:i + MICRO * K], y[i:i + MICRO * K])
+        grads = _loss_and_grads(big, x[i : i + MICRO * K], y[i : i + MICRO * K])
         reference.apply_gradients(ga_tfx.adaptive_clip_gradients(zip(grads, variables), 0.01))
 
     model = mlp()
-    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.5), K,
-                                                   agc_clip_factor=0.01)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.SGD(0.5), K, agc_clip_factor=0.01
+    )
     _custom_loop(model, optimizer, x, y, MICRO)
     assert max_weight_diff(big, model) <= TOLERANCE
 
@@ -143,9 +157,15 @@ def test_agc_on_the_accumulated_gradient_matches_big_batch_agc():
     for i in range(0, 96, MICRO * K):
         clipped = []
         for j in range(i, i + MICRO * K, MICRO):
-            grads = _loss_and_grads(per_micro, x[j:j + MICRO], y[j:j + MICRO])
-            clipped.append([g for g, _ in ga_tfx.adaptive_clip_gradients(
-                zip(grads, per_micro.trainable_variables), 0.01)])
+            grads = _loss_and_grads(per_micro, x[j : j + MICRO], y[j : j + MICRO])
+            clipped.append(
+                [
+                    g
+                    for g, _ in ga_tfx.adaptive_clip_gradients(
+                        zip(grads, per_micro.trainable_variables), 0.01
+                    )
+                ]
+            )
         mean = [sum(c[k] for c in clipped) / K for k in range(len(clipped[0]))]
         sgd.apply_gradients(zip(mean, per_micro.trainable_variables))
     assert max_weight_diff(big, per_micro) > 1e-4
@@ -164,8 +184,11 @@ def test_misuse_gives_clear_errors():
 
     @tf.function
     def pre_aggregated():
-        return strategy.run(lambda: optimizer.apply_gradients(
-            zip(zeros, variables), skip_gradients_aggregation=True))
+        return strategy.run(
+            lambda: optimizer.apply_gradients(
+                zip(zeros, variables), skip_gradients_aggregation=True
+            )
+        )
 
     with pytest.raises(ValueError, match="skip_gradients_aggregation=True.*2 replicas"):
         pre_aggregated()

@@ -2,13 +2,20 @@
 ``fit(batch_size=micro)``: one update per K micro-batches, equal to big-batch training at the
 weight level, on one device and under MirroredStrategy (2 logical CPUs, see conftest)."""
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
-from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce, \
-    two_replica_strategy
+from tests.helpers import (
+    classification_data,
+    iterations,
+    max_weight_diff,
+    mlp,
+    sparse_ce,
+    two_replica_strategy,
+)
 
 pytestmark = []  # fast tier, library only (no TFX)
 
@@ -27,7 +34,8 @@ def _schedule():
 OPTIMIZERS = {
     "sgd_momentum_schedule": lambda: keras.optimizers.SGD(_schedule(), momentum=0.9),
     "adam_schedule": lambda: keras.optimizers.Adam(
-        keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=1, decay_rate=0.8)),
+        keras.optimizers.schedules.ExponentialDecay(1e-2, decay_steps=1, decay_rate=0.8)
+    ),
 }
 
 
@@ -57,12 +65,16 @@ def test_compile_fit_matches_big_batch(name, distributed):
     assert iterations(model.optimizer) == iterations(big.optimizer) == UPDATES
     assert int(optimizer.micro_steps.numpy()) == 0
     # The schedule was evaluated at the update count, not at the micro-step count.
-    np.testing.assert_allclose(keras.backend.get_value(optimizer.learning_rate),
-                               keras.backend.get_value(big.optimizer.learning_rate), rtol=1e-6)
+    np.testing.assert_allclose(
+        keras.backend.get_value(optimizer.learning_rate),
+        keras.backend.get_value(big.optimizer.learning_rate),
+        rtol=1e-6,
+    )
     initial = keras.backend.get_value(make_optimizer().learning_rate)
     # Keras evaluates the schedule before counting the update: schedule(UPDATES - 1).
-    np.testing.assert_allclose(keras.backend.get_value(optimizer.learning_rate),
-                               initial * 0.8 ** (UPDATES - 1), rtol=1e-6)
+    np.testing.assert_allclose(
+        keras.backend.get_value(optimizer.learning_rate), initial * 0.8 ** (UPDATES - 1), rtol=1e-6
+    )
     diff = max_weight_diff(big, model)
     print(f"{name} {'mirrored' if distributed else 'one device'}: max |dw| = {diff:.3g}")
     assert diff <= TOLERANCE
@@ -77,8 +89,9 @@ def test_compile_keeps_a_pending_window_across_fit_calls_and_checkpoints(tmp_pat
 
     def compiled():
         model = mlp()
-        model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(make(), accum_steps=K),
-                      loss=sparse_ce())
+        model.compile(
+            optimizer=ga_tfx.GradientAccumulateOptimizer(make(), accum_steps=K), loss=sparse_ce()
+        )
         return model
 
     uninterrupted = compiled()
@@ -124,8 +137,12 @@ def test_flush_after_fit_applies_the_pending_window(distributed):
 def test_keras_format_save_and_load_keep_the_wrapper_and_its_pending_window(tmp_path):
     x, y = classification_data(n=N, seed=7)
     model = mlp()
-    model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(
-        keras.optimizers.Adam(1e-2), accum_steps=K, agc_clip_factor=0.1), loss=sparse_ce())
+    model.compile(
+        optimizer=ga_tfx.GradientAccumulateOptimizer(
+            keras.optimizers.Adam(1e-2), accum_steps=K, agc_clip_factor=0.1
+        ),
+        loss=sparse_ce(),
+    )
     model.fit(x[:42], y[:42], batch_size=MICRO, shuffle=False, verbose=0)  # 1 update, 3 pending
     model.save(str(tmp_path / "model.keras"))
     loaded = keras.models.load_model(str(tmp_path / "model.keras"))

@@ -11,14 +11,21 @@ the window mean must weight each micro-batch by its sample count over both repli
 the big batch.
 """
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import functools
 
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
-from tests.helpers import classification_data, iterations, max_weight_diff, mlp, two_replica_strategy
+from tests.helpers import (
+    classification_data,
+    iterations,
+    max_weight_diff,
+    mlp,
+    two_replica_strategy,
+)
 from tests.test_distribution import CountingReduction
 
 pytestmark = []  # fast tier, library only (no TFX)
@@ -36,7 +43,8 @@ OPTIMIZERS = {
     "adam": lambda: keras.optimizers.Adam(1e-2),
 }
 PER_EXAMPLE_LOSS = keras.losses.SparseCategoricalCrossentropy(
-    from_logits=True, reduction=keras.losses.Reduction.NONE)
+    from_logits=True, reduction=keras.losses.Reduction.NONE
+)
 
 
 def data():
@@ -68,8 +76,9 @@ def big_batch_reference(make_optimizer, agc_clip_factor=None):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(PER_EXAMPLE_LOSS(yb, model(xb, training=True)))
             loss += tf.add_n(model.losses)
-        grads_and_vars = list(zip(tape.gradient(loss, model.trainable_variables),
-                                  model.trainable_variables))
+        grads_and_vars = list(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
         if agc_clip_factor is not None:
             grads_and_vars = ga_tfx.adaptive_clip_gradients(grads_and_vars, agc_clip_factor)
         optimizer.apply_gradients(grads_and_vars)
@@ -82,9 +91,13 @@ def big_batch_reference(make_optimizer, agc_clip_factor=None):
 
 
 def _uneven_dataset(x, y):
-    return functools.reduce(lambda a, b: a.concatenate(b), [
-        tf.data.Dataset.from_tensor_slices((x[s:e], y[s:e])).batch(e - s)
-        for s, e in bounds(SIZES)])
+    return functools.reduce(
+        lambda a, b: a.concatenate(b),
+        [
+            tf.data.Dataset.from_tensor_slices((x[s:e], y[s:e])).batch(e - s)
+            for s, e in bounds(SIZES)
+        ],
+    )
 
 
 def _accumulate_mirrored(make_optimizer, strategy=None, build=True, **wrapper_kwargs):
@@ -94,15 +107,17 @@ def _accumulate_mirrored(make_optimizer, strategy=None, build=True, **wrapper_kw
     with strategy.scope():
         model = mlp(l2=1e-2)
         optimizer = ga_tfx.GradientAccumulateOptimizer(
-            optimizer=make_optimizer(), accum_steps=K, **wrapper_kwargs)
+            optimizer=make_optimizer(), accum_steps=K, **wrapper_kwargs
+        )
     if build:  # else the first apply_gradients creates the state, inside strategy.run
         optimizer.build(model.trainable_variables)
     dataset = strategy.experimental_distribute_dataset(_uneven_dataset(x, y))
 
     def replica_step(xb, yb, n):
         with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(PER_EXAMPLE_LOSS(yb, model(xb, training=True)),
-                                              global_batch_size=n)
+            loss = tf.nn.compute_average_loss(
+                PER_EXAMPLE_LOSS(yb, model(xb, training=True)), global_batch_size=n
+            )
             loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         grads = tape.gradient(loss, model.trainable_variables)
         return optimizer.apply_gradients(zip(grads, model.trainable_variables), sample_count=n)
@@ -127,8 +142,11 @@ def _expected_applied():
     return ([False] * (K - 1) + [True]) * full + [False] * (len(SIZES) % K) + [True, False]
 
 
-@pytest.mark.parametrize("name, build", [("sgd_nesterov", True), ("adam", False)],
-                         ids=["sgd_nesterov_built_first", "adam_built_in_strategy_run"])
+@pytest.mark.parametrize(
+    "name, build",
+    [("sgd_nesterov", True), ("adam", False)],
+    ids=["sgd_nesterov_built_first", "adam_built_in_strategy_run"],
+)
 def test_mirrored_custom_loop_matches_big_batch_with_one_all_reduce_per_update(name, build):
     """Weights == one-device big batch; all-reduces counted at run time (CountingReduction, see
     tests/test_distribution.py, whose plain-Keras control counts one per micro-batch): one
@@ -137,7 +155,8 @@ def test_mirrored_custom_loop_matches_big_batch_with_one_all_reduce_per_update(n
     reference, _ = big_batch_reference(make_optimizer)
     counting = CountingReduction()
     model, optimizer, applied = _accumulate_mirrored(
-        make_optimizer, strategy=two_replica_strategy(counting), build=build)
+        make_optimizer, strategy=two_replica_strategy(counting), build=build
+    )
     assert applied == _expected_applied()
     assert iterations(optimizer) == UPDATES  # updates, not micro-steps
     assert int(optimizer.micro_steps.numpy()) == 0

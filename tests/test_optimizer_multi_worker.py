@@ -8,8 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.test_optimizer_distributed import (OPTIMIZERS, SIZES, UPDATES, K,
-                                              big_batch_reference)
+from tests.test_optimizer_distributed import OPTIMIZERS, SIZES, UPDATES, K, big_batch_reference
 from tests.worker_processes import run_workers
 
 pytestmark = [pytest.mark.slow]
@@ -32,8 +31,12 @@ def _max_diff(a, b):
 
 def test_two_workers_custom_loop_matches_big_batch(tmp_path):
     start = time.monotonic()
-    run_workers(tmp_path, "tests.optimizer_multi_worker_script",
-                lambda index: [tmp_path / f"w{index}"], timeout_s=TIMEOUT_S)
+    run_workers(
+        tmp_path,
+        "tests.optimizer_multi_worker_script",
+        lambda index: [tmp_path / f"w{index}"],
+        timeout_s=TIMEOUT_S,
+    )
     print(f"two workers: {time.monotonic() - start:.1f}s")
     expected = ([False] * (K - 1) + [True]) * (len(SIZES) // K) + [False] * (len(SIZES) % K)
     for name in sorted(OPTIMIZERS):

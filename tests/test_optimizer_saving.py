@@ -2,14 +2,21 @@
 SavedModel) and ``keras.models.load_model(dir)``, and training resumed from it (pending partial
 window included) equals one uninterrupted run at the weight level."""
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import os
 
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
-from tests.helpers import (classification_data, iterations, max_weight_diff, mlp, sparse_ce,
-                           two_replica_strategy)
+from tests.helpers import (
+    classification_data,
+    iterations,
+    max_weight_diff,
+    mlp,
+    sparse_ce,
+    two_replica_strategy,
+)
 
 pytestmark = []  # fast tier, library only (no TFX)
 
@@ -30,8 +37,10 @@ OPTIMIZERS = {
 def _compiled(make_optimizer, strategy):
     with strategy.scope():
         model = mlp()
-        model.compile(loss=sparse_ce(), optimizer=ga_tfx.GradientAccumulateOptimizer(
-            make_optimizer(), accum_steps=K))
+        model.compile(
+            loss=sparse_ce(),
+            optimizer=ga_tfx.GradientAccumulateOptimizer(make_optimizer(), accum_steps=K),
+        )
     return model
 
 
@@ -65,6 +74,7 @@ def test_savedmodel_load_and_resume_match_an_uninterrupted_run(tmp_path, name, d
     assert iterations(optimizer) == iterations(uninterrupted.optimizer) == N // (MICRO * K)
     assert int(optimizer.micro_steps.numpy()) == 0
     diff = max_weight_diff(uninterrupted, loaded)
-    print(f"{name} {'mirrored' if distributed else 'one device'}: SavedModel resume vs uninterrupted: max |dw| = {diff:.3g}")
+    where = "mirrored" if distributed else "one device"
+    print(f"{name} {where}: SavedModel resume vs uninterrupted: max |dw| = {diff:.3g}")
     assert diff <= TOLERANCE
     assert max_weight_diff(mlp(), loaded) > 1e-2  # training moved the weights

@@ -27,13 +27,30 @@ def wheel(tmp_path_factory):
     for name in ("setup.py", "pyproject.toml"):
         shutil.copy(os.path.join(ROOT, name), src / name)
     for folder in SOURCES:
-        shutil.copytree(os.path.join(ROOT, folder), src / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        shutil.copytree(
+            os.path.join(ROOT, folder),
+            src / folder,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )
     out = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-cache-dir", "--quiet", "--wheel-dir", str(out), str(src)],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-cache-dir",
+            "--quiet",
+            "--wheel-dir",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [path] = [str(p) for p in out.iterdir()]
     assert os.path.basename(path).startswith("ga_tfx-") and path.endswith(".whl"), path
@@ -105,11 +122,19 @@ def test_the_installed_wheel_imports_without_the_work_tree(wheel, tmp_path):
     path, archive = wheel
     target = tmp_path / "site"
     archive.extractall(target)
-    code = ("import importlib.util, ga_tfx, ga_tfx.components, ga_tfx.pipelines\n"
-            "for m in (ga_tfx, ga_tfx.components, ga_tfx.pipelines): print(m.__file__)\n"
-            "print(importlib.util.find_spec('components'), importlib.util.find_spec('pipelines'))")
-    result = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(target)})
+    code = (
+        "import importlib.util, ga_tfx, ga_tfx.components, ga_tfx.pipelines\n"
+        "for m in (ga_tfx, ga_tfx.components, ga_tfx.pipelines): print(m.__file__)\n"
+        "print(importlib.util.find_spec('components'), importlib.util.find_spec('pipelines'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(target)},
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 4, lines

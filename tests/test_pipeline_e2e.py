@@ -9,6 +9,9 @@ One pipeline store serves the whole module, in three runs:
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import tf
+from ga_tfx.components.trainer import checkpoints
+from ga_tfx.pipelines import cli, digits, local
+from ga_tfx.pipelines.pipeline import TrainingOptions
 
 import csv
 import glob
@@ -17,27 +20,39 @@ import os
 import numpy as np
 import pytest
 
-from ga_tfx.components.trainer import checkpoints
-from ga_tfx.pipelines import cli, digits, local
-from ga_tfx.pipelines.pipeline import TrainingOptions
-
 pytestmark = [pytest.mark.tfx]  # the TFX pipeline end to end
 
-ALL_COMPONENTS = {"CsvExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-                  "DataCheck",
-                  "Transform", "Tuner", "GradientAccumulationTrainer", "Evaluator", "Pusher"}
+ALL_COMPONENTS = {
+    "CsvExampleGen",
+    "StatisticsGen",
+    "ImportSchemaGen",
+    "ExampleValidator",
+    "DataCheck",
+    "Transform",
+    "Tuner",
+    "GradientAccumulationTrainer",
+    "Evaluator",
+    "Pusher",
+}
 OPTIONS = TrainingOptions(
-    accum_steps=2, micro_batch_size=32, train_updates=8, updates_per_epoch=4, eval_steps=4,
+    accum_steps=2,
+    micro_batch_size=32,
+    train_updates=8,
+    updates_per_epoch=4,
+    eval_steps=4,
     checkpoint_every_updates=4,
-    tune=True, search_accum_steps=(1, 2), tuning_trials=2, tuning_updates=2,
-    min_accuracy=0.3)
+    tune=True,
+    search_accum_steps=(1, 2),
+    tuning_trials=2,
+    tuning_updates=2,
+    min_accuracy=0.3,
+)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("digits")
-    args = ("ga-tfx-e2e", str(root / "root"), cli.SHIPPED_DATA, str(root / "serving"),
-            OPTIONS)
+    args = ("ga-tfx-e2e", str(root / "root"), cli.SHIPPED_DATA, str(root / "serving"), OPTIONS)
     kwargs = dict(metadata_path=str(root / "metadata.db"))
 
     save = checkpoints.UpdateCheckpoint.save
@@ -63,16 +78,24 @@ def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
     root, summary, _ = runs
     print("\n".join(summary.lines()))
     assert set(summary.cached_components) == ALL_COMPONENTS - {
-        "GradientAccumulationTrainer", "Evaluator", "Pusher"}
+        "GradientAccumulationTrainer",
+        "Evaluator",
+        "Pusher",
+    }
     # The Tuner chose accum_steps among (1, 2); the Trainer trained with it.
     assert summary.hyperparameters["accum_steps"] in (1, 2)
     assert summary.effective_batch_size == 32 * summary.hyperparameters["accum_steps"]
     assert summary.updates == 8
     (run_dir,) = glob.glob(str(root / "root" / "GradientAccumulationTrainer" / "model_run" / "*"))
     # Only the re-run's execution reached export; it made updates 5..8 (resumed after 4).
-    steps = sorted({event.step for path in glob.glob(os.path.join(run_dir, "ga_tfx", "events*"))
-                    for event in tf.compat.v1.train.summary_iterator(path)
-                    if any(v.tag == "ga_tfx/updates" for v in event.summary.value)})
+    steps = sorted(
+        {
+            event.step
+            for path in glob.glob(os.path.join(run_dir, "ga_tfx", "events*"))
+            for event in tf.compat.v1.train.summary_iterator(path)
+            if any(v.tag == "ga_tfx/updates" for v in event.summary.value)
+        }
+    )
     assert steps == [5, 6, 7, 8]
     assert summary.metrics["sparse_categorical_accuracy"] >= OPTIONS.min_accuracy
     assert summary.metrics["example_count"] > 400  # the eval split of 1797 images (1/3)
@@ -86,11 +109,18 @@ def test_pushed_model_answers_serialized_examples(runs):
     model = tf.saved_model.load(summary.pushed_model)
     with open(os.path.join(cli.SHIPPED_DATA, "digits.csv")) as f:
         rows = list(csv.DictReader(f))[:16]
-    examples = [tf.train.Example(features=tf.train.Features(feature={
-        key: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(row[key])]))
-        for key in digits.PIXEL_KEYS})).SerializeToString() for row in rows]
-    (probabilities,) = model.signatures["serving_default"](
-        examples=tf.constant(examples)).values()
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    key: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(row[key])]))
+                    for key in digits.PIXEL_KEYS
+                }
+            )
+        ).SerializeToString()
+        for row in rows
+    ]
+    (probabilities,) = model.signatures["serving_default"](examples=tf.constant(examples)).values()
     assert probabilities.shape == (16, 10)
     np.testing.assert_allclose(probabilities.numpy().sum(axis=1), 1.0, atol=1e-5)
     labels = np.array([int(row["label"]) for row in rows])
@@ -114,16 +144,28 @@ def _write(path, text):
     return str(path.parent)
 
 
-@pytest.mark.parametrize("make_data,message", [
-    (lambda tmp: str(tmp / "no_such_dir"), "does not exist"),
-    (lambda tmp: _write(tmp / "empty" / "d.csv", ""), "is empty"),
-    (lambda tmp: _write(tmp / "header" / "d.csv",
-                        ",".join(digits.COLUMNS) + "\n"), "no data rows"),
-    (lambda tmp: _write(tmp / "wrong" / "d.csv", ",".join(
-        digits.PIXEL_KEYS[:-1] + ("pixel_99", "label")) + "\n" + ",".join(["1"] * 65) + "\n"),
-     r"missing \['pixel_63'\], unexpected \['pixel_99'\]"),
-    (lambda tmp: str((tmp / "no_csv").mkdir() or tmp / "no_csv"), "no .csv file"),
-])
+@pytest.mark.parametrize(
+    "make_data,message",
+    [
+        (lambda tmp: str(tmp / "no_such_dir"), "does not exist"),
+        (lambda tmp: _write(tmp / "empty" / "d.csv", ""), "is empty"),
+        (
+            lambda tmp: _write(tmp / "header" / "d.csv", ",".join(digits.COLUMNS) + "\n"),
+            "no data rows",
+        ),
+        (
+            lambda tmp: _write(
+                tmp / "wrong" / "d.csv",
+                ",".join(digits.PIXEL_KEYS[:-1] + ("pixel_99", "label"))
+                + "\n"
+                + ",".join(["1"] * 65)
+                + "\n",
+            ),
+            r"missing \['pixel_63'\], unexpected \['pixel_99'\]",
+        ),
+        (lambda tmp: str((tmp / "no_csv").mkdir() or tmp / "no_csv"), "no .csv file"),
+    ],
+)
 def test_bad_data_fails_before_any_component_runs(tmp_path, capsys, make_data, message):
     data_root = make_data(tmp_path)
     out = tmp_path / "out"
@@ -146,8 +188,12 @@ def test_bad_flags_and_settings_are_rejected_with_the_value(tmp_path, capsys):
         cli.main(["run", "--search-accum-steps", "1,two"])
     assert "search_accum_steps must be a list of integers >= 1" in capsys.readouterr().err
     out = tmp_path / "out"
-    assert cli.main(["run", "--output-dir", str(out), "--train-updates", "10",
-                     "--updates-per-epoch", "4"]) == 2
+    assert (
+        cli.main(
+            ["run", "--output-dir", str(out), "--train-updates", "10", "--updates-per-epoch", "4"]
+        )
+        == 2
+    )
     assert "updates_per_epoch=4 must divide" in capsys.readouterr().err
     assert not out.exists()
 
@@ -156,8 +202,15 @@ def test_help_explains_the_flags(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     text = capsys.readouterr().out
-    for flag in ("--accum-steps", "--micro-batch", "--tune", "--output-dir", "--data-root",
-                 "--direct-num-workers", "--no-cache"):
+    for flag in (
+        "--accum-steps",
+        "--micro-batch",
+        "--tune",
+        "--output-dir",
+        "--data-root",
+        "--direct-num-workers",
+        "--no-cache",
+    ):
         assert flag in text
 
 
@@ -172,17 +225,28 @@ def test_no_cache_and_direct_num_workers_reach_the_pipeline(tmp_path, monkeypatc
             pipelines.append(pipeline)
 
     monkeypatch.setattr(local.tfx.orchestration, "LocalDagRunner", RecordingRunner)
-    monkeypatch.setattr(local, "summarize", lambda config: type(
-        "Summary", (), {"lines": lambda self: ["(not run)"]})())
-    assert cli.main(["run", "--output-dir", str(tmp_path / "a"), "--no-cache",
-                     "--direct-num-workers", "3"]) == 0
+    monkeypatch.setattr(
+        local,
+        "summarize",
+        lambda config: type("Summary", (), {"lines": lambda self: ["(not run)"]})(),
+    )
+    assert (
+        cli.main(
+            ["run", "--output-dir", str(tmp_path / "a"), "--no-cache", "--direct-num-workers", "3"]
+        )
+        == 0
+    )
     assert cli.main(["run", "--output-dir", str(tmp_path / "b")]) == 0
     flagged, default = pipelines
     assert flagged.enable_cache is False and default.enable_cache is True
-    assert flagged.beam_pipeline_args == ["--direct_running_mode=multi_processing",
-                                          "--direct_num_workers=3"]
-    assert default.beam_pipeline_args == ["--direct_running_mode=in_memory",
-                                          "--direct_num_workers=1"]
+    assert flagged.beam_pipeline_args == [
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=3",
+    ]
+    assert default.beam_pipeline_args == [
+        "--direct_running_mode=in_memory",
+        "--direct_num_workers=1",
+    ]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "--direct-num-workers", "-1"])

@@ -7,6 +7,7 @@ the full Trainer are in ``tests/test_preemption_kills.py`` (slow tier).
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
+from ga_tfx.components.trainer import checkpoints, preemption
 
 import os
 import signal
@@ -14,8 +15,6 @@ import signal
 import numpy as np
 import pytest
 from tensorflow.python.checkpoint import checkpoint_management
-
-from ga_tfx.components.trainer import checkpoints, preemption
 
 K, MICRO, UPDATES = 2, 4, 7
 
@@ -62,28 +61,31 @@ class _Before(keras.callbacks.Callback):
 
 
 def _fit(model, *callbacks):
-    model.fit(_data(), epochs=1, steps_per_epoch=UPDATES * K, verbose=0,
-              callbacks=list(callbacks))
+    model.fit(_data(), epochs=1, steps_per_epoch=UPDATES * K, verbose=0, callbacks=list(callbacks))
 
 
 def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     model = _model()
-    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3,
-                   every_seconds=1e9)
+    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3, every_seconds=1e9)
     assert saves.restore() == 0
     _fit(model, saves)
     saves.finish()
     assert saves.saved == [3, 6, 7]  # mid-epoch (one epoch of 7), then the final state
     state = tf.train.get_checkpoint_state(str(tmp_path))
-    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-6",
-                                                                              "ckpt-7"]
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-6", "ckpt-7"]
 
 
 def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
     now = [0.0]
     model = _model()
-    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=5,
-                   every_seconds=25.0, clock=lambda: now[0])
+    saves = _Saves(
+        model,
+        str(tmp_path),
+        total_updates=UPDATES,
+        every_updates=5,
+        every_seconds=25.0,
+        clock=lambda: now[0],
+    )
     saves.restore()
 
     def tick(window):  # each window takes 10 s
@@ -93,8 +95,14 @@ def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
     assert saves.saved == [3, 6]  # 30 s at updates 3 and 6, before 5 updates; 7: 10 s
     now[0] = 0.0
     model = _model()
-    saves = _Saves(model, str(tmp_path / "updates_first"), total_updates=UPDATES,
-                   every_updates=2, every_seconds=25.0, clock=lambda: now[0])
+    saves = _Saves(
+        model,
+        str(tmp_path / "updates_first"),
+        total_updates=UPDATES,
+        every_updates=2,
+        every_seconds=25.0,
+        clock=lambda: now[0],
+    )
     saves.restore()
     _fit(model, _Before(tick), saves)
     assert saves.saved == [2, 4, 6]  # the update count comes first here
@@ -104,15 +112,22 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
     model = _model()
     with preemption.stop_on_signals() as stop:
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=100,
-                       every_seconds=1e9, stop=stop)
+        saves = _Saves(
+            model,
+            str(tmp_path),
+            total_updates=UPDATES,
+            every_updates=100,
+            every_seconds=1e9,
+            stop=stop,
+        )
         saves.restore()
         kill = _Before(lambda window: window == 4 and os.kill(os.getpid(), signal.SIGTERM))
         with pytest.raises(preemption.TrainingInterrupted) as raised:
             _fit(model, kill, saves)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
-    assert str(raised.value) == ("interrupted at update 4 of 7; checkpoint saved; re-run the "
-                                 "same command to resume")
+    assert str(raised.value) == (
+        "interrupted at update 4 of 7; checkpoint saved; re-run the same command to resume"
+    )
     assert raised.value.exit_code == 128 + signal.SIGTERM
     assert saves.saved == [4]
     # The checkpoint is the state after 4 whole windows: 4 optimizer updates.
@@ -120,8 +135,9 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
     weights = [w.numpy() for w in model.weights]
 
     resumed = _model()
-    again = checkpoints.UpdateCheckpoint(resumed, str(tmp_path), total_updates=UPDATES,
-                                         every_updates=100, every_seconds=1e9)
+    again = checkpoints.UpdateCheckpoint(
+        resumed, str(tmp_path), total_updates=UPDATES, every_updates=100, every_seconds=1e9
+    )
     assert again.restore() == 4
     for got, want in zip(resumed.weights, weights):  # weights and AccumBN statistics
         np.testing.assert_array_equal(got.numpy(), want)
@@ -147,7 +163,8 @@ def test_interruption_is_found_through_wrapping_errors(capsys):
     except RuntimeError as wrapped:
         assert preemption.report_interruption(wrapped) == 130
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume")
+        "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume"
+    )
     with pytest.raises(ValueError, match="other"):
         preemption.report_interruption(ValueError("other"))
 
@@ -156,8 +173,9 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
     """tf.train.CheckpointManager writes the files, then replaces the index file atomically:
     a torn write of checkpoint 4 (files half written, index not yet updated) restores 2."""
     model = _model()
-    saves = checkpoints.UpdateCheckpoint(model, str(tmp_path), total_updates=UPDATES,
-                                         every_updates=2, every_seconds=1e9)
+    saves = checkpoints.UpdateCheckpoint(
+        model, str(tmp_path), total_updates=UPDATES, every_updates=2, every_seconds=1e9
+    )
     saves.restore()
     at_two = []
     record = checkpoint_management.update_checkpoint_state_internal
@@ -172,10 +190,12 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
             raise SystemExit("killed")  # the process ends here
         return record(save_dir, model_checkpoint_path, *args, **kwargs)
 
-    monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal",
-                        killed_before_the_index)
-    snapshot = _Before(lambda window: window == 3 and at_two.append(
-        [w.numpy() for w in model.weights]))
+    monkeypatch.setattr(
+        checkpoint_management, "update_checkpoint_state_internal", killed_before_the_index
+    )
+    snapshot = _Before(
+        lambda window: window == 3 and at_two.append([w.numpy() for w in model.weights])
+    )
     with pytest.raises(SystemExit):
         _fit(model, snapshot, saves)
     monkeypatch.undo()
@@ -183,8 +203,9 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
 
     resumed = _model()
-    again = checkpoints.UpdateCheckpoint(resumed, str(tmp_path), total_updates=UPDATES,
-                                         every_updates=2, every_seconds=1e9)
+    again = checkpoints.UpdateCheckpoint(
+        resumed, str(tmp_path), total_updates=UPDATES, every_updates=2, every_seconds=1e9
+    )
     assert again.restore() == 2
     for got, want in zip(resumed.weights, at_two[0]):
         np.testing.assert_array_equal(got.numpy(), want)

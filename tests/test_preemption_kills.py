@@ -18,6 +18,7 @@ statistics equal those of an uninterrupted run.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
+from ga_tfx.components.trainer import run_record
 
 import glob
 import json
@@ -29,17 +30,25 @@ import sys
 import numpy as np
 import pytest
 
-from ga_tfx.components.trainer import run_record
 from tests.test_trainer_component import MODEL_MODULE, _module, _run, _saved_variables
 
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # six Trainer processes, one after the other
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SETTINGS = dict(accum_steps=2, micro_batch_size=8, num_steps=8, updates_per_epoch=4,
-                checkpoint_every_updates=3, eval_steps=2, shuffle=1, shuffle_seed=3)
+SETTINGS = dict(
+    accum_steps=2,
+    micro_batch_size=8,
+    num_steps=8,
+    updates_per_epoch=4,
+    checkpoint_every_updates=3,
+    eval_steps=2,
+    shuffle=1,
+    shuffle_seed=3,
+)
 # SGD (with momentum, so the optimizer has slots to restore): Adam would hide scale errors.
-SGD_MODULE = MODEL_MODULE.replace("keras.optimizers.Adam(1e-2)",
-                                  "keras.optimizers.SGD(0.05, momentum=0.9)")
+SGD_MODULE = MODEL_MODULE.replace(
+    "keras.optimizers.Adam(1e-2)", "keras.optimizers.SGD(0.05, momentum=0.9)"
+)
 assert SGD_MODULE != MODEL_MODULE
 
 ATTEMPT = """
@@ -105,8 +114,12 @@ except Exception as error:
 
 def _attempt(tmp_path, module, name, point):
     return subprocess.run(
-        [sys.executable, "-c", ATTEMPT, str(tmp_path), name, point, module,
-         json.dumps(SETTINGS)], cwd=ROOT, capture_output=True, text=True, timeout=400)
+        [sys.executable, "-c", ATTEMPT, str(tmp_path), name, point, module, json.dumps(SETTINGS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
 
 
 def _latest(tmp_path):
@@ -116,12 +129,14 @@ def _latest(tmp_path):
 
 def test_killed_at_five_points_the_reruns_end_with_the_uninterrupted_weights(tmp_path):
     module = _module(tmp_path, SGD_MODULE, "sgd_module.py")
-    expected = [("evaluation", -signal.SIGKILL, 3),
-                ("sigterm_mid_window", 128 + signal.SIGTERM, 5),
-                ("mid_window", -signal.SIGKILL, 5),
-                ("checkpoint_write", -signal.SIGKILL, 5),
-                ("after_checkpoint", -signal.SIGKILL, 8),
-                ("export", -signal.SIGKILL, 8)]
+    expected = [
+        ("evaluation", -signal.SIGKILL, 3),
+        ("sigterm_mid_window", 128 + signal.SIGTERM, 5),
+        ("mid_window", -signal.SIGKILL, 5),
+        ("checkpoint_write", -signal.SIGKILL, 5),
+        ("after_checkpoint", -signal.SIGKILL, 8),
+        ("export", -signal.SIGKILL, 8),
+    ]
     for number, (point, code, latest) in enumerate(expected):
         attempt = _attempt(tmp_path, module, f"attempt{number}", point)
         output = (attempt.stdout + attempt.stderr)[-3000:]
@@ -129,10 +144,11 @@ def test_killed_at_five_points_the_reruns_end_with_the_uninterrupted_weights(tmp
         assert _latest(tmp_path) == latest, (point, output)
         if point == "sigterm_mid_window":
             assert attempt.stdout.strip().splitlines()[-1] == (
-                "interrupted at update 5 of 8; checkpoint saved; re-run the same command to "
-                "resume"), output
-        assert not os.path.exists(tmp_path / f"attempt{number}" / "model_run" /
-                                  run_record.FILE_NAME)
+                "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume"
+            ), output
+        assert not os.path.exists(
+            tmp_path / f"attempt{number}" / "model_run" / run_record.FILE_NAME
+        )
 
     resumed, resumed_run = _run(tmp_path, "last", module_file=module, **SETTINGS)
     assert not glob.glob(str(tmp_path / ".ga_tfx_resume" / "*"))  # done: cleaned up

@@ -1,21 +1,28 @@
 """The Trainer's run record (``model_run/ga_tfx_run.json``) and the run summary that reads it."""
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.components.trainer import run_record
+from ga_tfx.pipelines import local
 
 import dataclasses
 import json
 
 import pytest
 
-from ga_tfx.components.trainer import run_record
-from ga_tfx.pipelines import local
-
 pytestmark = [pytest.mark.tfx]  # the record is written with TFX's file system layer
 
 RECORD = run_record.RunRecord(
-    updates=8, updates_this_run=4, resumed_from_update=4, effective_batch_size=64,
-    micro_batch_size=32, accum_steps=2, replicas=1, skipped_windows=0,
-    samples_per_second=1234.5, final_metrics={"loss": 0.5, "val_accuracy": 0.75})
+    updates=8,
+    updates_this_run=4,
+    resumed_from_update=4,
+    effective_batch_size=64,
+    micro_batch_size=32,
+    accum_steps=2,
+    replicas=1,
+    skipped_windows=0,
+    samples_per_second=1234.5,
+    final_metrics={"loss": 0.5, "val_accuracy": 0.75},
+)
 
 
 def test_record_round_trips_as_plain_json(tmp_path):
@@ -29,7 +36,14 @@ def test_record_round_trips_as_plain_json(tmp_path):
 @pytest.mark.parametrize("update,line", [(4, "resumed: from update 4"), (None, "resumed: no")])
 def test_summary_says_whether_the_trainer_resumed(update, line):
     summary = local.RunSummary(
-        effective_batch_size=64, updates=8, hyperparameters={}, metrics={}, blessed=True,
-        pushed_model=None, serving_model=None, cached_components=[],
-        resumed_from_update=update)
+        effective_batch_size=64,
+        updates=8,
+        hyperparameters={},
+        metrics={},
+        blessed=True,
+        pushed_model=None,
+        serving_model=None,
+        cached_components=[],
+        resumed_from_update=update,
+    )
     assert line in summary.lines()

@@ -1,11 +1,6 @@
 """One declaration per setting: every derived form (component spec, custom_config parsing, CLI
 flags, README tables) is compared here with the declaration it comes from."""
 
-import subprocess
-import sys
-
-import pytest
-
 from ga_tfx._schema import SettingError, Spec, defaults, required, specs
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.components.trainer.settings import AccumulationSettings
@@ -13,30 +8,43 @@ from ga_tfx.pipelines import cli, options
 from ga_tfx.pipelines.options import TrainingOptions
 from ga_tfx.search_space import AccumulationSearchSpace
 
+import subprocess
+import sys
+
+import pytest
+
 
 def test_declarations_import_without_tensorflow_or_tfx():
-    code = ("import sys\n"
-            "import ga_tfx.components.trainer.settings, ga_tfx.components.tuner.options\n"
-            "import ga_tfx.pipelines.options, ga_tfx.pipelines.cli, ga_tfx.search_space\n"
-            "ga_tfx.pipelines.cli.build_parser()\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('tensorflow', 'tfx', 'tf_keras', 'keras_tuner')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    code = (
+        "import sys\n"
+        "import ga_tfx.components.trainer.settings, ga_tfx.components.tuner.options\n"
+        "import ga_tfx.pipelines.options, ga_tfx.pipelines.cli, ga_tfx.search_space\n"
+        "ga_tfx.pipelines.cli.build_parser()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('tensorflow', 'tfx', 'tf_keras', 'keras_tuner')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_readme_tables_are_generated_from_the_declarations():
-    result = subprocess.run([sys.executable, "scripts/settings_table.py", "--check"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "scripts/settings_table.py", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_cli_flags_are_the_declared_options():
     parser = cli.build_parser()
-    run = next(a for a in parser._subparsers._group_actions[0].choices.values()
-               if a.prog.endswith(" run"))
+    run = next(
+        a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" run")
+    )
     by_flag = {flag: a for a in run._actions for flag in a.option_strings}
     declared = specs(TrainingOptions)
     for name, spec in declared.items():
@@ -48,18 +56,20 @@ def test_cli_flags_are_the_declared_options():
     assert options.from_flags(args) == TrainingOptions()
     # A Trainer setting seen from the pipeline keeps the Trainer's rule and help.
     assert declared["accum_steps"].check("x", 3) == 3
-    assert declared["micro_batch_size"].help == specs(AccumulationSettings)[
-        "micro_batch_size"].help
+    assert declared["micro_batch_size"].help == specs(AccumulationSettings)["micro_batch_size"].help
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["run", "--accum-steps", "0"], "accum_steps must be an integer >= 1"),
-    (["run", "--accum-steps", "2.5"], "got '2.5'"),
-    (["run", "--strategy", "tpu"], "strategy must be one of 'auto', 'mirrored'"),
-    (["run", "--search-accum-steps", "1,x"], "got 'x'"),
-    (["run", "--search-agc-clip-factor", "0.2,0.1"], "min <= max"),
-    (["run", "--min-accuracy", "1.5"], "min_accuracy must be > 0 and <= 1, got 1.5"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "--accum-steps", "0"], "accum_steps must be an integer >= 1"),
+        (["run", "--accum-steps", "2.5"], "got '2.5'"),
+        (["run", "--strategy", "tpu"], "strategy must be one of 'auto', 'mirrored'"),
+        (["run", "--search-accum-steps", "1,x"], "got 'x'"),
+        (["run", "--search-agc-clip-factor", "0.2,0.1"], "min <= max"),
+        (["run", "--min-accuracy", "1.5"], "min_accuracy must be > 0 and <= 1, got 1.5"),
+    ],
+)
 def test_bad_flags_name_the_value_and_what_is_allowed(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         cli.build_parser().parse_args(argv)
@@ -69,8 +79,20 @@ def test_bad_flags_name_the_value_and_what_is_allowed(capsys, argv, message):
 
 @pytest.mark.tfx  # `ga-tfx run` checks the options after importing the TFX runner (local.py)
 def test_options_checked_as_a_whole_are_one_line_errors(capsys):
-    assert cli.main(["run", "--train-updates", "10", "--updates-per-epoch", "3",
-                     "--output-dir", "/nonexistent/never/written"]) == 2
+    assert (
+        cli.main(
+            [
+                "run",
+                "--train-updates",
+                "10",
+                "--updates-per-epoch",
+                "3",
+                "--output-dir",
+                "/nonexistent/never/written",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("ga-tfx run: error: updates_per_epoch=3 must divide")
 
@@ -88,30 +110,43 @@ def test_settings_parsing_names_field_value_and_allowed():
         settings_lib.from_dict({"acum_steps": 2, "micro_batch_size": 4, "label_key": "y"})
     with pytest.raises(ValueError, match=r"Missing required ga_tfx setting\(s\) \['label_key'\]"):
         settings_lib.from_dict({"accum_steps": 2, "micro_batch_size": 4})
-    with pytest.raises(ValueError, match=r"strategy must be one of 'auto', 'mirrored', 'none', "
-                                         r"'multi_worker' .*got 'tpu'"):
-        settings_lib.from_dict({"accum_steps": 2, "micro_batch_size": 4, "label_key": "y",
-                                "strategy": "tpu"})
-    parsed = settings_lib.from_dict({"accum_steps": 2, "micro_batch_size": 4, "label_key": "y",
-                                     "shuffle": 0, "replace_batchnorm": 1})
+    with pytest.raises(
+        ValueError,
+        match=r"strategy must be one of 'auto', 'mirrored', 'none', "
+        r"'multi_worker' .*got 'tpu'",
+    ):
+        settings_lib.from_dict(
+            {"accum_steps": 2, "micro_batch_size": 4, "label_key": "y", "strategy": "tpu"}
+        )
+    parsed = settings_lib.from_dict(
+        {
+            "accum_steps": 2,
+            "micro_batch_size": 4,
+            "label_key": "y",
+            "shuffle": 0,
+            "replace_batchnorm": 1,
+        }
+    )
     assert parsed.shuffle is False and parsed.replace_batchnorm is True
     assert settings_lib.from_dict(parsed.to_exec_properties()) == parsed
-    assert set(required(AccumulationSettings)) == {"accum_steps", "micro_batch_size",
-                                                   "label_key"}
+    assert set(required(AccumulationSettings)) == {"accum_steps", "micro_batch_size", "label_key"}
 
 
-@pytest.mark.parametrize("spec, value, error", [
-    (Spec(int, "h", minimum=1), 0, "x must be an integer >= 1 (h), got 0."),
-    (Spec(int, "h", minimum=1), 4.0, "x must be an integer >= 1 (h), got 4.0 of type float."),
-    (Spec(int, "h", minimum=1), True, "of type bool"),
-    (Spec(float, "h", above=0), float("inf"), "x must be a finite number > 0, got inf."),
-    (Spec(float, "h", above=0), "1", "x must be a real number > 0, got '1' of type str."),
-    (Spec(str, "h", choices=("a", "b")), "c", "x must be one of 'a', 'b' (h), got 'c'."),
-    (Spec(bool, "h"), 2, "x must be True or False (h), got 2 of type int."),
-    (Spec(int, "h", minimum=1, many=True), [], "x must list at least one value"),
-    (Spec(int, "h", minimum=1, many=True), [1, 0], "each x value must be an integer >= 1"),
-    (Spec(str, "h"), None, "x must be a non-empty string (h), got None of type NoneType."),
-])
+@pytest.mark.parametrize(
+    "spec, value, error",
+    [
+        (Spec(int, "h", minimum=1), 0, "x must be an integer >= 1 (h), got 0."),
+        (Spec(int, "h", minimum=1), 4.0, "x must be an integer >= 1 (h), got 4.0 of type float."),
+        (Spec(int, "h", minimum=1), True, "of type bool"),
+        (Spec(float, "h", above=0), float("inf"), "x must be a finite number > 0, got inf."),
+        (Spec(float, "h", above=0), "1", "x must be a real number > 0, got '1' of type str."),
+        (Spec(str, "h", choices=("a", "b")), "c", "x must be one of 'a', 'b' (h), got 'c'."),
+        (Spec(bool, "h"), 2, "x must be True or False (h), got 2 of type int."),
+        (Spec(int, "h", minimum=1, many=True), [], "x must list at least one value"),
+        (Spec(int, "h", minimum=1, many=True), [1, 0], "each x value must be an integer >= 1"),
+        (Spec(str, "h"), None, "x must be a non-empty string (h), got None of type NoneType."),
+    ],
+)
 def test_spec_errors(spec, value, error):
     with pytest.raises(SettingError) as info:
         spec.check("x", value)

@@ -7,6 +7,15 @@ in ``csv_example_gen``), so that is the data here (label ``tips_xf``, raw ``tips
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
+from ga_tfx.components.trainer import (
+    AccumulationSettings,
+    Executor,
+    GradientAccumulationTrainer,
+    checkpoints,
+)
+from ga_tfx.components.trainer import model as model_lib
+from ga_tfx.components.trainer import run_fn as run_fn_lib
+from ga_tfx.components.trainer import settings as settings_lib
 
 import dataclasses
 import glob
@@ -27,18 +36,13 @@ from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 
-from ga_tfx.components.trainer import AccumulationSettings, Executor, GradientAccumulationTrainer
-from ga_tfx.components.trainer import checkpoints, model as model_lib
-from ga_tfx.components.trainer import run_fn as run_fn_lib
-from ga_tfx.components.trainer import settings as settings_lib
 from tests import taxi
 
 pytestmark = [pytest.mark.tfx]  # the TFX Trainer component, executor and run_fn
 
 TESTDATA, MODEL_MODULE = taxi.TESTDATA, taxi.MODEL_MODULE
 
-BASE_SETTINGS = dict(label_key="tips_xf", raw_label_key="tips", strategy="none",
-                     shuffle=0)
+BASE_SETTINGS = dict(label_key="tips_xf", raw_label_key="tips", strategy="none", shuffle=0)
 
 
 def _module(tmp_path, source=MODEL_MODULE, name="model_module.py"):
@@ -52,8 +56,9 @@ def _artifacts(out, hyperparameters=None):
     if hyperparameters is not None:
         hp = standard_artifacts.HyperParameters()
         hp.uri = os.path.join(out, "hyperparameters")
-        io_utils.write_string_file(os.path.join(hp.uri, "hyperparameters.txt"),
-                                   json.dumps(hyperparameters))
+        io_utils.write_string_file(
+            os.path.join(hp.uri, "hyperparameters.txt"), json.dumps(hyperparameters)
+        )
         inputs[specs.HYPERPARAMETERS_KEY] = [hp]
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     model.uri, model_run.uri = os.path.join(out, "model"), os.path.join(out, "model_run")
@@ -62,12 +67,17 @@ def _artifacts(out, hyperparameters=None):
 
 def _exec_properties(module_file, num_steps=3, eval_steps=1, **settings):
     return dict(
-        {specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(trainer_pb2.TrainArgs(
-            num_steps=num_steps)),
-         specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(trainer_pb2.EvalArgs(
-             num_steps=eval_steps)),
-         specs.MODULE_FILE_KEY: module_file},
-        **dict(BASE_SETTINGS, **settings))
+        {
+            specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(
+                trainer_pb2.TrainArgs(num_steps=num_steps)
+            ),
+            specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(
+                trainer_pb2.EvalArgs(num_steps=eval_steps)
+            ),
+            specs.MODULE_FILE_KEY: module_file,
+        },
+        **dict(BASE_SETTINGS, **settings),
+    )
 
 
 def _run(tmp_path, name, hyperparameters=None, module_file=None, **kwargs):
@@ -80,8 +90,11 @@ def _run(tmp_path, name, hyperparameters=None, module_file=None, **kwargs):
 def _scalars(log_dir):
     """{tag: [(step, value), ...]} of every event file under log_dir (or of that file)."""
     found = {}
-    paths = [log_dir] if os.path.isfile(log_dir) else glob.glob(
-        os.path.join(log_dir, "**", "events.out.tfevents.*"), recursive=True)
+    paths = (
+        [log_dir]
+        if os.path.isfile(log_dir)
+        else glob.glob(os.path.join(log_dir, "**", "events.out.tfevents.*"), recursive=True)
+    )
     for path in paths:
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
@@ -102,38 +115,68 @@ def _raw_examples(n=20):
 def _saved_variables(serving_dir):
     """{checkpoint key: value} of the exported model's variables (weights and optimizer)."""
     reader = tf.train.load_checkpoint(os.path.join(serving_dir, "variables", "variables"))
-    return {key: reader.get_tensor(key) for key, dtype in
-            reader.get_variable_to_dtype_map().items()
-            if key.endswith("VARIABLE_VALUE") and dtype.is_floating}
+    return {
+        key: reader.get_tensor(key)
+        for key, dtype in reader.get_variable_to_dtype_map().items()
+        if key.endswith("VARIABLE_VALUE") and dtype.is_floating
+    }
 
 
 # ---------------------------------------------------------------------- construction
 def test_component_carries_settings_as_primitive_exec_properties():
     examples = tfx.types.Channel(type=standard_artifacts.Examples)
     trainer = GradientAccumulationTrainer(
-        examples=examples, module_file="m.py", accum_steps=4, micro_batch_size=8,
-        label_key="y", agc_clip_factor=0.02, replace_batchnorm=False, strategy="mirrored",
-        train_args=trainer_pb2.TrainArgs(num_steps=10))
+        examples=examples,
+        module_file="m.py",
+        accum_steps=4,
+        micro_batch_size=8,
+        label_key="y",
+        agc_clip_factor=0.02,
+        replace_batchnorm=False,
+        strategy="mirrored",
+        train_args=trainer_pb2.TrainArgs(num_steps=10),
+    )
     props = trainer.exec_properties
     assert props["accum_steps"] == 4 and props["micro_batch_size"] == 8
     assert props["agc_clip_factor"] == 0.02 and props["replace_batchnorm"] == 0
     assert props["strategy"] == "mirrored" and props["partial_window"] == "apply"
     assert all(isinstance(v, (int, float, str)) for v in props.values())
     assert set(trainer.outputs) == {"model", "model_run"}
-    assert set(trainer.spec.INPUTS) == {"examples", "transform_graph", "schema", "base_model",
-                                        "hyperparameters"}
+    assert set(trainer.spec.INPUTS) == {
+        "examples",
+        "transform_graph",
+        "schema",
+        "base_model",
+        "hyperparameters",
+    }
 
 
-@pytest.mark.parametrize("field,value", [
-    ("accum_steps", 0), ("accum_steps", 2.0), ("micro_batch_size", -1),
-    ("agc_clip_factor", 0.0), ("strategy", "tpu"), ("partial_window", "keep"),
-    ("mixed_precision", "float16"), ("replace_batchnorm", "yes"), ("label_key", ""),
-    ("updates_per_epoch", 3), ("shuffle_seed", -1), ("shuffle_seed", 1.5),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("accum_steps", 0),
+        ("accum_steps", 2.0),
+        ("micro_batch_size", -1),
+        ("agc_clip_factor", 0.0),
+        ("strategy", "tpu"),
+        ("partial_window", "keep"),
+        ("mixed_precision", "float16"),
+        ("replace_batchnorm", "yes"),
+        ("label_key", ""),
+        ("updates_per_epoch", 3),
+        ("shuffle_seed", -1),
+        ("shuffle_seed", 1.5),
+    ],
+)
 def test_component_rejects_bad_settings_naming_the_field(field, value):
-    kwargs = dict(examples=tfx.types.Channel(type=standard_artifacts.Examples),
-                  module_file="m.py", accum_steps=2, micro_batch_size=4, label_key="y",
-                  train_args=trainer_pb2.TrainArgs(num_steps=10))
+    kwargs = dict(
+        examples=tfx.types.Channel(type=standard_artifacts.Examples),
+        module_file="m.py",
+        accum_steps=2,
+        micro_batch_size=4,
+        label_key="y",
+        train_args=trainer_pb2.TrainArgs(num_steps=10),
+    )
     kwargs[field] = value
     with pytest.raises(ValueError, match=field):
         GradientAccumulationTrainer(**kwargs)
@@ -152,33 +195,39 @@ def test_component_takes_exactly_one_of_module_file_and_model_fn():
 def test_effective_batch_size_instead_of_accum_steps():
     examples = tfx.types.Channel(type=standard_artifacts.Examples)
     common = dict(examples=examples, model_fn="ga_tfx.pipelines.digits", label_key="y")
-    trainer = GradientAccumulationTrainer(micro_batch_size=16, effective_batch_size=128,
-                                          **common)
+    trainer = GradientAccumulationTrainer(micro_batch_size=16, effective_batch_size=128, **common)
     assert trainer.exec_properties["accum_steps"] == 8
-    with pytest.raises(ValueError, match="micro_batch_size=64 is larger than "
-                                         "effective_batch_size=32"):
+    with pytest.raises(
+        ValueError, match="micro_batch_size=64 is larger than effective_batch_size=32"
+    ):
         GradientAccumulationTrainer(micro_batch_size=64, effective_batch_size=32, **common)
     with pytest.raises(ValueError, match="effective_batch_size=100 is not a multiple"):
         GradientAccumulationTrainer(micro_batch_size=16, effective_batch_size=100, **common)
     with pytest.raises(ValueError, match="exactly one of accum_steps and effective_batch"):
-        GradientAccumulationTrainer(micro_batch_size=16, accum_steps=2,
-                                    effective_batch_size=32, **common)
+        GradientAccumulationTrainer(
+            micro_batch_size=16, accum_steps=2, effective_batch_size=32, **common
+        )
     # The stock-Trainer route (custom_config["ga_tfx"]) takes it too.
-    assert settings_lib.from_dict({"micro_batch_size": 8, "effective_batch_size": 64,
-                                   "label_key": "y"}).accum_steps == 8
+    assert (
+        settings_lib.from_dict(
+            {"micro_batch_size": 8, "effective_batch_size": 64, "label_key": "y"}
+        ).accum_steps
+        == 8
+    )
     with pytest.raises(ValueError, match="micro_batch_size=128 is larger"):
-        settings_lib.from_dict({"micro_batch_size": 128, "effective_batch_size": 64,
-                                "label_key": "y"})
+        settings_lib.from_dict(
+            {"micro_batch_size": 128, "effective_batch_size": 64, "label_key": "y"}
+        )
 
 
 def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
     with pytest.raises(ValueError, match="acum_steps"):
         settings_lib.from_dict({"acum_steps": 2, "micro_batch_size": 4, "label_key": "y"})
-    base = settings_lib.from_dict({"accum_steps": 2, "micro_batch_size": 4, "label_key": "y",
-                                   "shuffle": 0})
+    base = settings_lib.from_dict(
+        {"accum_steps": 2, "micro_batch_size": 4, "label_key": "y", "shuffle": 0}
+    )
     assert base == AccumulationSettings(2, 4, "y", shuffle=False)
-    tuner_config = {"space": [], "values": {"accum_steps": 8, "agc_clip_factor": 0.1,
-                                            "units": 3}}
+    tuner_config = {"space": [], "values": {"accum_steps": 8, "agc_clip_factor": 0.1, "units": 3}}
     tuned = base.with_hyperparameters(tuner_config)
     assert (tuned.accum_steps, tuned.agc_clip_factor, tuned.micro_batch_size) == (8, 0.1, 4)
     with pytest.raises(ValueError, match="accum_steps"):
@@ -187,14 +236,16 @@ def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
     with_agc = dataclasses.replace(base, agc_clip_factor=0.05)
     off = with_agc.with_hyperparameters({"accum_steps": 4, "agc": False, "micro_batch_size": 16})
     assert (off.accum_steps, off.agc_clip_factor, off.micro_batch_size) == (4, None, 16)
-    assert with_agc.with_hyperparameters({"agc": True, "agc_clip_factor": 0.2}
-                                         ).agc_clip_factor == 0.2
+    assert (
+        with_agc.with_hyperparameters({"agc": True, "agc_clip_factor": 0.2}).agc_clip_factor == 0.2
+    )
 
 
 # ---------------------------------------------------------------------- training
 def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
-    serving_dir, run_dir = _run(tmp_path, "run", accum_steps=2, micro_batch_size=8,
-                                num_steps=3, agc_clip_factor=0.05)
+    serving_dir, run_dir = _run(
+        tmp_path, "run", accum_steps=2, micro_batch_size=8, num_steps=3, agc_clip_factor=0.05
+    )
     assert os.path.exists(os.path.join(serving_dir, "saved_model.pb"))
 
     loaded = tf.saved_model.load(serving_dir)
@@ -205,14 +256,15 @@ def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
     # The same weights in Keras, fed the transform of the raw examples computed independently.
     model = keras.models.load_model(serving_dir)
     assert any(isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in model.layers)
-    transform_output = tft.TFTransformOutput(os.path.join(TESTDATA, "transform",
-                                                          "transform_graph"))
+    transform_output = tft.TFTransformOutput(os.path.join(TESTDATA, "transform", "transform_graph"))
     raw_spec = transform_output.raw_feature_spec()
     raw_spec.pop("tips")
     transformed = transform_output.transform_features_layer()(
-        tf.io.parse_example(examples, raw_spec))
-    expected = model({k: transformed[k] for k in ("fare_xf", "trip_miles_xf",
-                                                  "trip_seconds_xf")}, training=False)
+        tf.io.parse_example(examples, raw_spec)
+    )
+    expected = model(
+        {k: transformed[k] for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")}, training=False
+    )
     assert served.shape == (20, 2)
     print(f"max |served - keras| = {np.max(np.abs(served.numpy() - expected.numpy())):.3g}")
     np.testing.assert_allclose(served.numpy(), expected.numpy(), atol=1e-5)
@@ -231,11 +283,11 @@ def test_serving_signature_answers_like_the_trained_in_memory_model(tmp_path):
     # train_and_export returns the model it trained and exported, still in memory.
     out = str(tmp_path / "live")
     inputs, outputs = _artifacts(out)
-    props = _exec_properties(_module(tmp_path), accum_steps=2, micro_batch_size=8,
-                             num_steps=3)
+    props = _exec_properties(_module(tmp_path), accum_steps=2, micro_batch_size=8, num_steps=3)
     fn_args = Executor()._GetFnArgs(inputs, outputs, props)
-    settings = settings_lib.from_dict({k: props[k] for k in settings_lib.field_names()
-                                       if k in props})
+    settings = settings_lib.from_dict(
+        {k: props[k] for k in settings_lib.field_names() if k in props}
+    )
     namespace = {}
     exec(MODEL_MODULE, namespace)
     live = run_fn_lib.train_and_export(fn_args, settings, namespace["build_model"])
@@ -243,13 +295,24 @@ def test_serving_signature_answers_like_the_trained_in_memory_model(tmp_path):
 
     examples = _raw_examples()
     served = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"](
-        examples=examples)
+        examples=examples
+    )
     (served,) = served.values()
     features = tft.TFTransformOutput(fn_args.transform_graph_path).transform_features_layer()(
-        tf.io.parse_example(examples, {k: v for k, v in tft.TFTransformOutput(
-            fn_args.transform_graph_path).raw_feature_spec().items() if k != "tips"}))
-    expected = live({k: features[k] for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")},
-                    training=False)
+        tf.io.parse_example(
+            examples,
+            {
+                k: v
+                for k, v in tft.TFTransformOutput(fn_args.transform_graph_path)
+                .raw_feature_spec()
+                .items()
+                if k != "tips"
+            },
+        )
+    )
+    expected = live(
+        {k: features[k] for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")}, training=False
+    )
     diff = float(np.max(np.abs(served.numpy() - expected.numpy())))
     print(f"max |served - in-memory| = {diff:.3g}")
     assert diff <= 1e-6
@@ -261,31 +324,49 @@ def test_serving_signature_answers_like_the_trained_in_memory_model(tmp_path):
 BIG_BATCH_TOLERANCE = 1e-5
 
 
-@pytest.mark.parametrize("optimizer", [
-    "sgd", "sgd_momentum", pytest.param("adam", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "optimizer", ["sgd", "sgd_momentum", pytest.param("adam", marks=pytest.mark.slow)]
+)
 def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path, optimizer):
     # (b=4, K=4, K coming from the Tuner's hyperparameters) vs plain big-batch training (b=16,
     # K=1: the engine steps aside), same data order (shuffle off). SGD with and without
     # momentum: their steps are proportional to the gradient, so a scale error shows (Adam
     # would normalise it away). No BatchNormalization here: it normalises each micro-batch on
     # its own.
-    accumulated, acc_run = _run(tmp_path, "acc", micro_batch_size=4, accum_steps=1,
-                                num_steps=3, hyperparameters={"accum_steps": 4,
-                                                              "batchnorm": False,
-                                                              "optimizer": optimizer})
-    big, _ = _run(tmp_path, "big", micro_batch_size=16, accum_steps=1, num_steps=3,
-                  hyperparameters={"batchnorm": False, "optimizer": optimizer})
+    accumulated, acc_run = _run(
+        tmp_path,
+        "acc",
+        micro_batch_size=4,
+        accum_steps=1,
+        num_steps=3,
+        hyperparameters={"accum_steps": 4, "batchnorm": False, "optimizer": optimizer},
+    )
+    big, _ = _run(
+        tmp_path,
+        "big",
+        micro_batch_size=16,
+        accum_steps=1,
+        num_steps=3,
+        hyperparameters={"batchnorm": False, "optimizer": optimizer},
+    )
     acc_vars, big_vars = _saved_variables(accumulated), _saved_variables(big)
     assert set(acc_vars) == set(big_vars) and len(acc_vars) >= 4
     diff = max(float(np.max(np.abs(acc_vars[k] - big_vars[k]))) for k in acc_vars)
     print(f"max |w_acc - w_big| = {diff:.3g}")
     assert diff <= BIG_BATCH_TOLERANCE, diff
-    assert [v for _, v in _scalars(os.path.join(acc_run, "ga_tfx"))[
-        "ga_tfx/effective_batch_size"]] == [16.0] * 3
+    assert [
+        v for _, v in _scalars(os.path.join(acc_run, "ga_tfx"))["ga_tfx/effective_batch_size"]
+    ] == [16.0] * 3
     # The same under MirroredStrategy on conftest's 2 logical CPUs (b=8 split 4+4, K=2).
-    mirrored, _ = _run(tmp_path, "mirrored", micro_batch_size=8, accum_steps=2, num_steps=3,
-                       strategy="mirrored",
-                       hyperparameters={"batchnorm": False, "optimizer": optimizer})
+    mirrored, _ = _run(
+        tmp_path,
+        "mirrored",
+        micro_batch_size=8,
+        accum_steps=2,
+        num_steps=3,
+        strategy="mirrored",
+        hyperparameters={"batchnorm": False, "optimizer": optimizer},
+    )
     mirrored_vars = _saved_variables(mirrored)
     assert set(mirrored_vars) == set(big_vars)
     diff = max(float(np.max(np.abs(mirrored_vars[k] - big_vars[k]))) for k in big_vars)
@@ -294,13 +375,16 @@ def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path, optimize
     # ...and training did move the weights (the comparison is not between initial weights).
     namespace = {}
     exec(MODEL_MODULE, namespace)
-    initial = namespace["build_model"]({"batchnorm": False, "optimizer": optimizer}
-                                       ).get_weights()
+    initial = namespace["build_model"]({"batchnorm": False, "optimizer": optimizer}).get_weights()
     big_vars = {k: v for k, v in big_vars.items() if "OPTIMIZER_SLOT" not in k}
     assert sorted(w.size for w in initial) == sorted(v.size for v in big_vars.values())
-    moved = min(float(np.max(np.abs(a - b))) for a, b in zip(
-        sorted(initial, key=lambda w: (w.size, w.shape)),
-        sorted(big_vars.values(), key=lambda w: (w.size, w.shape))))
+    moved = min(
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(
+            sorted(initial, key=lambda w: (w.size, w.shape)),
+            sorted(big_vars.values(), key=lambda w: (w.size, w.shape)),
+        )
+    )
     print(f"least max |w_trained - w_initial| over tensors = {moved:.3g}")
     assert moved > 1e-3
 
@@ -328,12 +412,23 @@ t._run(pathlib.Path(sys.argv[1]), "killed", **json.loads(sys.argv[2]))
 def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(tmp_path):
     # Shuffled data, AccumBN, Adam: the re-run must restore weights, slots, iterations and
     # BN statistics, and skip exactly the micro-batches the killed attempt trained on.
-    settings = dict(accum_steps=2, micro_batch_size=8, num_steps=4, updates_per_epoch=1,
-                    checkpoint_every_updates=1, eval_steps=0, shuffle=1, shuffle_seed=3)
+    settings = dict(
+        accum_steps=2,
+        micro_batch_size=8,
+        num_steps=4,
+        updates_per_epoch=1,
+        checkpoint_every_updates=1,
+        eval_steps=0,
+        shuffle=1,
+        shuffle_seed=3,
+    )
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_TRAINER, str(tmp_path), json.dumps(settings)],
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        capture_output=True, text=True, timeout=300)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not os.path.exists(tmp_path / "killed" / "model" / "Format-Serving")
     (resume_dir,) = glob.glob(str(tmp_path / ".ga_tfx_resume" / "*"))
@@ -352,8 +447,9 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
     steps = [step for step, _ in _scalars(os.path.join(resumed_run, "ga_tfx"))["ga_tfx/updates"]]
     assert steps == [3, 4]
     # A different training (another seed) does not pick up someone else's checkpoints.
-    assert checkpoints.resume_directory("r/T/model_run/1", {"seed": 1}) != checkpoints.resume_directory(
-        "r/T/model_run/2", {"seed": 2})
+    assert checkpoints.resume_directory(
+        "r/T/model_run/1", {"seed": 1}
+    ) != checkpoints.resume_directory("r/T/model_run/2", {"seed": 2})
 
 
 def test_base_model_warm_starts_the_new_training(tmp_path):
@@ -371,8 +467,7 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
     # The reference is a run without base_model whose build_model loads those weights
     # itself: the same start, data and settings, so the same weights (the same float32
     # operations: 1e-6 leaves room only for round-off).
-    hparams, settings = {"optimizer": "sgd"}, dict(accum_steps=2, micro_batch_size=8,
-                                                   num_steps=2)
+    hparams, settings = {"optimizer": "sgd"}, dict(accum_steps=2, micro_batch_size=8, num_steps=2)
     out = str(tmp_path / "warm")
     inputs, outputs = _artifacts(out, hparams)
     base = standard_artifacts.Model()
@@ -380,8 +475,9 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
     inputs[specs.BASE_MODEL_KEY] = [base]
     Executor().Do(inputs, outputs, _exec_properties(_module(tmp_path), **settings))
     warm = _saved_variables(os.path.join(out, "model", "Format-Serving"))
-    loads_base = _module(tmp_path, MODEL_MODULE + LOADS_BASE_WEIGHTS.format(path=first),
-                         "loads_base.py")
+    loads_base = _module(
+        tmp_path, MODEL_MODULE + LOADS_BASE_WEIGHTS.format(path=first), "loads_base.py"
+    )
     reference, _ = _run(tmp_path, "reference", hparams, module_file=loads_base, **settings)
     cold, _ = _run(tmp_path, "cold", hparams, **settings)
     reference, cold = _saved_variables(reference), _saved_variables(cold)
@@ -395,8 +491,11 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
     with pytest.raises(ValueError, match="Cannot warm-start layer 'hidden'"):
         model_lib.warm_start(other, first)
     extra = keras.Sequential([keras.layers.Dense(2, name="not_in_base", input_shape=(3,))])
-    with pytest.raises(ValueError, match="Cannot warm-start layer 'not_in_base' .* from base "
-                                         "model .*: it has no layer of that name"):
+    with pytest.raises(
+        ValueError,
+        match="Cannot warm-start layer 'not_in_base' .* from base "
+        "model .*: it has no layer of that name",
+    ):
         model_lib.warm_start(extra, first)
 
 
@@ -428,8 +527,9 @@ def test_bad_exec_properties_are_rejected_before_training(tmp_path):
     with pytest.raises(ValueError, match="accum_steps"):
         _run(tmp_path, "zero", accum_steps=0, micro_batch_size=4)
     with pytest.raises(ValueError, match="updates_per_epoch"):
-        _run(tmp_path, "epochs", accum_steps=2, micro_batch_size=4, num_steps=3,
-             updates_per_epoch=2)
+        _run(
+            tmp_path, "epochs", accum_steps=2, micro_batch_size=4, num_steps=3, updates_per_epoch=2
+        )
     # "mirrored" on the two logical CPUs of conftest: a micro-batch of 1 cannot be split.
     with pytest.raises(ValueError, match="micro_batch_size=1 is smaller than the 2 replicas"):
         _run(tmp_path, "mirrored", accum_steps=2, micro_batch_size=1, strategy="mirrored")
@@ -444,41 +544,74 @@ def test_stock_trainer_route_rejects_unknown_settings(tmp_path):
     props = {k: props[k] for k in (specs.TRAIN_ARGS_KEY, specs.EVAL_ARGS_KEY)}
     props[specs.RUN_FN_KEY] = "ga_tfx.components.trainer.run_fn.run_fn"
     props[specs.CUSTOM_CONFIG_KEY] = json.dumps(
-        {"ga_tfx": {"accum_steps": 2, "micro_batch_size": 4, "label_key": "tips_xf",
-                    "acum_step": 2},
-         "model_fn": "no.such.module"})
+        {
+            "ga_tfx": {
+                "accum_steps": 2,
+                "micro_batch_size": 4,
+                "label_key": "tips_xf",
+                "acum_step": 2,
+            },
+            "model_fn": "no.such.module",
+        }
+    )
     with pytest.raises(ValueError, match="acum_step"):
         tfx_trainer_executor.GenericExecutor().Do(inputs, outputs, props)
 
 
 def test_pipeline_with_the_trainer_compiles_for_kubeflow_v2(tmp_path):
     from tfx import v1 as tfx_v1
+
     examples = tfx_v1.dsl.Importer(
         source_uri=os.path.join(TESTDATA, "transform", "transformed_examples"),
-        artifact_type=standard_artifacts.Examples).with_id("examples")
+        artifact_type=standard_artifacts.Examples,
+    ).with_id("examples")
     trainer = GradientAccumulationTrainer(
-        examples=examples.outputs["result"], module_file=_module(tmp_path),
-        accum_steps=4, micro_batch_size=8, label_key="tips_xf", agc_clip_factor=0.01,
-        strategy="auto", train_args=trainer_pb2.TrainArgs(num_steps=8))
-    pipeline = tfx_v1.dsl.Pipeline(pipeline_name="ga-tfx-trainer",
-                                   pipeline_root=str(tmp_path / "root"),
-                                   components=[examples, trainer])
+        examples=examples.outputs["result"],
+        module_file=_module(tmp_path),
+        accum_steps=4,
+        micro_batch_size=8,
+        label_key="tips_xf",
+        agc_clip_factor=0.01,
+        strategy="auto",
+        train_args=trainer_pb2.TrainArgs(num_steps=8),
+    )
+    pipeline = tfx_v1.dsl.Pipeline(
+        pipeline_name="ga-tfx-trainer",
+        pipeline_root=str(tmp_path / "root"),
+        components=[examples, trainer],
+    )
     runner = tfx_v1.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx_v1.orchestration.experimental.KubeflowV2DagRunnerConfig(
-            default_image="ga-tfx:test"))
+            default_image="ga-tfx:test"
+        )
+    )
     job = runner.run(pipeline, write_out=False)
     text = json.dumps(job)
     assert "ga_tfx.components.trainer.executor.Executor" in text
     parameters = job["pipelineSpec"]["root"]["dag"]["tasks"]["GradientAccumulationTrainer"][
-        "inputs"]["parameters"]
-    assert {"accum_steps", "micro_batch_size", "agc_clip_factor", "strategy",
-            "replace_batchnorm", "partial_window", "mixed_precision"} <= set(parameters)
+        "inputs"
+    ]["parameters"]
+    assert {
+        "accum_steps",
+        "micro_batch_size",
+        "agc_clip_factor",
+        "strategy",
+        "replace_batchnorm",
+        "partial_window",
+        "mixed_precision",
+    } <= set(parameters)
 
 
 def test_mixed_precision_policy_trains_and_is_restored(tmp_path):
     before = keras.mixed_precision.global_policy().name
-    serving_dir, run_dir = _run(tmp_path, "bf16", accum_steps=2, micro_batch_size=8,
-                                num_steps=2, mixed_precision="mixed_bfloat16")
+    serving_dir, run_dir = _run(
+        tmp_path,
+        "bf16",
+        accum_steps=2,
+        micro_batch_size=8,
+        num_steps=2,
+        mixed_precision="mixed_bfloat16",
+    )
     assert keras.mixed_precision.global_policy().name == before
     model = keras.models.load_model(serving_dir)
     assert model.get_layer("hidden").compute_dtype == "bfloat16"
@@ -500,7 +633,8 @@ def test_stock_trainer_runs_the_ga_tfx_run_fn_like_the_component(tmp_path, monke
     props = {k: props[k] for k in (specs.TRAIN_ARGS_KEY, specs.EVAL_ARGS_KEY)}
     props[specs.RUN_FN_KEY] = "ga_tfx.components.trainer.run_fn.run_fn"
     props[specs.CUSTOM_CONFIG_KEY] = json.dumps(
-        {"ga_tfx": dict(BASE_SETTINGS, **settings), "model_fn": "stock_route_model"})
+        {"ga_tfx": dict(BASE_SETTINGS, **settings), "model_fn": "stock_route_model"}
+    )
     tfx_trainer_executor.GenericExecutor().Do(inputs, outputs, props)
     stock_dir = os.path.join(out, "model", "Format-Serving")
     assert os.path.exists(os.path.join(stock_dir, "saved_model.pb"))

@@ -1,13 +1,14 @@
 """The Trainer's export as a TFX user expects it: {'outputs': ...}, the module's own serving
 function, and the raw label found from the Transform graph when Transform renames it."""
 
+from ga_tfx import tf
+from ga_tfx.components.trainer import export
+
 import os
 
 import pytest
 import tensorflow_transform as tft
 
-from ga_tfx import tf
-from ga_tfx.components.trainer import export
 from tests import taxi
 from tests.test_trainer_component import _module, _raw_examples, _run
 
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.tfx]
 
 TRANSFORM_GRAPH = os.path.join(taxi.TESTDATA, "transform", "transform_graph")
 
-SERVING_FN = '''
+SERVING_FN = """
 
 def make_serving_fn(model, transform_output):
     layer = transform_output.transform_features_layer()
@@ -28,7 +29,7 @@ def make_serving_fn(model, transform_output):
         return {"scores": model(layer(tf.io.parse_example(serialized, spec)))}
 
     return serve
-'''
+"""
 
 
 def _without(examples, feature):
@@ -50,8 +51,9 @@ def test_label_only_raw_features_come_from_the_transform_graph():
 
 
 def test_serving_default_returns_outputs_and_needs_no_raw_label(tmp_path):
-    serving_dir, _ = _run(tmp_path, "run", accum_steps=2, micro_batch_size=8, num_steps=2,
-                          raw_label_key=None)
+    serving_dir, _ = _run(
+        tmp_path, "run", accum_steps=2, micro_batch_size=8, num_steps=2, raw_label_key=None
+    )
     serving = tf.saved_model.load(serving_dir).signatures["serving_default"]
     assert set(serving.structured_outputs) == {export.SERVING_OUTPUT_KEY}
     answer = serving(examples=_without(_raw_examples(8), "tips"))
@@ -60,8 +62,9 @@ def test_serving_default_returns_outputs_and_needs_no_raw_label(tmp_path):
 
 def test_a_module_serving_function_is_used(tmp_path):
     module = _module(tmp_path, taxi.MODEL_MODULE + SERVING_FN, name="with_serving.py")
-    serving_dir, _ = _run(tmp_path, "own", module_file=module, accum_steps=2,
-                          micro_batch_size=8, num_steps=2)
+    serving_dir, _ = _run(
+        tmp_path, "own", module_file=module, accum_steps=2, micro_batch_size=8, num_steps=2
+    )
     serving = tf.saved_model.load(serving_dir).signatures["serving_default"]
     assert set(serving.structured_outputs) == {"scores"}
     assert serving(examples=_without(_raw_examples(4), "tips"))["scores"].shape == (4, 2)

@@ -9,15 +9,16 @@ staying far below the effect of any real error (a regulariser counted per micro-
 partial window weighted by count instead of samples, a skipped clip: >= 1e-3 here).
 """
 
+import ga_tfx
+from ga_tfx import keras, tf
+from ga_tfx.transforms import AdaptiveClipping
+
 import glob
 import os
 
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx import keras, tf
-from ga_tfx.transforms import AdaptiveClipping
 from tests.helpers import classification_data, mlp, two_replica_strategy
 from tests.test_distribution import CountingReduction
 
@@ -46,7 +47,7 @@ def dataset(x, y, micro=MICRO):
 def windows_of(x, y, micro=MICRO, k=K):
     """The windows a loop makes of one epoch: K micro-batches each, the last one shorter."""
     starts = range(0, len(x), micro * k)
-    return [(x[s:s + micro * k], y[s:s + micro * k]) for s in starts]
+    return [(x[s : s + micro * k], y[s : s + micro * k]) for s in starts]
 
 
 def big_batch(model, optimizer, windows, regularization=None, transform=None, lr_at=None):
@@ -88,9 +89,15 @@ def make_loop(strategy, make_optimizer, data, seed=22, l2=1e-2, loss_fn=None, **
         model = mlp(seed=seed, l2=l2)
         optimizer = make_optimizer()
     kwargs.setdefault("verbose", False)
-    loop = ga_tfx.TrainingLoop(model, optimizer, loss_fn or per_example_loss(), data, K,
-                               strategy=strategy if strategy is not tf.distribute.get_strategy()
-                               else None, **kwargs)
+    loop = ga_tfx.TrainingLoop(
+        model,
+        optimizer,
+        loss_fn or per_example_loss(),
+        data,
+        K,
+        strategy=strategy if strategy is not tf.distribute.get_strategy() else None,
+        **kwargs,
+    )
     return loop
 
 
@@ -142,8 +149,15 @@ def test_customisation_points_match_big_batch():
     def classifier(model):
         return model.get_layer("logits").trainable_variables
 
-    loop = make_loop(None, sgd, data, loss_fn=weighted_loss, variables=classifier,
-                     inputs_fn=lambda batch: batch["features"], targets_fn=lambda batch: batch)
+    loop = make_loop(
+        None,
+        sgd,
+        data,
+        loss_fn=weighted_loss,
+        variables=classifier,
+        inputs_fn=lambda batch: batch["features"],
+        targets_fn=lambda batch: batch,
+    )
     loop.run(epochs=1)
     reference, optimizer = mlp(seed=22, l2=1e-2), sgd()
     for start in range(0, len(x), MICRO * K):
@@ -183,8 +197,9 @@ def _nan_dataset(bad_micro_batches, n_micro=9, seed=0):
 
 
 def _drop_micro_batches(x, y, indices):
-    keep = np.concatenate([np.arange(i * MICRO, (i + 1) * MICRO)
-                           for i in range(len(x) // MICRO) if i not in indices])
+    keep = np.concatenate(
+        [np.arange(i * MICRO, (i + 1) * MICRO) for i in range(len(x) // MICRO) if i not in indices]
+    )
     return x[keep], y[keep]
 
 
@@ -193,9 +208,17 @@ def test_nonfinite_window_is_skipped_bitwise(strategy_name, capsys):
     # Window 2 (micro-batches 3..5) has a NaN input: the whole window must leave no trace.
     x, y = _nan_dataset([4])
     fired = []
-    loop = make_loop(STRATEGIES[strategy_name](), adam, dataset(x, y), verbose=True,
-                     callbacks=[ga_tfx.UpdateCallback(
-                         lambda loop, logs: fired.append(logs["window"]), every_n_updates=1)])
+    loop = make_loop(
+        STRATEGIES[strategy_name](),
+        adam,
+        dataset(x, y),
+        verbose=True,
+        callbacks=[
+            ga_tfx.UpdateCallback(
+                lambda loop, logs: fired.append(logs["window"]), every_n_updates=1
+            )
+        ],
+    )
     loop.run(epochs=1)
     # The same loop on the data without that window: weights, Adam's moments and iterations
     # must be bitwise identical.
@@ -217,8 +240,10 @@ def test_learning_rate_schedule_counts_updates_not_skipped_windows():
     x, y = _nan_dataset([1])  # window 1 of 3 skipped
 
     def scheduled():
-        return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(
-            0.2, decay_steps=1, decay_rate=0.5), momentum=0.9)
+        return keras.optimizers.SGD(
+            keras.optimizers.schedules.ExponentialDecay(0.2, decay_steps=1, decay_rate=0.5),
+            momentum=0.9,
+        )
 
     loop = make_loop(None, scheduled, dataset(x, y))
     loop.run(epochs=1)
@@ -229,7 +254,8 @@ def test_learning_rate_schedule_counts_updates_not_skipped_windows():
     assert diff <= TOLERANCE, diff
     # The rate of each logged window is that of its update: 0.2 * 0.5**(update - 1).
     assert [log["learning_rate"] for log in loop.history if log["applied"]] == pytest.approx(
-        [0.2, 0.1])
+        [0.2, 0.1]
+    )
 
 
 def _sqrt_bias(model):
@@ -239,16 +265,18 @@ def _sqrt_bias(model):
 
 def test_zero_policy_zeroes_only_the_nonfinite_entries():
     x, y = classification_data(n=42)
-    loop = make_loop(None, sgd, dataset(x, y), l2=None, nonfinite_policy="zero",
-                     regularization=_sqrt_bias)
+    loop = make_loop(
+        None, sgd, dataset(x, y), l2=None, nonfinite_policy="zero", regularization=_sqrt_bias
+    )
     loop.run(epochs=1)
     reference, optimizer = mlp(seed=22), sgd()
 
     def zero_nonfinite(pairs):
         return [(tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)), v) for g, v in pairs]
 
-    big_batch(reference, optimizer, windows_of(x, y), regularization=_sqrt_bias,
-              transform=zero_nonfinite)
+    big_batch(
+        reference, optimizer, windows_of(x, y), regularization=_sqrt_bias, transform=zero_nonfinite
+    )
     diff = max_diff(loop.model.get_weights(), reference.get_weights())
     assert diff <= TOLERANCE, diff
     assert loop.updates == 2 and loop.skipped_windows == 0
@@ -259,8 +287,9 @@ def test_zero_policy_zeroes_only_the_nonfinite_entries():
 
 def test_stops_after_max_consecutive_skips():
     x, y = classification_data(n=63)
-    loop = make_loop(None, sgd, dataset(x, y), l2=None, regularization=_sqrt_bias,
-                     max_consecutive_skips=2)
+    loop = make_loop(
+        None, sgd, dataset(x, y), l2=None, regularization=_sqrt_bias, max_consecutive_skips=2
+    )
     initial = loop.model.get_weights()
     with pytest.raises(ga_tfx.NonFiniteGradientError, match="2 consecutive windows"):
         loop.run(epochs=1)
@@ -282,7 +311,8 @@ def test_clip_global_norm_then_transforms_once_per_update():
     def chain(pairs):
         grads, _ = tf.clip_by_global_norm([g for g, _ in pairs], 0.3)
         return ga_tfx.adaptive_clip_gradients(
-            [(g, v) for g, (_, v) in zip(grads, pairs)], 0.02, exclude=["*logits/bias*"])
+            [(g, v) for g, (_, v) in zip(grads, pairs)], 0.02, exclude=["*logits/bias*"]
+        )
 
     norms, _ = big_batch(reference, optimizer, windows_of(x, y), transform=chain)
     diff = max_diff(loop.model.get_weights(), reference.get_weights())
@@ -302,11 +332,11 @@ def test_callbacks_fire_on_updates_and_learning_rate_is_kept():
         loop.learning_rate = 0.02
 
     callbacks = [
-        ga_tfx.UpdateCallback(lambda loop, logs: seen["every"].append(loop.updates),
-                              every_n_updates=2),
+        ga_tfx.UpdateCallback(
+            lambda loop, logs: seen["every"].append(loop.updates), every_n_updates=2
+        ),
         ga_tfx.UpdateCallback(lower_lr, at_update=3),
-        ga_tfx.UpdateCallback(lambda loop, logs: seen["end"].append(logs["update"]),
-                              at_end=True),
+        ga_tfx.UpdateCallback(lambda loop, logs: seen["end"].append(logs["update"]), at_end=True),
     ]
     loop = make_loop(None, sgd, dataset(x, y), callbacks=callbacks)
     loop.run(epochs=2)
@@ -320,37 +350,60 @@ def test_callbacks_fire_on_updates_and_learning_rate_is_kept():
 
 def _shuffled(x, y):
     """``epoch -> Dataset``: a different, reproducible sample order in every epoch."""
+
     def for_epoch(epoch):
         # Independent of TensorFlow's global seed (which building a model resets).
         order = np.random.default_rng(10 + epoch).permutation(len(x))
         return dataset(x[order], y[order])
+
     return for_epoch
 
 
-@pytest.mark.parametrize("strategy_name", [
-    # 3 loops traced under MirroredStrategy: ~35 s on 2 busy cores, so in the slow tier.
-    pytest.param("mirrored_2", marks=pytest.mark.slow), "one_device"])
+@pytest.mark.parametrize(
+    "strategy_name",
+    [
+        # 3 loops traced under MirroredStrategy: ~35 s on 2 busy cores, so in the slow tier.
+        pytest.param("mirrored_2", marks=pytest.mark.slow),
+        "one_device",
+    ],
+)
 def test_resume_mid_window_matches_uninterrupted(strategy_name, tmp_path):
     x, y = classification_data(n=63)  # 9 micro-batches per epoch, per-epoch shuffle
     data = _shuffled(x, y)
 
     def lr_callback():
-        return [ga_tfx.UpdateCallback(lambda loop, logs: setattr(loop, "learning_rate", 3e-3),
-                                      at_update=2)]
+        return [
+            ga_tfx.UpdateCallback(
+                lambda loop, logs: setattr(loop, "learning_rate", 3e-3), at_update=2
+            )
+        ]
 
     whole = make_loop(STRATEGIES[strategy_name](), adam, data, callbacks=lr_callback())
     whole.run(epochs=2)
 
-    first = make_loop(STRATEGIES[strategy_name](), adam, data, callbacks=lr_callback(),
-                      checkpoint_dir=str(tmp_path))
+    first = make_loop(
+        STRATEGIES[strategy_name](),
+        adam,
+        data,
+        callbacks=lr_callback(),
+        checkpoint_dir=str(tmp_path),
+    )
     first.run(epochs=2, max_micro_batches=13)  # epoch 2: one window and 1 of 3 micro-batches
     assert (first.epoch, first.updates, int(first.accumulator.micro_steps.numpy())) == (1, 4, 1)
     # New objects (other initial weights), restored from the checkpoint, finish the training.
-    second = make_loop(STRATEGIES[strategy_name](), adam, data, seed=99,
-                       callbacks=lr_callback(), checkpoint_dir=str(tmp_path))
+    second = make_loop(
+        STRATEGIES[strategy_name](),
+        adam,
+        data,
+        seed=99,
+        callbacks=lr_callback(),
+        checkpoint_dir=str(tmp_path),
+    )
     second.run(epochs=2)
-    diff = max(max_diff(second.model.get_weights(), whole.model.get_weights()),
-               max_diff(optimizer_state(second.optimizer), optimizer_state(whole.optimizer)))
+    diff = max(
+        max_diff(second.model.get_weights(), whole.model.get_weights()),
+        max_diff(optimizer_state(second.optimizer), optimizer_state(whole.optimizer)),
+    )
     print(f"{strategy_name}: resumed vs uninterrupted max diff {diff:.3g}")
     if strategy_name == "one_device":
         assert diff == 0.0
@@ -373,19 +426,26 @@ def test_crash_resumes_from_every_n_updates_checkpoint(tmp_path):
     def crash(loop, logs):
         raise RuntimeError("simulated crash")
 
-    first = make_loop(None, sgd, dataset(x, y), checkpoint_dir=str(tmp_path),
-                      checkpoint_every_n_updates=2,
-                      callbacks=[ga_tfx.UpdateCallback(crash, at_update=5)])
+    first = make_loop(
+        None,
+        sgd,
+        dataset(x, y),
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every_n_updates=2,
+        callbacks=[ga_tfx.UpdateCallback(crash, at_update=5)],
+    )
     with pytest.raises(RuntimeError, match="simulated crash"):
         first.run(epochs=2)
     latest = tf.train.latest_checkpoint(str(tmp_path))
     keys = {name for name, _ in tf.train.list_variables(latest)}
     assert "loop_state/updates/.ATTRIBUTES/VARIABLE_VALUE" in keys
-    assert ("gradient_chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/"
-            "VARIABLE_VALUE") in keys
+    assert (
+        "gradient_chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/VARIABLE_VALUE"
+    ) in keys
     assert tf.train.load_variable(latest, "loop_state/updates/.ATTRIBUTES/VARIABLE_VALUE") == 4
-    second = make_loop(None, sgd, dataset(x, y), seed=5, checkpoint_dir=str(tmp_path),
-                       checkpoint_every_n_updates=2)
+    second = make_loop(
+        None, sgd, dataset(x, y), seed=5, checkpoint_dir=str(tmp_path), checkpoint_every_n_updates=2
+    )
     second.run(epochs=2)
     assert second.updates == 6 and second.epoch == 2
     assert max_diff(second.model.get_weights(), whole.model.get_weights()) == 0.0
@@ -398,7 +458,8 @@ def _scalars(log_dir):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 values.setdefault(value.tag, []).append(
-                    (event.step, float(tf.make_ndarray(value.tensor))))
+                    (event.step, float(tf.make_ndarray(value.tensor)))
+                )
     return values
 
 
@@ -410,8 +471,11 @@ def test_logs_to_tensorboard_and_console(tmp_path, capsys):
     assert sorted(scalars) == sorted(f"train/{key}" for key in ga_tfx.training_loop.LOG_KEYS)
     assert [step for step, _ in scalars["train/loss"]] == [0, 1, 2]  # updates after each window
     assert [v for _, v in scalars["train/skipped_windows"]] == [1, 1, 1]
-    np.testing.assert_allclose([v for _, v in scalars["train/grad_norm"]][1:],
-                               [log["grad_norm"] for log in loop.history][1:], rtol=1e-6)
+    np.testing.assert_allclose(
+        [v for _, v in scalars["train/grad_norm"]][1:],
+        [log["grad_norm"] for log in loop.history][1:],
+        rtol=1e-6,
+    )
     assert [v for _, v in scalars["train/learning_rate"]] == pytest.approx([0.1] * 3)
     assert all(v > 0 for _, v in scalars["train/samples_per_second"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update")]
@@ -430,20 +494,28 @@ def test_bad_arguments_name_the_value():
     with pytest.raises(ValueError, match="clip_global_norm must be > 0, got -1.0"):
         ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2, clip_global_norm=-1)
     with pytest.raises(TypeError, match="LossScaleOptimizer"):
-        ga_tfx.TrainingLoop(mlp(), keras.mixed_precision.LossScaleOptimizer(sgd()),
-                            per_example_loss(), data, 2)
+        ga_tfx.TrainingLoop(
+            mlp(), keras.mixed_precision.LossScaleOptimizer(sgd()), per_example_loss(), data, 2
+        )
     with pytest.raises(TypeError, match="not keras.optimizers.legacy"):
         ga_tfx.TrainingLoop(mlp(), keras.optimizers.legacy.SGD(0.1), per_example_loss(), data, 2)
     with pytest.raises(TypeError, match="dataset must be a tf.data.Dataset"):
         ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), [x, y], 2)
     with pytest.raises(ValueError, match="not created under strategy.scope"):
-        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2,
-                            strategy=two_replica_strategy())
+        ga_tfx.TrainingLoop(
+            mlp(), sgd(), per_example_loss(), data, 2, strategy=two_replica_strategy()
+        )
     with pytest.raises(ValueError, match="exactly one trigger"):
         ga_tfx.UpdateCallback(print, every_n_updates=2, at_end=True)
     with pytest.raises(ValueError, match="unique"):
-        ga_tfx.TrainingLoop(mlp(), sgd(), per_example_loss(), data, 2,
-                            transforms=[AdaptiveClipping(0.1), AdaptiveClipping(0.2)])
+        ga_tfx.TrainingLoop(
+            mlp(),
+            sgd(),
+            per_example_loss(),
+            data,
+            2,
+            transforms=[AdaptiveClipping(0.1), AdaptiveClipping(0.2)],
+        )
     model = keras.Sequential([keras.layers.Dense(2)])  # not built
     with pytest.raises(ValueError, match="no trainable variables: build it first"):
         ga_tfx.TrainingLoop(model, sgd(), per_example_loss(), data, 2)

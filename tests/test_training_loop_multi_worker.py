@@ -2,7 +2,8 @@
 
 Each worker runs tests/training_loop_worker.py: uneven micro-batches, a short last window, a NaN
 window skipped in each epoch; with SGD (Nesterov momentum) an interruption inside a window and
-a resume by new objects from the shared checkpoint directory, with Adam one uninterrupted run. The result must equal big-batch training on one device
+a resume by new objects from the shared checkpoint directory, with Adam one uninterrupted run.
+The result must equal big-batch training on one device
 (this process) over the applied windows, within float32 round-off (1e-5, see
 tests/test_training_loop.py), and only the chief may write checkpoints and TensorBoard logs.
 """
@@ -25,9 +26,12 @@ TIMEOUT_S = 480  # 2 TensorFlow worker processes on 2 busy cores
 
 
 def _run_workers(tmp_path):
-    run_workers(tmp_path, "tests.training_loop_worker",
-                lambda index: [tmp_path / f"w{index}", tmp_path / "checkpoints"],
-                timeout_s=TIMEOUT_S)
+    run_workers(
+        tmp_path,
+        "tests.training_loop_worker",
+        lambda index: [tmp_path / f"w{index}", tmp_path / "checkpoints"],
+        timeout_s=TIMEOUT_S,
+    )
 
 
 def _weights(path):
@@ -49,7 +53,7 @@ def test_two_workers_match_big_batch_and_only_the_chief_writes(tmp_path):
     # Reference: one device, big batches of the applied windows (the NaN window left out).
     x, y = worker.data()
     size = worker.MICRO * worker.K
-    windows = [(x[s:s + size], y[s:s + size]) for s in range(0, len(x), size)]
+    windows = [(x[s : s + size], y[s : s + size]) for s in range(0, len(x), size)]
     applied = [w for i, w in enumerate(windows) if i != 1] * worker.EPOCHS
     initial = worker.build_model(22).get_weights()
     for name, suffix in (("sgd", ""), ("adam", "_adam")):

@@ -1,25 +1,36 @@
 """ga_tfx.transforms: the gradient chain's interface, members, order and checkpoint keys."""
 
-import numpy as np
-import pytest
-
 import ga_tfx
 from ga_tfx import tf
-from ga_tfx.transforms import (AdaptiveClipping, ClipGlobalNorm, FunctionTransform,
-                               GradientChain, GradientTransform, NonFiniteGuard, global_norm,
-                               make_chain)
+from ga_tfx.transforms import (
+    AdaptiveClipping,
+    ClipGlobalNorm,
+    FunctionTransform,
+    GradientChain,
+    GradientTransform,
+    NonFiniteGuard,
+    global_norm,
+    make_chain,
+)
+
+import numpy as np
+import pytest
 
 pytestmark = []  # fast tier; library only (no TFX)
 
 
 def _variables():
-    return [tf.Variable(np.full((3, 2), 0.5, "float32"), name="dense/kernel"),
-            tf.Variable(np.zeros(2, "float32"), name="dense/bias")]
+    return [
+        tf.Variable(np.full((3, 2), 0.5, "float32"), name="dense/kernel"),
+        tf.Variable(np.zeros(2, "float32"), name="dense/bias"),
+    ]
 
 
 def _pairs(variables, kernel_grad, bias_grad):
-    return [(tf.constant(kernel_grad, tf.float32), variables[0]),
-            (tf.constant(bias_grad, tf.float32), variables[1])]
+    return [
+        (tf.constant(kernel_grad, tf.float32), variables[0]),
+        (tf.constant(bias_grad, tf.float32), variables[1]),
+    ]
 
 
 def _values(pairs):
@@ -35,9 +46,14 @@ def test_guard_skip_votes_no_and_counts_consecutive_windows():
     counts = []
     for pairs in (bad, bad, finite, bad):
         out, apply = guard(pairs)
-        counts.append((bool(apply), int(guard.nonfinite_windows.numpy()),
-                       int(guard.consecutive_nonfinite.numpy()),
-                       int(guard.last_nonfinite_entries.numpy())))
+        counts.append(
+            (
+                bool(apply),
+                int(guard.nonfinite_windows.numpy()),
+                int(guard.consecutive_nonfinite.numpy()),
+                int(guard.last_nonfinite_entries.numpy()),
+            )
+        )
     assert counts == [(False, 1, 1, 2), (False, 2, 2, 2), (True, 2, 0, 0), (False, 3, 1, 2)]
     np.testing.assert_array_equal(_values(out)[0], np.ones((3, 2)))  # passed on unchanged
 
@@ -98,8 +114,11 @@ def test_clip_global_norm_and_agc_members_match_their_definitions():
 
 def test_state_checkpoints_under_stable_keys(tmp_path):
     variables = _variables()
-    chain = make_chain("skip", clip_global_norm=1.0,
-                       transforms=[AdaptiveClipping(0.1), ("user", lambda pairs: pairs)])
+    chain = make_chain(
+        "skip",
+        clip_global_norm=1.0,
+        transforms=[AdaptiveClipping(0.1), ("user", lambda pairs: pairs)],
+    )
     chain.build(variables)
     assert chain.order == ("nonfinite_guard", "clip_global_norm", "agc", "user")
     chain(_pairs(variables, np.full((3, 2), np.nan), [0.0, 0.0]))

@@ -4,26 +4,24 @@ graph, label ``tips_xf``, raw label ``tips``), as in ``test_trainer_component.py
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+import ga_tfx.components.trainer
 from ga_tfx._keras import tf
+from ga_tfx.components.tuner import tuner_fn as tuner_lib
+from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 
 import glob
 import json
 import os
-import textwrap
-import uuid
 
 import keras_tuner as kt
 import pytest
-from tfx.components.tuner import executor as tuner_executor
 from tfx.components.trainer import fn_args_utils
+from tfx.components.tuner import executor as tuner_executor
 from tfx.proto import trainer_pb2
 from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import proto_utils
 
-import ga_tfx.components.trainer
-from ga_tfx.components.tuner import tuner_fn as tuner_lib
-from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 from tests import taxi
 
 pytestmark = [pytest.mark.tfx]  # the stock TFX Tuner with ga-tfx's tuner_fn
@@ -31,34 +29,24 @@ pytestmark = [pytest.mark.tfx]  # the stock TFX Tuner with ga-tfx's tuner_fn
 TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 MODEL_MODULE = taxi.MODEL_MODULE
 
-TUNABLE_MODULE = MODEL_MODULE + '''
+TUNABLE_MODULE = (
+    MODEL_MODULE
+    + """
 
 def build_tunable_model(hp):
     return build_model({"units": hp.Int("units", 4, 8, step=4)})
-'''
-
-
-@pytest.fixture
-def model_module(tmp_path, monkeypatch):
-    """Writes a model module under a fresh importable name; returns a writer(source)->name."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-    def write(source=MODEL_MODULE):
-        name = f"ga_tfx_tuner_model_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-        return name
-
-    return write
+"""
+)
 
 
 _inputs = taxi.transform_inputs
 
 
 def _args(num_steps, eval_steps):
-    return {specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(
-                trainer_pb2.TrainArgs(num_steps=num_steps)),
-            specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(
-                trainer_pb2.EvalArgs(num_steps=eval_steps))}
+    return {
+        specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(trainer_pb2.TrainArgs(num_steps=num_steps)),
+        specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(trainer_pb2.EvalArgs(num_steps=eval_steps)),
+    }
 
 
 def _tune(out, custom_config, num_steps=2, eval_steps=1):
@@ -67,24 +55,31 @@ def _tune(out, custom_config, num_steps=2, eval_steps=1):
     best.uri = os.path.join(out, "best_hyperparameters")
     results = standard_artifacts.TunerResults()
     results.uri = os.path.join(out, "tuner_results")
-    props = dict(_args(num_steps, eval_steps), **{
-        specs.TUNER_FN_KEY: TUNER_FN, specs.CUSTOM_CONFIG_KEY: json.dumps(custom_config)})
+    props = dict(
+        _args(num_steps, eval_steps),
+        **{specs.TUNER_FN_KEY: TUNER_FN, specs.CUSTOM_CONFIG_KEY: json.dumps(custom_config)},
+    )
     context = tuner_executor.Executor.Context(tmp_dir=os.path.join(out, "tmp"), unique_id="1")
     tuner_executor.Executor(context).Do(
-        _inputs(), {specs.BEST_HYPERPARAMETERS_KEY: [best],
-                    specs.TUNER_RESULTS_KEY: [results]}, props)
+        _inputs(),
+        {specs.BEST_HYPERPARAMETERS_KEY: [best], specs.TUNER_RESULTS_KEY: [results]},
+        props,
+    )
     return best, context.get_tmp_path()
 
 
 def _trials(working_dir):
     """[(status, hyperparameter values, {metric: last value})] of the saved trials."""
     found = []
-    for path in sorted(glob.glob(os.path.join(working_dir, tuner_lib.PROJECT_NAME, "trial_*",
-                                              "trial.json"))):
+    for path in sorted(
+        glob.glob(os.path.join(working_dir, tuner_lib.PROJECT_NAME, "trial_*", "trial.json"))
+    ):
         with open(path) as f:
             state = json.load(f)
-        metrics = {name: entry["observations"][-1]["value"][0]
-                   for name, entry in state["metrics"]["metrics"].items()}
+        metrics = {
+            name: entry["observations"][-1]["value"][0]
+            for name, entry in state["metrics"]["metrics"].items()
+        }
         found.append((state["status"], state["hyperparameters"]["values"], metrics))
     return found
 
@@ -93,17 +88,27 @@ def _scalars(log_dir, tag):
     values = []
     for path in glob.glob(os.path.join(log_dir, "**", "events.out.tfevents.*"), recursive=True):
         for event in tf.compat.v1.train.summary_iterator(path):
-            values += [(event.step, float(tf.make_ndarray(v.tensor)))
-                       for v in event.summary.value if v.tag == tag]
+            values += [
+                (event.step, float(tf.make_ndarray(v.tensor)))
+                for v in event.summary.value
+                if v.tag == tag
+            ]
     return sorted(values)
 
 
 def _config(module_name, **overrides):
-    config = {"model_fn": module_name,
-              "ga_tfx": {"micro_batch_size": 8, "label_key": "tips_xf", "raw_label_key": "tips",
-                         "strategy": "none", "shuffle": 0},
-              "ga_tfx_search": {"accum_steps": [1, 2, 4]},
-              "tuner": {"max_trials": 3, "seed": 6}}
+    config = {
+        "model_fn": module_name,
+        "ga_tfx": {
+            "micro_batch_size": 8,
+            "label_key": "tips_xf",
+            "raw_label_key": "tips",
+            "strategy": "none",
+            "shuffle": 0,
+        },
+        "ga_tfx_search": {"accum_steps": [1, 2, 4]},
+        "tuner": {"max_trials": 3, "seed": 6},
+    }
     config.update(overrides)
     return config
 
@@ -127,12 +132,18 @@ def test_budget_rule_num_steps_counts_updates_of_the_largest_effective_batch():
 
 # ---------------------------------------------------------------------- search, then train
 def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
-        tmp_path, model_module, monkeypatch):
+    tmp_path, model_module, monkeypatch
+):
     num_steps, micro = 2, 8
     name = model_module()
-    config = _config(name, ga_tfx_search={"accum_steps": [1, 2, 4],
-                                          "agc_clip_factor": [0.01, 0.1],
-                                          "agc_optional": False})
+    config = _config(
+        name,
+        ga_tfx_search={
+            "accum_steps": [1, 2, 4],
+            "agc_clip_factor": [0.01, 0.1],
+            "agc_optional": False,
+        },
+    )
     best, working_dir = _tune(str(tmp_path / "tune"), config, num_steps=num_steps)
 
     trials = _trials(working_dir)
@@ -159,8 +170,9 @@ def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
     # overridden by the tuned value, as is its AGC factor.
     wrapped = []
     original_wrap = ga_tfx.wrap_model
-    monkeypatch.setattr(ga_tfx, "wrap_model", lambda *a, **kw: wrapped.append(kw) or
-                        original_wrap(*a, **kw))
+    monkeypatch.setattr(
+        ga_tfx, "wrap_model", lambda *a, **kw: wrapped.append(kw) or original_wrap(*a, **kw)
+    )
     module_file = str(tmp_path / f"{name}.py")
     out = str(tmp_path / "train")
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
@@ -168,37 +180,52 @@ def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
     ga_tfx.components.trainer.Executor().Do(
         dict(_inputs(), **{specs.HYPERPARAMETERS_KEY: [best]}),
         {specs.MODEL_KEY: [model], specs.MODEL_RUN_KEY: [model_run]},
-        dict(_args(num_steps, 0), module_file=module_file, accum_steps=3,
-             micro_batch_size=micro, label_key="tips_xf", raw_label_key="tips",
-             agc_clip_factor=0.5, strategy="none", shuffle=0))
+        dict(
+            _args(num_steps, 0),
+            module_file=module_file,
+            accum_steps=3,
+            micro_batch_size=micro,
+            label_key="tips_xf",
+            raw_label_key="tips",
+            agc_clip_factor=0.5,
+            strategy="none",
+            shuffle=0,
+        ),
+    )
     k = best_values["accum_steps"]
     log_dir = os.path.join(model_run.uri, "ga_tfx")
     assert [v for _, v in _scalars(log_dir, "ga_tfx/effective_batch_size")] == [k * micro] * 2
     assert [v for _, v in _scalars(log_dir, "ga_tfx/updates")] == [1.0, 2.0]
     assert [(kw["accum_steps"], kw["agc_clip_factor"]) for kw in wrapped] == [
-        (k, best_values["agc_clip_factor"])]
+        (k, best_values["agc_clip_factor"])
+    ]
     assert os.path.exists(os.path.join(model.uri, "Format-Serving", "saved_model.pb"))
 
 
-@pytest.mark.parametrize("kind, tuner_class", [
-    ("random", kt.RandomSearch), ("bayesian", kt.BayesianOptimization),
-    ("hyperband", kt.Hyperband)])
+@pytest.mark.parametrize(
+    "kind, tuner_class",
+    [
+        ("random", kt.RandomSearch),
+        ("bayesian", kt.BayesianOptimization),
+        ("hyperband", kt.Hyperband),
+    ],
+)
 def test_tuner_fn_builds_each_kind_over_tunable_or_plain_modules(
-        tmp_path, model_module, kind, tuner_class):
+    tmp_path, model_module, kind, tuner_class
+):
     tunable = kind != "random"  # build_tunable_model(hp) for two kinds, build_model for one
     name = model_module(TUNABLE_MODULE if tunable else MODEL_MODULE)
     tuner_config = {"kind": kind}
     tuner_config.update({"max_epochs": 2} if kind == "hyperband" else {"max_trials": 2})
-    config = _config(name, tuner=tuner_config,
-                     ga_tfx_search={"accum_steps": [2, 8], "micro_batch_size": [4, 8]})
+    config = _config(
+        name, tuner=tuner_config, ga_tfx_search={"accum_steps": [2, 8], "micro_batch_size": [4, 8]}
+    )
     exec_properties = dict(_args(3, 2), custom_config=json.dumps(config))
-    fn_args = fn_args_utils.get_common_fn_args(_inputs(), exec_properties,
-                                               str(tmp_path / "work"))
+    fn_args = fn_args_utils.get_common_fn_args(_inputs(), exec_properties, str(tmp_path / "work"))
     result = tuner_lib.tuner_fn(fn_args)
     assert isinstance(result.tuner, tuner_class)
     assert result.tuner.oracle.objective.name == "val_loss"  # eval_args.num_steps is set
-    assert result.tuner.project_dir == os.path.join(str(tmp_path / "work"),
-                                                    tuner_lib.PROJECT_NAME)
+    assert result.tuner.project_dir == os.path.join(str(tmp_path / "work"), tuner_lib.PROJECT_NAME)
     names = {hp.name for hp in result.tuner.oracle.hyperparameters.space}
     assert {"accum_steps", "micro_batch_size"} <= names
     assert ("units" in names) == tunable
@@ -211,24 +238,27 @@ def test_tuner_fn_builds_each_kind_over_tunable_or_plain_modules(
     assert next(iter(kwargs["validation_data"]))[1].shape[0] == 8  # largest micro-batch
 
 
-def test_settings_agc_factor_is_used_by_every_trial_unless_agc_is_searched(
-        tmp_path, model_module):
+def test_settings_agc_factor_is_used_by_every_trial_unless_agc_is_searched(tmp_path, model_module):
     name = model_module()
     settings = dict(_config(name)["ga_tfx"], agc_clip_factor=0.05)
-    for search, expected in (({"accum_steps": [2]}, 0.05),
-                             ({"accum_steps": [2], "agc_clip_factor": [0.2, 0.3],
-                               "agc_optional": False}, None)):
+    for search, expected in (
+        ({"accum_steps": [2]}, 0.05),
+        ({"accum_steps": [2], "agc_clip_factor": [0.2, 0.3], "agc_optional": False}, None),
+    ):
         config = _config(name, ga_tfx=settings, ga_tfx_search=search)
         fn_args = fn_args_utils.get_common_fn_args(
-            _inputs(), dict(_args(1, 0), custom_config=json.dumps(config)),
-            str(tmp_path / f"work{expected}"))
+            _inputs(),
+            dict(_args(1, 0), custom_config=json.dumps(config)),
+            str(tmp_path / f"work{expected}"),
+        )
         hypermodel = tuner_lib.tuner_fn(fn_args).tuner.hypermodel
         assert hypermodel.agc_clip_factor == expected
         trial_agc = hypermodel.build(kt.HyperParameters()).ga_trial_values["agc_clip_factor"]
         assert trial_agc == (0.05 if expected else 0.2)  # the searched range's default: min
     with pytest.raises(ValueError, match="exclude each other"):
-        AccumulationHyperModel(lambda hp: None, {"agc_clip_factor": [0.1, 0.2]},
-                               agc_clip_factor=0.1)
+        AccumulationHyperModel(
+            lambda hp: None, {"agc_clip_factor": [0.1, 0.2]}, agc_clip_factor=0.1
+        )
 
 
 def test_a_tuning_run_resumes_in_its_working_directory(tmp_path, model_module, monkeypatch):
@@ -236,13 +266,17 @@ def test_a_tuning_run_resumes_in_its_working_directory(tmp_path, model_module, m
     more trials) reloads the finished trials and runs only the missing ones."""
     fits = []
     original_fit = AccumulationHyperModel.fit
-    monkeypatch.setattr(AccumulationHyperModel, "fit", lambda self, hp, model, *a, **kw: (
-        fits.append(hp.get("accum_steps")) or original_fit(self, hp, model, *a, **kw)))
+    monkeypatch.setattr(
+        AccumulationHyperModel,
+        "fit",
+        lambda self, hp, model, *a, **kw: (
+            fits.append(hp.get("accum_steps")) or original_fit(self, hp, model, *a, **kw)
+        ),
+    )
     name = model_module()
     out = str(tmp_path / "tune")
     _, working_dir = _tune(out, _config(name, tuner={"max_trials": 2, "seed": 6}))
-    first = {tuple(sorted(values.items())): metrics
-             for _, values, metrics in _trials(working_dir)}
+    first = {tuple(sorted(values.items())): metrics for _, values, metrics in _trials(working_dir)}
     assert len(first) == 2 and len(fits) == 2
     _, again = _tune(out, _config(name, tuner={"max_trials": 3, "seed": 6}))
     assert again == working_dir
@@ -256,31 +290,46 @@ def test_a_tuning_run_resumes_in_its_working_directory(tmp_path, model_module, m
 
 
 # ---------------------------------------------------------------------- errors before trials
-@pytest.mark.parametrize("change, match", [
-    ({"ga_tfx_serch": {}}, r"Unknown custom_config key\(s\) \['ga_tfx_serch'\]"),
-    ({"ga_tfx_search": {"accum_step": [1, 2]}}, r"ga_tfx_search: Unknown search space setting\(s\) "
-                                                r"\['accum_step'\]"),
-    ({"ga_tfx_search": {"accum_steps": [0, 2]}}, "accum_steps value must be an integer"),
-    ({"tuner": {"max_trails": 3}}, r"Unknown custom_config tuner setting\(s\) \['max_trails'\]"),
-    ({"tuner": {"kind": "grid"}}, "tuner: kind must be one of"),
-    ({"tuner": {"kind": "hyperband", "max_trials": 3}}, "max_trials does not apply"),
-    ({"ga_tfx": {"micro_batch_size": 8, "label_key": "tips_xf", "acum_steps": 2}},
-     r"Unknown ga_tfx setting\(s\) \['acum_steps'\]"),
-    ({"ga_tfx": {"micro_batch_size": 8}}, r"Missing required ga_tfx setting\(s\) "
-                                          r"\['label_key'\]"),
-    ({"model_fn": None}, r"missing \['model_fn'\]"),
-    ({"model_fn": "no_such_module_anywhere"}, "no_such_module_anywhere"),
-    ({"ga_tfx_search": {"accum_steps": [1], "micro_batch_size": [16, 24]}},
-     "not a whole number of micro-batches"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"ga_tfx_serch": {}}, r"Unknown custom_config key\(s\) \['ga_tfx_serch'\]"),
+        (
+            {"ga_tfx_search": {"accum_step": [1, 2]}},
+            r"ga_tfx_search: Unknown search space setting\(s\) "
+            r"\['accum_step'\]",
+        ),
+        ({"ga_tfx_search": {"accum_steps": [0, 2]}}, "accum_steps value must be an integer"),
+        (
+            {"tuner": {"max_trails": 3}},
+            r"Unknown custom_config tuner setting\(s\) \['max_trails'\]",
+        ),
+        ({"tuner": {"kind": "grid"}}, "tuner: kind must be one of"),
+        ({"tuner": {"kind": "hyperband", "max_trials": 3}}, "max_trials does not apply"),
+        (
+            {"ga_tfx": {"micro_batch_size": 8, "label_key": "tips_xf", "acum_steps": 2}},
+            r"Unknown ga_tfx setting\(s\) \['acum_steps'\]",
+        ),
+        (
+            {"ga_tfx": {"micro_batch_size": 8}},
+            r"Missing required ga_tfx setting\(s\) "
+            r"\['label_key'\]",
+        ),
+        ({"model_fn": None}, r"missing \['model_fn'\]"),
+        ({"model_fn": "no_such_module_anywhere"}, "no_such_module_anywhere"),
+        (
+            {"ga_tfx_search": {"accum_steps": [1], "micro_batch_size": [16, 24]}},
+            "not a whole number of micro-batches",
+        ),
+    ],
+)
 def test_bad_custom_config_fails_before_any_trial(tmp_path, model_module, change, match):
     config = _config(model_module(), **change)
     out = str(tmp_path / "bad")
     with pytest.raises((ValueError, TypeError), match=match):
         _tune(out, config, num_steps=1)
     assert not glob.glob(os.path.join(out, "tmp", "**", "trial_*"), recursive=True)
-    assert not os.path.exists(os.path.join(out, "best_hyperparameters",
-                                           "best_hyperparameters.txt"))
+    assert not os.path.exists(os.path.join(out, "best_hyperparameters", "best_hyperparameters.txt"))
 
 
 def test_validation_objective_without_evaluation_is_rejected(tmp_path, model_module):

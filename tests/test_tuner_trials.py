@@ -1,20 +1,23 @@
 """Tuner trials are seeded from the search's seed and the trial id, and recorded (failed ones
 too): a repeated search scores and ranks its trials the same."""
 
+from ga_tfx.components.tuner import trials
+
 import json
 import os
 
 import pytest
 
-from ga_tfx.components.tuner import trials
 from tests import taxi
-from tests.test_tuner_component import _config, _tune, model_module  # noqa: F401 (fixture)
+from tests.test_tuner_component import _config, _tune
 
 pytestmark = [pytest.mark.tfx]
 
 # The taxi model without its own set_random_seed (initialisation is then the trial seed's),
 # failing for accum_steps=4 (a trial that fails must be recorded, and not stop the search).
-UNSEEDED_MODULE = taxi.MODEL_MODULE.replace("keras.utils.set_random_seed(7)", "pass") + '''
+UNSEEDED_MODULE = (
+    taxi.MODEL_MODULE.replace("keras.utils.set_random_seed(7)", "pass")
+    + """
 
 _build = build_model
 
@@ -23,13 +26,16 @@ def build_model(hparams):
     if hparams.get("accum_steps") == 4:
         raise ValueError("this trial fails on purpose")
     return _build(hparams)
-'''
+"""
+)
 
 
 def _search(tmp_path, name, module):
     trials_file = str(tmp_path / name / "trials.jsonl")
-    _tune(str(tmp_path / name), _config(module, tuner={"max_trials": 3, "seed": 6,
-                                                       "trials_file": trials_file}))
+    _tune(
+        str(tmp_path / name),
+        _config(module, tuner={"max_trials": 3, "seed": 6, "trials_file": trials_file}),
+    )
     with open(trials_file) as f:
         return {r["trial_id"]: r for r in map(json.loads, f)}, trials_file
 
@@ -48,12 +54,15 @@ def test_a_repeated_search_scores_its_trials_the_same(tmp_path, model_module):
         assert record["score"] == second[trial_id]["score"], trial_id
         if record["status"] == "completed":
             assert record["metrics"]["effective_batch_size"] == (
-                record["values"]["accum_steps"] * 8)
+                record["values"]["accum_steps"] * 8
+            )
     hparams = os.path.join(os.path.dirname(trials_file), "hparams")
     assert sum(len(files) for _, _, files in os.walk(hparams)) >= 3  # one event file a trial
 
 
 def test_trial_seeds_depend_on_the_search_seed_and_the_trial_id_only():
     assert trials.trial_seed(6, "00") == trials.trial_seed(6, "00")
-    assert len({trials.trial_seed(6, "00"), trials.trial_seed(6, "01"),
-                trials.trial_seed(7, "00")}) == 3
+    assert (
+        len({trials.trial_seed(6, "00"), trials.trial_seed(6, "01"), trials.trial_seed(7, "00")})
+        == 3
+    )

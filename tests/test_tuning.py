@@ -1,14 +1,13 @@
 """Keras Tuner plugin: accumulation hyperparameters, equal-samples budgets, failures, errors."""
 
-import math
-
-import numpy as np
-import pytest
-
-import keras_tuner as kt
-
 from ga_tfx._keras import keras, tf
 from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
+
+import math
+
+import keras_tuner as kt
+import pytest
+
 from tests.helpers import classification_data
 
 N = 48  # samples: 6 micro-batches of 8
@@ -20,25 +19,43 @@ def build_model(hp):
     h = keras.layers.Dense(hp.Int("units", 4, 8, step=4), activation="relu")(inputs)
     h = keras.layers.BatchNormalization()(h)
     model = keras.Model(inputs, keras.layers.Dense(3)(h))
-    model.compile(keras.optimizers.Adam(1e-2),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model
 
 
 def _tuner(tmp_path, hypermodel, tuner_class=kt.RandomSearch, **kwargs):
     if tuner_class is not kt.Hyperband:
         kwargs.setdefault("max_trials", 3)
-    return tuner_class(hypermodel, objective="loss", directory=str(tmp_path),
-                       project_name="search", overwrite=True, seed=1, **kwargs)
+    return tuner_class(
+        hypermodel,
+        objective="loss",
+        directory=str(tmp_path),
+        project_name="search",
+        overwrite=True,
+        seed=1,
+        **kwargs,
+    )
 
 
 def test_search_space_is_declared_before_the_search(tmp_path):
-    space = AccumulationSearchSpace(accum_steps=[1, 2, 4], agc_clip_factor=(0.01, 0.1),
-                                    micro_batch_size=[8, 16], learning_rate=(1e-3, 1e-1))
+    space = AccumulationSearchSpace(
+        accum_steps=[1, 2, 4],
+        agc_clip_factor=(0.01, 0.1),
+        micro_batch_size=[8, 16],
+        learning_rate=(1e-3, 1e-1),
+    )
     tuner = _tuner(tmp_path, AccumulationHyperModel(build_model, space))
     names = {hp.name for hp in tuner.oracle.hyperparameters.space}
-    assert {"accum_steps", "agc", "agc_clip_factor", "micro_batch_size", "learning_rate",
-            "units"} <= names
+    assert {
+        "accum_steps",
+        "agc",
+        "agc_clip_factor",
+        "micro_batch_size",
+        "learning_rate",
+        "units",
+    } <= names
     accum = tuner.oracle.hyperparameters.space[0]
     assert accum.name == "accum_steps" and list(accum.values) == [1, 2, 4]
 
@@ -67,8 +84,7 @@ def test_trial_models_replace_batchnorm_and_scale_learning_rate():
     hp = kt.HyperParameters()
     model = AccumulationHyperModel(build_model, space).build(hp)
     assert model.accum_steps == 4
-    assert any(type(layer).__name__ == "AccumBatchNormalization"
-               for layer in model.layers)
+    assert any(type(layer).__name__ == "AccumBatchNormalization" for layer in model.layers)
     assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(1e-2 * 4)
     sqrt_space = AccumulationSearchSpace(accum_steps=[4], micro_batch_size=8, lr_scaling="sqrt")
     model = AccumulationHyperModel(build_model, sqrt_space).build(kt.HyperParameters())
@@ -82,8 +98,10 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path):
             inputs = model.inputs[0]
             poisoned = keras.layers.Lambda(lambda t: t * float("nan"))(model(inputs))
             nan_model = keras.Model(inputs, poisoned)
-            nan_model.compile(keras.optimizers.Adam(1e-2),
-                              keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            nan_model.compile(
+                keras.optimizers.Adam(1e-2),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
             return nan_model
         return model
 
@@ -91,8 +109,9 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path):
     space = {"accum_steps": [1, 2, 4], "micro_batch_size": 8}
     tuner = _tuner(tmp_path, AccumulationHyperModel(build_sometimes_nan, space), max_trials=6)
     tuner.search(x, y, epochs=1, verbose=0)
-    statuses = {t.hyperparameters.get("accum_steps"): t.status
-                for t in tuner.oracle.trials.values()}
+    statuses = {
+        t.hyperparameters.get("accum_steps"): t.status for t in tuner.oracle.trials.values()
+    }
     assert statuses[2] == "FAILED"
     assert statuses[1] == statuses[4] == "COMPLETED"
     failed = [t for t in tuner.oracle.trials.values() if t.status == "FAILED"][0]
@@ -124,10 +143,14 @@ def test_an_out_of_memory_trial_fails_alone_and_the_search_goes_on(tmp_path):
     assert tuner.get_best_hyperparameters()[0].get("accum_steps") in (1, 4)
 
 
-@pytest.mark.parametrize("tuner_class, kwargs", [
-    (kt.BayesianOptimization, {"max_trials": 3}),
-    (kt.Hyperband, {"max_epochs": 2, "factor": 2, "hyperband_iterations": 1}),
-], ids=["bayesian", "hyperband"])
+@pytest.mark.parametrize(
+    "tuner_class, kwargs",
+    [
+        (kt.BayesianOptimization, {"max_trials": 3}),
+        (kt.Hyperband, {"max_epochs": 2, "factor": 2, "hyperband_iterations": 1}),
+    ],
+    ids=["bayesian", "hyperband"],
+)
 def test_other_tuners(tmp_path, tuner_class, kwargs):
     """Bayesian optimisation and Hyperband drive the same trials: each completed trial records
     its effective batch and whole epochs of N samples whatever its K (Keras Tuner keeps the
@@ -149,19 +172,22 @@ def test_other_tuners(tmp_path, tuner_class, kwargs):
     assert (model.agc is None) == (not best.get("agc"))
 
 
-@pytest.mark.parametrize("space, error, match", [
-    ({"accum_steps": []}, ValueError, "accum_steps must list at least one value"),
-    ({"accum_steps": [0, 2]}, ValueError, "each accum_steps value must be an integer >= 1"),
-    ({"accum_steps": [2, 2]}, ValueError, "duplicate"),
-    ({"accum_steps": 4}, TypeError, "must be a list of integers"),
-    ({"agc_clip_factor": (0.0, 0.1)}, ValueError, "each agc_clip_factor value must be > 0"),
-    ({"agc_clip_factor": (0.1, 0.01)}, ValueError, "min <= max"),
-    ({"agc_clip_factor": 0.1}, ValueError, r"\(min, max\) pair"),
-    ({"learning_rate": (-1.0, 1.0)}, ValueError, "each learning_rate value must be > 0"),
-    ({"lr_scaling": "cubic"}, ValueError, "lr_scaling must be one of"),
-    ({"micro_batch_size": [0]}, ValueError, "micro_batch_size"),
-    ({"accum_step": [1, 2]}, ValueError, r"Unknown search space setting\(s\) \['accum_step'\]"),
-])
+@pytest.mark.parametrize(
+    "space, error, match",
+    [
+        ({"accum_steps": []}, ValueError, "accum_steps must list at least one value"),
+        ({"accum_steps": [0, 2]}, ValueError, "each accum_steps value must be an integer >= 1"),
+        ({"accum_steps": [2, 2]}, ValueError, "duplicate"),
+        ({"accum_steps": 4}, TypeError, "must be a list of integers"),
+        ({"agc_clip_factor": (0.0, 0.1)}, ValueError, "each agc_clip_factor value must be > 0"),
+        ({"agc_clip_factor": (0.1, 0.01)}, ValueError, "min <= max"),
+        ({"agc_clip_factor": 0.1}, ValueError, r"\(min, max\) pair"),
+        ({"learning_rate": (-1.0, 1.0)}, ValueError, "each learning_rate value must be > 0"),
+        ({"lr_scaling": "cubic"}, ValueError, "lr_scaling must be one of"),
+        ({"micro_batch_size": [0]}, ValueError, "micro_batch_size"),
+        ({"accum_step": [1, 2]}, ValueError, r"Unknown search space setting\(s\) \['accum_step'\]"),
+    ],
+)
 def test_bad_search_spaces_fail_before_any_trial(space, error, match):
     with pytest.raises(error, match=match):
         AccumulationHyperModel(build_model, space)

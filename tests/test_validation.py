@@ -1,21 +1,25 @@
 """Bad input fails early with an error naming the bad value and what is allowed."""
 
-import pytest
-
 import ga_tfx
 from ga_tfx._keras import keras
+
+import pytest
+
 from tests.helpers import mlp
 
 
-@pytest.mark.parametrize("value, error, match", [
-    (0, ValueError, r"accum_steps must be an integer >= 1 .* got 0"),
-    (-3, ValueError, r"got -3"),
-    (2.5, TypeError, r"got 2.5 of type float"),
-    (4.0, TypeError, r"got 4.0 of type float"),
-    (None, TypeError, r"got None of type NoneType"),
-    (True, TypeError, r"got True of type bool"),
-    ("4", TypeError, r"got '4' of type str"),
-])
+@pytest.mark.parametrize(
+    "value, error, match",
+    [
+        (0, ValueError, r"accum_steps must be an integer >= 1 .* got 0"),
+        (-3, ValueError, r"got -3"),
+        (2.5, TypeError, r"got 2.5 of type float"),
+        (4.0, TypeError, r"got 4.0 of type float"),
+        (None, TypeError, r"got None of type NoneType"),
+        (True, TypeError, r"got True of type bool"),
+        ("4", TypeError, r"got '4' of type str"),
+    ],
+)
 def test_bad_accum_steps_everywhere(value, error, match):
     with pytest.raises(error, match=match):
         ga_tfx.wrap_model(mlp(), accum_steps=value)
@@ -23,8 +27,9 @@ def test_bad_accum_steps_everywhere(value, error, match):
         ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(), accum_steps=value)
     inputs = keras.Input((2,))
     with pytest.raises(error, match=match):
-        ga_tfx.GradientAccumulateModel(accum_steps=value, inputs=inputs,
-                                       outputs=keras.layers.Dense(1)(inputs))
+        ga_tfx.GradientAccumulateModel(
+            accum_steps=value, inputs=inputs, outputs=keras.layers.Dense(1)(inputs)
+        )
 
 
 def test_numpy_integers_are_accepted():
@@ -79,8 +84,9 @@ def test_model_without_trainable_variables():
     wrapped = ga_tfx.wrap_model(model, accum_steps=2)
     wrapped.compile("sgd", "mse")
     with pytest.raises(ValueError, match="no trainable variables"):
-        wrapped.fit(np.zeros((4, 8), "float32"), np.zeros((4, 3), "float32"), batch_size=2,
-                    verbose=0)
+        wrapped.fit(
+            np.zeros((4, 8), "float32"), np.zeros((4, 3), "float32"), batch_size=2, verbose=0
+        )
 
 
 def test_parameter_server_training_is_refused_by_name():

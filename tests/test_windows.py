@@ -1,10 +1,11 @@
 """Window semantics: uneven micro-batches, partial windows at epoch ends, K=1, update counts."""
 
+import ga_tfx
+from ga_tfx._keras import keras, tf
+
 import numpy as np
 import pytest
 
-import ga_tfx
-from ga_tfx._keras import keras, tf
 from tests.helpers import classification_data, iterations, max_weight_diff, mlp, sparse_ce
 
 TOLERANCE = 1e-5
@@ -12,7 +13,7 @@ MICRO, K = 6, 4
 
 
 def _micro_batches(x, y, micro):
-    return [(x[i:i + micro], y[i:i + micro]) for i in range(0, len(x), micro)]
+    return [(x[i : i + micro], y[i : i + micro]) for i in range(0, len(x), micro)]
 
 
 def _windows(x, y, micro, k, epochs, policy):
@@ -32,8 +33,7 @@ def _windows(x, y, micro, k, epochs, policy):
             pending = []
     if pending:  # carry: what is still pending when fit returns is applied
         windows.append(pending)
-    return [(np.concatenate([b[0] for b in w]), np.concatenate([b[1] for b in w]))
-            for w in windows]
+    return [(np.concatenate([b[0] for b in w]), np.concatenate([b[1] for b in w])) for w in windows]
 
 
 def _train_on_windows(windows, make_optimizer):
@@ -41,7 +41,8 @@ def _train_on_windows(windows, make_optimizer):
     model.compile(make_optimizer(), sparse_ce())
     dataset = tf.data.Dataset.from_generator(
         lambda: iter(windows),
-        output_signature=(tf.TensorSpec((None, 8), tf.float32), tf.TensorSpec((None,), tf.int64)))
+        output_signature=(tf.TensorSpec((None, 8), tf.float32), tf.TensorSpec((None,), tf.int64)),
+    )
     # A known length: with an unknown one, plain Keras' extra end-of-data call increments
     # optimizer.iterations once more (its apply ops do not wait for the failed get_next).
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(windows)))
@@ -52,8 +53,7 @@ def _train_on_windows(windows, make_optimizer):
 def _train_accumulating(x, y, policy, epochs, make_optimizer, callbacks=None):
     model = ga_tfx.wrap_model(mlp(), accum_steps=K, partial_window=policy)
     model.compile(make_optimizer(), sparse_ce())
-    model.fit(x, y, batch_size=MICRO, epochs=epochs, shuffle=False, verbose=0,
-              callbacks=callbacks)
+    model.fit(x, y, batch_size=MICRO, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
     return model
 
 
@@ -122,8 +122,9 @@ def test_dataset_of_unknown_length_needs_steps_per_epoch():
     with pytest.raises(ValueError, match="steps_per_epoch"):
         model.fit(dataset, epochs=1, verbose=0)
     model.fit(dataset.repeat(), steps_per_epoch=len(batches), epochs=2, verbose=0)
-    reference = _train_on_windows(_windows(x, y, MICRO, K, 2, "apply"),
-                                  lambda: keras.optimizers.Adam(1e-2))
+    reference = _train_on_windows(
+        _windows(x, y, MICRO, K, 2, "apply"), lambda: keras.optimizers.Adam(1e-2)
+    )
     assert iterations(model.optimizer) == 8
     assert max_weight_diff(reference, model) <= TOLERANCE
 

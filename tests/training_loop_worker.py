@@ -1,4 +1,5 @@
-"""One worker of a MultiWorkerMirroredStrategy TrainingLoop, for tests/test_training_loop_multi_worker.py.
+"""One worker of a MultiWorkerMirroredStrategy TrainingLoop, for
+tests/test_training_loop_multi_worker.py.
 
 ``python -m tests.training_loop_worker OUT CHECKPOINT_DIR`` with ``TF_CONFIG`` set: creates the
 strategy first (as it must be), trains the test model with :class:`ga_tfx.TrainingLoop`
@@ -11,14 +12,13 @@ other files (the loop sets DATA: every worker takes its part of each global micr
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx import keras, tf
 
 import json
 import os
 import sys
 
 import numpy as np
-
-from ga_tfx import keras, tf
 
 MICRO, K, EPOCHS = 7, 3, 2
 N_SAMPLES = 57  # 9 micro-batches: 8 of 7 samples, 1 of 1 sample; windows of 21, 21, 15
@@ -42,10 +42,16 @@ def write_files(out):
         path = os.path.join(out, f"data-{index}.tfrecord")
         with tf.io.TFRecordWriter(path) as writer:
             for i in rows:
-                writer.write(tf.train.Example(features=tf.train.Features(feature={
-                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=x[i])),
-                    "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[y[i]])),
-                })).SerializeToString())
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "x": tf.train.Feature(float_list=tf.train.FloatList(value=x[i])),
+                                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[y[i]])),
+                            }
+                        )
+                    ).SerializeToString()
+                )
         paths.append(path)
     return paths
 
@@ -63,8 +69,9 @@ def read_files(paths):
 def build_model(seed):
     keras.utils.set_random_seed(seed)
     inputs = keras.Input((8,))
-    h = keras.layers.Dense(16, activation="tanh",
-                           kernel_regularizer=keras.regularizers.l2(1e-2))(inputs)
+    h = keras.layers.Dense(16, activation="tanh", kernel_regularizer=keras.regularizers.l2(1e-2))(
+        inputs
+    )
     return keras.Model(inputs, keras.layers.Dense(3, name="logits")(h))
 
 
@@ -79,10 +86,16 @@ def make_loop(strategy, paths, checkpoint_dir, log_dir, seed, optimizer="sgd"):
         model = build_model(seed)
         optimizer = OPTIMIZERS[optimizer]()
     return ga_tfx.TrainingLoop(
-        model, optimizer,
+        model,
+        optimizer,
         keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
-        read_files(paths), K, strategy=strategy,
-        checkpoint_dir=checkpoint_dir, checkpoint_every_n_updates=1, log_dir=log_dir)
+        read_files(paths),
+        K,
+        strategy=strategy,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every_n_updates=1,
+        log_dir=log_dir,
+    )
 
 
 def main(out, checkpoint_dir):
@@ -99,10 +112,14 @@ def main(out, checkpoint_dir):
     adam = make_loop(strategy, paths, None, None, seed=22, optimizer="adam")  # uninterrupted
     adam.run(epochs=EPOCHS)
     np.savez(os.path.join(out, "weights_adam.npz"), *adam.model.get_weights())
-    stats = {"replicas": strategy.num_replicas_in_sync, "pending_at_interrupt": pending,
-             "updates": second.updates, "skipped_windows": second.skipped_windows,
-             "iterations": int(second.optimizer.iterations.numpy()),
-             "is_chief": bool(strategy.extended.should_checkpoint)}
+    stats = {
+        "replicas": strategy.num_replicas_in_sync,
+        "pending_at_interrupt": pending,
+        "updates": second.updates,
+        "skipped_windows": second.skipped_windows,
+        "iterations": int(second.optimizer.iterations.numpy()),
+        "is_chief": bool(strategy.extended.should_checkpoint),
+    }
     with open(os.path.join(out, "stats.json"), "w") as f:
         json.dump(stats, f)
     print(json.dumps(stats), flush=True)

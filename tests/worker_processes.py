@@ -44,14 +44,26 @@ def workers_running(tmp_path, module, args_for, count=2, timeout_s=420, tail_lin
         for index in range(count):
             temp_dir = tmp_path / f"tmp{index}"
             temp_dir.mkdir()
-            env = dict(os.environ, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="",
-                       TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(temp_dir),
-                       TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
-                                             "task": {"type": "worker", "index": index}}))
+            env = dict(
+                os.environ,
+                PYTHONPATH=ROOT,
+                CUDA_VISIBLE_DEVICES="",
+                TF_CPP_MIN_LOG_LEVEL="2",
+                TMPDIR=str(temp_dir),
+                TF_CONFIG=json.dumps(
+                    {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
+                ),
+            )
             with open(tmp_path / f"worker{index}.log", "w") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", module, *[str(a) for a in args_for(index)]],
-                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", module, *[str(a) for a in args_for(index)]],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
         yield procs
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             if any(p.poll() not in (None, 0) for p in procs):
@@ -64,9 +76,11 @@ def workers_running(tmp_path, module, args_for, count=2, timeout_s=420, tail_lin
                 p.wait()
     codes = [p.returncode for p in procs]
     if codes != [0] * count:
-        tails = "\n".join(f"--- worker {i} (exit {code}):\n" + "".join(
-            open(tmp_path / f"worker{i}.log").readlines()[-tail_lines:])
-            for i, code in enumerate(codes))
+        tails = "\n".join(
+            f"--- worker {i} (exit {code}):\n"
+            + "".join(open(tmp_path / f"worker{i}.log").readlines()[-tail_lines:])
+            for i, code in enumerate(codes)
+        )
         raise AssertionError(f"{module}: multi-worker run failed, exit codes {codes}:\n{tails}")
 
 

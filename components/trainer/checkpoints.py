@@ -18,16 +18,14 @@ replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoi
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
+from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
+from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
 
 import hashlib
 import json
 import os
-
 import time
 from typing import Callable, Optional
-
-from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
-from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
 
 
 def resume_directory(model_run_dir, identity):
@@ -39,8 +37,9 @@ def resume_directory(model_run_dir, identity):
     where ``digest`` is a hash of ``identity`` (a JSON-able description of the inputs, model
     code and settings): only a re-run of the same training resumes; any change starts over.
     """
-    digest = hashlib.sha256(
-        json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
+        :20
+    ]
     component_dir = os.path.dirname(os.path.dirname(model_run_dir.rstrip("/")))
     return os.path.join(component_dir, ".ga_tfx_resume", digest)
 
@@ -66,17 +65,28 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     them must save together; only the chief's files are kept.
     """
 
-    def __init__(self, model, directory: str, *, total_updates: int, every_updates: int,
-                 every_seconds: float, stop: Optional[StopRequest] = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        model,
+        directory: str,
+        *,
+        total_updates: int,
+        every_updates: int,
+        every_seconds: float,
+        stop: Optional[StopRequest] = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         super().__init__()
         self.updates_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates_done")
         self._checkpoint = tf.train.Checkpoint(model=model, updates_done=self.updates_done)
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=2)
         self._directory = directory
         self._write_dir = worker_write_dir(directory, model.distribute_strategy)
-        self._write_manager = self._manager if self._write_dir == directory else (
-            tf.train.CheckpointManager(self._checkpoint, self._write_dir, max_to_keep=1))
+        self._write_manager = (
+            self._manager
+            if self._write_dir == directory
+            else (tf.train.CheckpointManager(self._checkpoint, self._write_dir, max_to_keep=1))
+        )
         self._strategy = model.distribute_strategy
         self._multi_worker = isinstance(self._strategy, tf.distribute.MultiWorkerMirroredStrategy)
         self._total, self._every, self._seconds = total_updates, every_updates, every_seconds
@@ -114,12 +124,16 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     def _poll(self, periodic: bool):
         """(stop, due) agreed by all workers: stop requested, periodic checkpoint due."""
         stop = self._stop.requested
-        due = periodic and (self.done - self.saved_at >= self._every
-                            or self._clock() - self._saved_time >= self._seconds)
+        due = periodic and (
+            self.done - self.saved_at >= self._every
+            or self._clock() - self._saved_time >= self._seconds
+        )
         if self._multi_worker:  # any worker's request counts for all
             flags = self._strategy.run(lambda: tf.constant([int(stop), int(due)], tf.int32))
-            stop, due = (bool(v) for v in self._strategy.reduce(
-                tf.distribute.ReduceOp.SUM, flags, axis=None).numpy())
+            stop, due = (
+                bool(v)
+                for v in self._strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None).numpy()
+            )
         return stop, due
 
     def _interrupt(self):

@@ -7,6 +7,10 @@ primitive execution properties, so the component compiles for Kubeflow.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._schema import required, specs
+from ga_tfx.components import keys
+from ga_tfx.components.trainer import executor
+from ga_tfx.components.trainer import settings as settings_lib
 
 from typing import Any, Dict, Optional, Union
 
@@ -20,27 +24,27 @@ from tfx.types import standard_component_specs as specs_lib
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
 
-from ga_tfx._schema import required, specs
-from ga_tfx.components import keys
-from ga_tfx.components.trainer import executor
-from ga_tfx.components.trainer import settings as settings_lib
-
 
 def _setting_parameters() -> Dict[str, ExecutionParameter]:
     """One ``ExecutionParameter`` per declared setting (its primitive type; required ones are
-    not optional), derived from :class:`~ga_tfx.components.trainer.settings.AccumulationSettings`."""
+    not optional), derived from
+    :class:`~ga_tfx.components.trainer.settings.AccumulationSettings`."""
     needed = set(required(settings_lib.AccumulationSettings))
-    return {name: ExecutionParameter(type=spec.exec_property_type, optional=name not in needed)
-            for name, spec in specs(settings_lib.AccumulationSettings).items()}
+    return {
+        name: ExecutionParameter(type=spec.exec_property_type, optional=name not in needed)
+        for name, spec in specs(settings_lib.AccumulationSettings).items()
+    }
 
 
 class GradientAccumulationTrainerSpec(specs_lib.TrainerSpec):
     """TrainerSpec plus the accumulation settings (required ones are not optional)."""
 
     PARAMETERS = dict(
-        specs_lib.TrainerSpec.PARAMETERS, **_setting_parameters(),
+        specs_lib.TrainerSpec.PARAMETERS,
+        **_setting_parameters(),
         # Dotted path of the module (or function) defining build_model, instead of module_file.
-        **{keys.MODEL_FN_PROPERTY: ExecutionParameter(type=str, optional=True)})
+        **{keys.MODEL_FN_PROPERTY: ExecutionParameter(type=str, optional=True)},
+    )
 
 
 class GradientAccumulationTrainer(base_component.BaseComponent):
@@ -61,47 +65,59 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
     def __init__(
-            self,
-            examples: types.BaseChannel,
-            *,
-            module_file: Optional[Union[str, data_types.RuntimeParameter]] = None,
-            model_fn: Optional[str] = None,
-            effective_batch_size: Optional[int] = None,
-            transform_graph: Optional[types.BaseChannel] = None,
-            schema: Optional[types.BaseChannel] = None,
-            base_model: Optional[types.BaseChannel] = None,
-            hyperparameters: Optional[types.BaseChannel] = None,
-            train_args: Optional[trainer_pb2.TrainArgs] = None,
-            eval_args: Optional[trainer_pb2.EvalArgs] = None,
-            custom_config: Optional[Dict[str, Any]] = None,
-            **settings: Any):
+        self,
+        examples: types.BaseChannel,
+        *,
+        module_file: Optional[Union[str, data_types.RuntimeParameter]] = None,
+        model_fn: Optional[str] = None,
+        effective_batch_size: Optional[int] = None,
+        transform_graph: Optional[types.BaseChannel] = None,
+        schema: Optional[types.BaseChannel] = None,
+        base_model: Optional[types.BaseChannel] = None,
+        hyperparameters: Optional[types.BaseChannel] = None,
+        train_args: Optional[trainer_pb2.TrainArgs] = None,
+        eval_args: Optional[trainer_pb2.EvalArgs] = None,
+        custom_config: Optional[Dict[str, Any]] = None,
+        **settings: Any,
+    ):
         """``settings``: the fields of
         :class:`~ga_tfx.components.trainer.settings.AccumulationSettings` (``micro_batch_size``,
         ``label_key`` and ``accum_steps`` -- or ``effective_batch_size`` -- required)."""
         if bool(module_file) == bool(model_fn):
-            raise ValueError("Give exactly one of module_file (a file defining build_model) and "
-                             f"model_fn (a dotted path), got module_file={module_file!r}, "
-                             f"model_fn={model_fn!r}.")
+            raise ValueError(
+                "Give exactly one of module_file (a file defining build_model) and "
+                f"model_fn (a dotted path), got module_file={module_file!r}, "
+                f"model_fn={model_fn!r}."
+            )
         if (settings.get("accum_steps") is None) == (effective_batch_size is None):
-            raise ValueError("Give exactly one of accum_steps and effective_batch_size, got "
-                             f"accum_steps={settings.get('accum_steps')!r}, "
-                             f"effective_batch_size={effective_batch_size!r}.")
+            raise ValueError(
+                "Give exactly one of accum_steps and effective_batch_size, got "
+                f"accum_steps={settings.get('accum_steps')!r}, "
+                f"effective_batch_size={effective_batch_size!r}."
+            )
         settings = settings_lib.from_dict(
-            dict(settings, **{keys.EFFECTIVE_BATCH_SIZE: effective_batch_size}))
+            dict(settings, **{keys.EFFECTIVE_BATCH_SIZE: effective_batch_size})
+        )
         train_args = train_args or trainer_pb2.TrainArgs()
         if isinstance(train_args, trainer_pb2.TrainArgs) and settings.updates_per_epoch:
             settings_lib.check_updates(train_args.num_steps, settings.updates_per_epoch)
         spec = GradientAccumulationTrainerSpec(
-            examples=examples, transform_graph=transform_graph, schema=schema,
-            base_model=base_model, hyperparameters=hyperparameters,
-            train_args=train_args, eval_args=eval_args or trainer_pb2.EvalArgs(),
+            examples=examples,
+            transform_graph=transform_graph,
+            schema=schema,
+            base_model=base_model,
+            hyperparameters=hyperparameters,
+            train_args=train_args,
+            eval_args=eval_args or trainer_pb2.EvalArgs(),
             module_file=module_file,
             custom_config=json_utils.dumps(custom_config),
             model=types.Channel(type=standard_artifacts.Model),
             model_run=types.Channel(type=standard_artifacts.ModelRun),
             **({keys.MODEL_FN_PROPERTY: model_fn} if model_fn else {}),
-            **settings.to_exec_properties())
+            **settings.to_exec_properties(),
+        )
         super().__init__(spec=spec)
         if module_file and udf_utils.should_package_user_modules():
-            udf_utils.add_user_module_dependency(self, specs_lib.MODULE_FILE_KEY,
-                                                 specs_lib.MODULE_PATH_KEY)
+            udf_utils.add_user_module_dependency(
+                self, specs_lib.MODULE_FILE_KEY, specs_lib.MODULE_PATH_KEY
+            )

@@ -4,9 +4,9 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
 
 import tensorflow_transform as tft
+from tensorflow_metadata.proto.v0 import schema_pb2 as tfmd_schema_pb2
 from tfx.utils import io_utils
 from tfx_bsl.public import tfxio
-from tensorflow_metadata.proto.v0 import schema_pb2 as tfmd_schema_pb2
 
 
 def schema_and_transform(fn_args):
@@ -40,10 +40,14 @@ def micro_batches(fn_args, files, settings, schema, shuffle):
         # process (a user's set_random_seed, an earlier Trainer) must not change the order.
         tf.random.set_seed(settings.shuffle_seed)
     options = tfxio.TensorFlowDatasetOptions(
-        batch_size=settings.micro_batch_size, label_key=settings.label_key, shuffle=shuffle,
-        shuffle_seed=settings.shuffle_seed, num_epochs=None, sloppy_ordering=False)
+        batch_size=settings.micro_batch_size,
+        label_key=settings.label_key,
+        shuffle=shuffle,
+        shuffle_seed=settings.shuffle_seed,
+        num_epochs=None,
+        sloppy_ordering=False,
+    )
     dataset = fn_args.data_accessor.tf_dataset_factory(files, options, schema)
     sharding = tf.data.Options()
-    sharding.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
+    sharding.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(sharding)

@@ -26,7 +26,8 @@ def make_strategy(choice):
             raise RuntimeError(
                 "strategy='multi_worker': MultiWorkerMirroredStrategy must be created before "
                 "TensorFlow runs any operation in this process, but something already did "
-                "(TensorFlow configures collective ops once, at start-up).") from error
+                "(TensorFlow configures collective ops once, at start-up)."
+            ) from error
     gpus = tf.config.list_logical_devices("GPU")
     if choice == "mirrored":
         devices = gpus or tf.config.list_logical_devices("CPU")
@@ -51,8 +52,9 @@ def is_chief(strategy=None):
         return True
     if task_type == "chief":
         return True
-    return (task_type == "worker" and not task_id
-            and "chief" not in resolver.cluster_spec().as_dict())
+    return (
+        task_type == "worker" and not task_id and "chief" not in resolver.cluster_spec().as_dict()
+    )
 
 
 def worker_write_dir(path, strategy=None):
@@ -67,8 +69,9 @@ def worker_write_dir(path, strategy=None):
     """
     if is_chief(strategy):
         return path
-    return os.path.join(tempfile.mkdtemp(prefix="ga_tfx_worker_"),
-                        os.path.basename(os.path.normpath(path)))
+    return os.path.join(
+        tempfile.mkdtemp(prefix="ga_tfx_worker_"), os.path.basename(os.path.normpath(path))
+    )
 
 
 def remove_worker_dir(write_dir, path):

@@ -5,15 +5,14 @@ properties), ``train_args.num_steps`` and the user module's ``build_model``.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-
-from absl import logging
-from tfx.components.trainer import executor as trainer_executor
-from tfx.dsl.io import fileio
-
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import distribution, export, user_module
 from ga_tfx.components.trainer import run_fn as run_fn_lib
 from ga_tfx.components.trainer import settings as settings_lib
+
+from absl import logging
+from tfx.components.trainer import executor as trainer_executor
+from tfx.dsl.io import fileio
 
 
 class Executor(trainer_executor.GenericExecutor):
@@ -27,22 +26,35 @@ class Executor(trainer_executor.GenericExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
         self._log_startup(input_dict, output_dict, exec_properties)
         settings = settings_lib.from_dict(
-            {name: exec_properties[name] for name in settings_lib.field_names()
-             if exec_properties.get(name) is not None})
-        where = (dict(dotted_path=exec_properties[keys.MODEL_FN_PROPERTY])
-                 if exec_properties.get(keys.MODEL_FN_PROPERTY)
-                 else dict(exec_properties=exec_properties))
+            {
+                name: exec_properties[name]
+                for name in settings_lib.field_names()
+                if exec_properties.get(name) is not None
+            }
+        )
+        where = (
+            dict(dotted_path=exec_properties[keys.MODEL_FN_PROPERTY])
+            if exec_properties.get(keys.MODEL_FN_PROPERTY)
+            else dict(exec_properties=exec_properties)
+        )
         build_model = user_module.load_build_model(**where)
         make_serving_fn = user_module.load_optional(export.SERVING_FN_NAME, **where)
         fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
-        fn_args.custom_config = dict(fn_args.custom_config or {},
-                                     **{keys.GA_TFX: settings.to_exec_properties()})
-        model_identity = {key: exec_properties.get(key)
-                          for key in ("module_file", "module_path", keys.MODEL_FN_PROPERTY)}
-        run_fn_lib.train_and_export(fn_args, settings, build_model, model_identity,
-                                    make_serving_fn=make_serving_fn)
+        fn_args.custom_config = dict(
+            fn_args.custom_config or {}, **{keys.GA_TFX: settings.to_exec_properties()}
+        )
+        model_identity = {
+            key: exec_properties.get(key)
+            for key in ("module_file", "module_path", keys.MODEL_FN_PROPERTY)
+        }
+        run_fn_lib.train_and_export(
+            fn_args, settings, build_model, model_identity, make_serving_fn=make_serving_fn
+        )
         if distribution.is_chief() and not fileio.exists(fn_args.serving_model_dir):
             # (multi-worker: only the chief writes the serving model)
             raise RuntimeError("ga-tfx run_fn failed to generate a model.")
-        logging.info("Training complete. Model written to %s. ModelRun written to %s",
-                     fn_args.serving_model_dir, fn_args.model_run_dir)
+        logging.info(
+            "Training complete. Model written to %s. ModelRun written to %s",
+            fn_args.serving_model_dir,
+            fn_args.model_run_dir,
+        )

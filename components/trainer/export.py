@@ -2,9 +2,7 @@
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
-
 from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
-
 
 SERVING_OUTPUT_KEY = "outputs"
 # Optional in the user's module: make_serving_fn(model, transform_output) -> a tf.function of
@@ -12,8 +10,9 @@ SERVING_OUTPUT_KEY = "outputs"
 SERVING_FN_NAME = "make_serving_fn"
 
 
-def export_serving_model(model, serving_model_dir, transform_output, schema, raw_label_key,
-                         make_serving_fn=None):
+def export_serving_model(
+    model, serving_model_dir, transform_output, schema, raw_label_key, make_serving_fn=None
+):
     """Saves ``model`` (a plain Keras model) with the penguin-style signatures.
 
     ``serving_default``: serialized raw tf.Examples (no label) -> transform -> model outputs,
@@ -32,6 +31,7 @@ def export_serving_model(model, serving_model_dir, transform_output, schema, raw
         transform = model.tft_layer
     else:
         from tensorflow_transform.tf_metadata import schema_utils
+
         raw_spec = schema_utils.schema_as_feature_spec(schema).feature_spec
         transform = dict
     label_keys = (raw_label_key,) if isinstance(raw_label_key, str) else tuple(raw_label_key)
@@ -48,11 +48,16 @@ def export_serving_model(model, serving_model_dir, transform_output, schema, raw
     def transform_features_fn(serialized_tf_examples):
         return transform(tf.io.parse_example(serialized_tf_examples, raw_spec))
 
-    serving = (make_serving_fn(model, transform_output) if make_serving_fn is not None
-               else serve_tf_examples_fn)
+    serving = (
+        make_serving_fn(model, transform_output)
+        if make_serving_fn is not None
+        else serve_tf_examples_fn
+    )
     if not hasattr(serving, "get_concrete_function"):
-        raise TypeError(f"{SERVING_FN_NAME}(model, transform_output) must return a "
-                        f"tf.function with an input signature, got {serving!r}.")
+        raise TypeError(
+            f"{SERVING_FN_NAME}(model, transform_output) must return a "
+            f"tf.function with an input signature, got {serving!r}."
+        )
     signatures = {
         "serving_default": serving.get_concrete_function(),
         "transform_features": transform_features_fn.get_concrete_function(),
@@ -81,16 +86,20 @@ def label_only_raw_features(transform_output, label_key):
 
     def outputs(names):
         with tf.Graph().as_default():  # transform_raw_features builds a TF1 graph
-            return set(transform_output.transform_raw_features(
-                {name: _example_value(raw_spec[name]) for name in names},
-                drop_unused_features=True))
+            return set(
+                transform_output.transform_raw_features(
+                    {name: _example_value(raw_spec[name]) for name in names},
+                    drop_unused_features=True,
+                )
+            )
 
     everything = outputs(raw_spec)
     if label_key not in everything:
         return (label_key,)
     wanted = everything - {label_key}
-    found = tuple(name for name in raw_spec
-                  if outputs([n for n in raw_spec if n != name]) == wanted)
+    found = tuple(
+        name for name in raw_spec if outputs([n for n in raw_spec if n != name]) == wanted
+    )
     return found or (label_key,)
 
 

@@ -2,10 +2,9 @@
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import _tf_keras_internals, keras
+from ga_tfx.components.trainer import user_module
 
 import contextlib
-
-from ga_tfx.components.trainer import user_module
 
 
 @contextlib.contextmanager
@@ -19,8 +18,7 @@ def mixed_precision_policy(name):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def accumulation_model(build_model, hparams, settings, base_model_dir=None,
-                       transform_output=None):
+def accumulation_model(build_model, hparams, settings, base_model_dir=None, transform_output=None):
     """``build_model(hparams)`` (compiled), BN replaced if asked, warm-started from
     ``base_model_dir`` when given (see :func:`warm_start`), wrapped, compiled again.
     ``build_model`` may take the ``transform_output`` as a second argument
@@ -31,16 +29,20 @@ def accumulation_model(build_model, hparams, settings, base_model_dir=None,
     """
     model = user_module.call_build_model(build_model, hparams, transform_output)
     if not isinstance(model, keras.Model) or model.optimizer is None:
-        raise ValueError("build_model(hparams) must return a compiled tf.keras Model, got "
-                         f"{model!r}.")
+        raise ValueError(
+            f"build_model(hparams) must return a compiled tf.keras Model, got {model!r}."
+        )
     compile_args = _tf_keras_internals.compile_args(model)  # what clone_and_build uses
     if settings.replace_batchnorm:
         model = ga_tfx.replace_batchnorm_layers(model, settings.accum_steps)
     if base_model_dir:
         warm_start(model, base_model_dir)
-    wrapped = ga_tfx.wrap_model(model, accum_steps=settings.accum_steps,
-                                partial_window=settings.partial_window,
-                                agc_clip_factor=settings.agc_clip_factor)
+    wrapped = ga_tfx.wrap_model(
+        model,
+        accum_steps=settings.accum_steps,
+        partial_window=settings.partial_window,
+        agc_clip_factor=settings.agc_clip_factor,
+    )
     wrapped.compile(**compile_args)
     return wrapped
 
@@ -63,9 +65,13 @@ def warm_start(model, base_model_dir):
         if source is None or [tuple(w.shape) for w in source.weights] != shapes:
             raise ValueError(
                 f"Cannot warm-start layer {layer.name!r} (weights {shapes}) from base model "
-                f"{base_model_dir}: it has " + (
-                    "no layer of that name." if source is None else
-                    f"weights {[tuple(w.shape) for w in source.weights]}."))
+                f"{base_model_dir}: it has "
+                + (
+                    "no layer of that name."
+                    if source is None
+                    else f"weights {[tuple(w.shape) for w in source.weights]}."
+                )
+            )
         layer.set_weights(source.get_weights())
         copied.append(layer.name)
     return copied

@@ -22,8 +22,9 @@ import threading
 from typing import Iterator, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-LINE = ("interrupted at update {done} of {total}; checkpoint saved; "
-        "re-run the same command to resume")
+LINE = (
+    "interrupted at update {done} of {total}; checkpoint saved; re-run the same command to resume"
+)
 
 
 class TrainingInterrupted(RuntimeError):

@@ -41,6 +41,19 @@ and ``custom_config={"ga_tfx": {...settings...}, "model_fn": "my_pkg.my_module"}
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras
+from ga_tfx.components import keys
+from ga_tfx.components.trainer import (
+    checkpoints,
+    data,
+    distribution,
+    export,
+    preemption,
+    run_log,
+    run_record,
+    user_module,
+)
+from ga_tfx.components.trainer import model as model_lib
+from ga_tfx.components.trainer import settings as settings_lib
 
 import contextlib
 import os
@@ -48,28 +61,32 @@ import os
 from absl import logging
 from tfx.dsl.io import fileio
 
-from ga_tfx.components import keys
-from ga_tfx.components.trainer import checkpoints, data, distribution, export, model as model_lib
-from ga_tfx.components.trainer import preemption, run_log, run_record, user_module
-from ga_tfx.components.trainer import settings as settings_lib
-
 
 def run_fn(fn_args):
     """TFX entry point for the stock Trainer: settings from ``custom_config``."""
     config = fn_args.custom_config or {}
     if keys.GA_TFX not in config or keys.MODEL_FN not in config:
-        raise ValueError(f'custom_config needs "{keys.GA_TFX}" (the settings) and '
-                         f'"{keys.MODEL_FN}" (the module defining build_model), got keys '
-                         f'{sorted(config)}.')
+        raise ValueError(
+            f'custom_config needs "{keys.GA_TFX}" (the settings) and '
+            f'"{keys.MODEL_FN}" (the module defining build_model), got keys '
+            f"{sorted(config)}."
+        )
     settings = settings_lib.from_dict(config[keys.GA_TFX])
     build_model = user_module.load_build_model(dotted_path=config[keys.MODEL_FN])
-    train_and_export(fn_args, settings, build_model, model_identity=config[keys.MODEL_FN],
-                     make_serving_fn=user_module.load_optional(
-                         export.SERVING_FN_NAME, dotted_path=config[keys.MODEL_FN]))
+    train_and_export(
+        fn_args,
+        settings,
+        build_model,
+        model_identity=config[keys.MODEL_FN],
+        make_serving_fn=user_module.load_optional(
+            export.SERVING_FN_NAME, dotted_path=config[keys.MODEL_FN]
+        ),
+    )
 
 
-def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=None,
-                     make_serving_fn=None):
+def train_and_export(
+    fn_args, settings, build_model, model_identity="", *, stop=None, make_serving_fn=None
+):
     """Trains ``build_model``'s model as described in the module docstring; returns it
     (the plain, unwrapped Keras model that was exported).
 
@@ -88,32 +105,57 @@ def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=
     per_epoch = settings_lib.check_updates(updates, settings.updates_per_epoch)
     strategy = distribution.make_strategy(settings.strategy)
     if settings.micro_batch_size < strategy.num_replicas_in_sync:
-        raise ValueError(f"micro_batch_size={settings.micro_batch_size} is smaller than the "
-                         f"{strategy.num_replicas_in_sync} replicas of the strategy: every "
-                         "replica needs at least one example per micro-batch.")
-    logging.info("ga_tfx: %s, %d replicas, %d updates of %d samples", settings,
-                 strategy.num_replicas_in_sync, updates, settings.effective_batch_size)
+        raise ValueError(
+            f"micro_batch_size={settings.micro_batch_size} is smaller than the "
+            f"{strategy.num_replicas_in_sync} replicas of the strategy: every "
+            "replica needs at least one example per micro-batch."
+        )
+    logging.info(
+        "ga_tfx: %s, %d replicas, %d updates of %d samples",
+        settings,
+        strategy.num_replicas_in_sync,
+        updates,
+        settings.effective_batch_size,
+    )
 
     schema, transform_output = data.schema_and_transform(fn_args)
     evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
-    resume_dir = checkpoints.resume_directory(fn_args.model_run_dir, dict(
-        model=model_identity, settings=settings.to_exec_properties(), hparams=hparams,
-        train_files=fn_args.train_files, eval_files=fn_args.eval_files,
-        transform_graph=fn_args.transform_graph_path, schema=fn_args.schema_path,
-        base_model=fn_args.base_model, updates=updates, eval_steps=fn_args.eval_steps))
-    signals = (contextlib.nullcontext(stop) if stop is not None
-               else preemption.stop_on_signals())
+    resume_dir = checkpoints.resume_directory(
+        fn_args.model_run_dir,
+        dict(
+            model=model_identity,
+            settings=settings.to_exec_properties(),
+            hparams=hparams,
+            train_files=fn_args.train_files,
+            eval_files=fn_args.eval_files,
+            transform_graph=fn_args.transform_graph_path,
+            schema=fn_args.schema_path,
+            base_model=fn_args.base_model,
+            updates=updates,
+            eval_steps=fn_args.eval_steps,
+        ),
+    )
+    signals = contextlib.nullcontext(stop) if stop is not None else preemption.stop_on_signals()
     with signals as stop, model_lib.mixed_precision_policy(settings.mixed_precision):
         with strategy.scope():
-            model = model_lib.accumulation_model(build_model, hparams, settings,
-                                                 base_model_dir=fn_args.base_model,
-                                                 transform_output=transform_output)
+            model = model_lib.accumulation_model(
+                build_model,
+                hparams,
+                settings,
+                base_model_dir=fn_args.base_model,
+                transform_output=transform_output,
+            )
         checkpoint = checkpoints.UpdateCheckpoint(
-            model, resume_dir, total_updates=updates,
+            model,
+            resume_dir,
+            total_updates=updates,
             every_updates=settings.checkpoint_every_updates,
-            every_seconds=settings.checkpoint_every_seconds, stop=stop)
-        logger = run_log.AccumulationLogger(os.path.join(fn_args.model_run_dir, "ga_tfx"),
-                                            settings, total_updates=updates)
+            every_seconds=settings.checkpoint_every_seconds,
+            stop=stop,
+        )
+        logger = run_log.AccumulationLogger(
+            os.path.join(fn_args.model_run_dir, "ga_tfx"), settings, total_updates=updates
+        )
         try:
             resumed = checkpoint.restore()
             if resumed:
@@ -122,39 +164,59 @@ def train_and_export(fn_args, settings, build_model, model_identity="", *, stop=
             for initial_epoch, epochs, windows, skip in _fit_plan(resumed, updates, per_epoch):
                 history = model.fit(
                     # A fresh dataset per fit, from the same seed: the order resumes too.
-                    data.micro_batches(fn_args, fn_args.train_files, settings, schema,
-                                       settings.shuffle).skip(skip * settings.accum_steps),
-                    initial_epoch=initial_epoch, epochs=epochs,
+                    data.micro_batches(
+                        fn_args, fn_args.train_files, settings, schema, settings.shuffle
+                    ).skip(skip * settings.accum_steps),
+                    initial_epoch=initial_epoch,
+                    epochs=epochs,
                     steps_per_epoch=windows * settings.accum_steps,
                     validation_data=evaluation if fn_args.eval_steps else None,
                     validation_steps=fn_args.eval_steps or None,
                     verbose=2,
                     callbacks=[
-                        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir,
-                                                    update_freq="epoch"),
-                        logger, checkpoint,
-                    ])
+                        keras.callbacks.TensorBoard(
+                            log_dir=fn_args.model_run_dir, update_freq="epoch"
+                        ),
+                        logger,
+                        checkpoint,
+                    ],
+                )
                 metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
             checkpoint.finish()  # the final state: an export killed later re-runs from here
             plain = ga_tfx.unwrap_model(model)
-            raw_label_keys = ((settings.raw_label_key,) if settings.raw_label_key else
-                              export.label_only_raw_features(transform_output,
-                                                             settings.label_key))
-            export.export_serving_model(plain, fn_args.serving_model_dir, transform_output,
-                                        schema, raw_label_keys, make_serving_fn)
+            raw_label_keys = (
+                (settings.raw_label_key,)
+                if settings.raw_label_key
+                else export.label_only_raw_features(transform_output, settings.label_key)
+            )
+            export.export_serving_model(
+                plain,
+                fn_args.serving_model_dir,
+                transform_output,
+                schema,
+                raw_label_keys,
+                make_serving_fn,
+            )
             checkpoint.finish()  # a stop requested during the export: keep the checkpoints
         finally:
             checkpoint.close()
     if distribution.is_chief(strategy):  # multi-worker: the other workers never wrote there
         fileio.rmtree(resume_dir)  # exported: a later run of the same training starts over
-        run_record.write(fn_args.model_run_dir, run_record.RunRecord(
-            updates=updates, updates_this_run=updates - resumed,
-            resumed_from_update=resumed or None,
-            effective_batch_size=settings.effective_batch_size,
-            micro_batch_size=settings.micro_batch_size, accum_steps=settings.accum_steps,
-            replicas=strategy.num_replicas_in_sync,
-            skipped_windows=updates - int(model.optimizer.iterations.numpy()),
-            samples_per_second=logger.samples_per_second, final_metrics=metrics))
+        run_record.write(
+            fn_args.model_run_dir,
+            run_record.RunRecord(
+                updates=updates,
+                updates_this_run=updates - resumed,
+                resumed_from_update=resumed or None,
+                effective_batch_size=settings.effective_batch_size,
+                micro_batch_size=settings.micro_batch_size,
+                accum_steps=settings.accum_steps,
+                replicas=strategy.num_replicas_in_sync,
+                skipped_windows=updates - int(model.optimizer.iterations.numpy()),
+                samples_per_second=logger.samples_per_second,
+                final_metrics=metrics,
+            ),
+        )
     return plain
 
 

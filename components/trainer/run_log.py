@@ -2,11 +2,10 @@
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
-
-import time
-
 from ga_tfx.components.trainer import progress
 from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
+
+import time
 
 
 class AccumulationLogger(keras.callbacks.Callback):
@@ -50,15 +49,18 @@ class AccumulationLogger(keras.callbacks.Callback):
         with self._writer.as_default(step=step):
             tf.summary.scalar("ga_tfx/effective_batch_size", self._effective)
             tf.summary.scalar("ga_tfx/updates", step)
-            tf.summary.scalar("ga_tfx/samples_per_second",
-                              window * self._micro / max(now - self._time, 1e-9))
-            tf.summary.scalar("ga_tfx/loss_per_update",
-                              (loss_total - self._loss_total) / window)
+            tf.summary.scalar(
+                "ga_tfx/samples_per_second", window * self._micro / max(now - self._time, 1e-9)
+            )
+            tf.summary.scalar("ga_tfx/loss_per_update", (loss_total - self._loss_total) / window)
         if self._total:  # the console's progress line (ga_tfx.components.trainer.progress)
-            progress.report(label=self._label, update=step, total=self._total,
-                            loss=(loss_total - self._loss_total) / window,
-                            samples_per_second=window * self._micro / max(now - self._time,
-                                                                          1e-9))
+            progress.report(
+                label=self._label,
+                update=step,
+                total=self._total,
+                loss=(loss_total - self._loss_total) / window,
+                samples_per_second=window * self._micro / max(now - self._time, 1e-9),
+            )
         self._seen, self._loss_total, self._time = seen, loss_total, now
 
     def on_epoch_end(self, epoch, logs=None):

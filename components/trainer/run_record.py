@@ -47,6 +47,7 @@ def write(model_run_dir: str, record: RunRecord) -> str:
     """Writes ``record`` as JSON into ``model_run_dir`` (a local path or a TFX file system
     URI); returns the file's path."""
     from tfx.dsl.io import fileio  # (GCS/S3 URIs under Kubeflow)
+
     target = path(model_run_dir)
     fileio.makedirs(model_run_dir)
     with fileio.open(target, "w") as f:
@@ -57,6 +58,7 @@ def write(model_run_dir: str, record: RunRecord) -> str:
 def read(model_run_dir: str) -> Optional[RunRecord]:
     """The record in ``model_run_dir``; ``None`` when there is none (e.g. an older Trainer)."""
     from tfx.dsl.io import fileio
+
     target = path(model_run_dir)
     if not fileio.exists(target):
         return None

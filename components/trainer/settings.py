@@ -13,12 +13,12 @@ Settings travel as primitive execution properties (``int``/``float``/``str``, bo
 ``ValueError`` naming the field, the value and what is allowed.
 """
 
-import dataclasses
-from typing import Any, Dict, Mapping, Optional
-
 from ga_tfx import _validation
 from ga_tfx._schema import SettingError, Settings, defaults, setting, specs
 from ga_tfx.components import keys
+
+import dataclasses
+from typing import Any, Dict, Mapping, Optional
 
 STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
 MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -30,45 +30,77 @@ class AccumulationSettings(Settings):
 
     accum_steps: int = setting(spec=_validation.ACCUM_STEPS, tunable=True)
     micro_batch_size: int = setting(
-        kind=int, minimum=1, tunable=True, flag="--micro-batch",
+        kind=int,
+        minimum=1,
+        tunable=True,
+        flag="--micro-batch",
         help="examples per micro-batch (global, split across replicas); the effective batch "
-             "is accum_steps x micro_batch_size")
-    label_key: str = setting(kind=str, flag="",
-                             help="the label feature of the (transformed) training examples")
+        "is accum_steps x micro_batch_size",
+    )
+    label_key: str = setting(
+        kind=str, flag="", help="the label feature of the (transformed) training examples"
+    )
     raw_label_key: Optional[str] = setting(
-        None, kind=str, optional=True, flag="",
-        help="the label in raw serving examples, left out of serving_default (None: label_key)")
-    agc_clip_factor: Optional[float] = setting(None, spec=_validation.AGC_CLIP_FACTOR,
-                                               tunable=True, off_flag="--no-agc")
+        None,
+        kind=str,
+        optional=True,
+        flag="",
+        help="the label in raw serving examples, left out of serving_default (None: label_key)",
+    )
+    agc_clip_factor: Optional[float] = setting(
+        None, spec=_validation.AGC_CLIP_FACTOR, tunable=True, off_flag="--no-agc"
+    )
     replace_batchnorm: bool = setting(
-        True, kind=bool, help="replace BatchNormalization by AccumBatchNormalization (moving "
-                              "statistics of whole windows)")
+        True,
+        kind=bool,
+        help="replace BatchNormalization by AccumBatchNormalization (moving "
+        "statistics of whole windows)",
+    )
     mixed_precision: str = setting(
-        "float32", kind=str, choices=MIXED_PRECISION_POLICIES,
-        help="Keras dtype policy while the model is built and trained")
+        "float32",
+        kind=str,
+        choices=MIXED_PRECISION_POLICIES,
+        help="Keras dtype policy while the model is built and trained",
+    )
     strategy: str = setting(
-        "auto", kind=str, choices=STRATEGIES,
+        "auto",
+        kind=str,
+        choices=STRATEGIES,
         help="tf.distribute strategy: auto (MirroredStrategy when several GPUs are visible), "
-             "mirrored (all GPUs, else all logical CPUs), none, multi_worker (TF_CONFIG "
-             "cluster; only the chief writes)")
+        "mirrored (all GPUs, else all logical CPUs), none, multi_worker (TF_CONFIG "
+        "cluster; only the chief writes)",
+    )
     partial_window: str = setting("apply", spec=_validation.PARTIAL_WINDOW)
     shuffle: bool = setting(True, kind=bool, help="shuffle the training examples")
     shuffle_seed: int = setting(
-        0, kind=int, minimum=0,
+        0,
+        kind=int,
+        minimum=0,
         help="seed of the shuffle: the data order is a function of it, so a resumed run skips "
-             "exactly the micro-batches already trained")
+        "exactly the micro-batches already trained",
+    )
     updates_per_epoch: Optional[int] = setting(
-        None, kind=int, minimum=1, optional=True,
+        None,
+        kind=int,
+        minimum=1,
+        optional=True,
         help="optimizer updates between two evaluations; must divide the train updates "
-             "(None: one epoch)")
+        "(None: one epoch)",
+    )
     checkpoint_every_updates: int = setting(
-        100, kind=int, minimum=1,
+        100,
+        kind=int,
+        minimum=1,
         help="write a resumable checkpoint after this many optimizer updates, or after "
-             "checkpoint_every_seconds, whichever comes first (at window ends, mid-epoch too)")
+        "checkpoint_every_seconds, whichever comes first (at window ends, mid-epoch too)",
+    )
     checkpoint_every_seconds: float = setting(
-        600.0, kind=float, above=0,
+        600.0,
+        kind=float,
+        above=0,
         help="write a resumable checkpoint after this many seconds of training, or after "
-             "checkpoint_every_updates, whichever comes first")
+        "checkpoint_every_updates, whichever comes first",
+    )
 
     @property
     def effective_batch_size(self) -> int:
@@ -82,8 +114,9 @@ class AccumulationSettings(Settings):
         """Primitive values only (booleans as 0/1, ``None`` left out)."""
         return self.to_primitives()
 
-    def with_hyperparameters(self, hyperparameters: Optional[Mapping[str, Any]]
-                             ) -> "AccumulationSettings":
+    def with_hyperparameters(
+        self, hyperparameters: Optional[Mapping[str, Any]]
+    ) -> "AccumulationSettings":
         """These settings with the tunable ones a Tuner chose (they take precedence).
 
         A search that turned AGC off (the plugin's ``agc`` hyperparameter is False) turns it
@@ -118,8 +151,10 @@ def from_dict(values: Mapping[str, Any]) -> AccumulationSettings:
     effective = values.pop(keys.EFFECTIVE_BATCH_SIZE, None)
     if effective is not None:
         if values.get("accum_steps") is not None:
-            raise SettingError("Give accum_steps or effective_batch_size, not both (got "
-                               f"{values['accum_steps']!r} and {effective!r}).")
+            raise SettingError(
+                "Give accum_steps or effective_batch_size, not both (got "
+                f"{values['accum_steps']!r} and {effective!r})."
+            )
         values["accum_steps"] = accum_steps_for(effective, values.get("micro_batch_size"))
     return AccumulationSettings.from_mapping(values, where=keys.GA_TFX)
 
@@ -134,12 +169,16 @@ def accum_steps_for(effective_batch_size: Any, micro_batch_size: Any) -> int:
     effective_batch_size = micro_spec.check(keys.EFFECTIVE_BATCH_SIZE, effective_batch_size)
     micro_batch_size = micro_spec.check("micro_batch_size", micro_batch_size)
     if micro_batch_size > effective_batch_size:
-        raise SettingError(f"micro_batch_size={micro_batch_size} is larger than "
-                           f"effective_batch_size={effective_batch_size}: a micro-batch is a "
-                           "part of the effective batch.")
+        raise SettingError(
+            f"micro_batch_size={micro_batch_size} is larger than "
+            f"effective_batch_size={effective_batch_size}: a micro-batch is a "
+            "part of the effective batch."
+        )
     if effective_batch_size % micro_batch_size:
-        raise SettingError(f"effective_batch_size={effective_batch_size} is not a multiple of "
-                           f"micro_batch_size={micro_batch_size}.")
+        raise SettingError(
+            f"effective_batch_size={effective_batch_size} is not a multiple of "
+            f"micro_batch_size={micro_batch_size}."
+        )
     return effective_batch_size // micro_batch_size
 
 
@@ -147,12 +186,15 @@ def check_updates(train_updates: int, updates_per_epoch: Optional[int]) -> int:
     """Updates per epoch (``updates_per_epoch`` or all of them); ``ValueError`` unless it
     divides ``train_updates`` (``train_args.num_steps``, optimizer updates)."""
     if not train_updates:
-        raise SettingError("train_args.num_steps (optimizer updates) must be set and > 0, got "
-                           f"{train_updates!r}.")
+        raise SettingError(
+            f"train_args.num_steps (optimizer updates) must be set and > 0, got {train_updates!r}."
+        )
     per_epoch = updates_per_epoch or train_updates
     if train_updates % per_epoch:
-        raise SettingError(f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
-                           f"{train_updates} (optimizer updates).")
+        raise SettingError(
+            f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
+            f"{train_updates} (optimizer updates)."
+        )
     return per_epoch
 
 

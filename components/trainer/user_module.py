@@ -29,10 +29,10 @@ def load_build_model(exec_properties=None, dotted_path=None):
             return udf_utils.get_fn(exec_properties, name)
         except (AttributeError, ImportError) as error:
             errors.append(f"{name}: {error}")
-    where = dotted_path or exec_properties.get("module_file") or exec_properties.get(
-        "module_path")
-    raise ValueError(f"The model module {where!r} defines none of {MODEL_FN_NAMES} "
-                     f"({'; '.join(errors)}).")
+    where = dotted_path or exec_properties.get("module_file") or exec_properties.get("module_path")
+    raise ValueError(
+        f"The model module {where!r} defines none of {MODEL_FN_NAMES} ({'; '.join(errors)})."
+    )
 
 
 def load_optional(name, exec_properties=None, dotted_path=None):
@@ -56,8 +56,11 @@ def call_build_model(build_model, hparams, transform_output=None):
         parameters = inspect.signature(build_model).parameters.values()
     except (TypeError, ValueError):  # a callable without a signature: the plain contract
         return build_model(hparams)
-    positional = [p for p in parameters
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
     if len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional):
         return build_model(hparams, transform_output)
     return build_model(hparams)

@@ -56,8 +56,7 @@ class Heartbeat:
     def __init__(self, oracle, trial_id: str, interval: float):
         self._oracle, self._trial_id, self._interval = oracle, trial_id, interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{trial_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{trial_id}", daemon=True)
         self._thread.start()
 
     def _run(self):
@@ -98,14 +97,21 @@ class _WatchingServicer(oracle_chief.OracleServicer):
 
     def EndTrial(self, request, context):
         if request.trial.trial_id in self.declared_dead:
-            _log.warning("Trial %s ended by its worker after it was declared failed (no "
-                         "heartbeat); it stays failed.", request.trial.trial_id)
+            _log.warning(
+                "Trial %s ended by its worker after it was declared failed (no "
+                "heartbeat); it stays failed.",
+                request.trial.trial_id,
+            )
             return protos.get_service().EndTrialResponse()
         return super().EndTrial(request, context)
 
 
-def end_stale_trials(oracle, servicer: _WatchingServicer, stale_after_seconds: float,
-                     on_failed: Optional[Callable] = None) -> list:
+def end_stale_trials(
+    oracle,
+    servicer: _WatchingServicer,
+    stale_after_seconds: float,
+    on_failed: Optional[Callable] = None,
+) -> list:
     """Ends as FAILED every running trial whose worker was not heard of for
     ``stale_after_seconds``; returns them (``on_failed(trial)`` is called for each)."""
     now, ended = time.monotonic(), []
@@ -115,9 +121,11 @@ def end_stale_trials(oracle, servicer: _WatchingServicer, stale_after_seconds: f
             continue
         servicer.declared_dead.add(trial.trial_id)
         trial.status = trial_module.TrialStatus.FAILED
-        trial.message = (f"Worker {tuner_id!r} sent no heartbeat for {silent:.1f} s "
-                         f"(stale_trial_seconds={stale_after_seconds:g}): presumed dead "
-                         "(killed or out of memory); trial ended as failed.")
+        trial.message = (
+            f"Worker {tuner_id!r} sent no heartbeat for {silent:.1f} s "
+            f"(stale_trial_seconds={stale_after_seconds:g}): presumed dead "
+            "(killed or out of memory); trial ended as failed."
+        )
         _log.warning("Trial %s: %s", trial.trial_id, trial.message)
         oracle.end_trial(trial)
         ended.append(trial)
@@ -126,8 +134,7 @@ def end_stale_trials(oracle, servicer: _WatchingServicer, stale_after_seconds: f
     return ended
 
 
-def serve_oracle(oracle, stale_after_seconds: float,
-                 on_failed: Optional[Callable] = None) -> None:
+def serve_oracle(oracle, stale_after_seconds: float, on_failed: Optional[Callable] = None) -> None:
     """The chief's side of a distributed search: serves ``oracle`` on
     ``KERASTUNER_ORACLE_IP:KERASTUNER_ORACLE_PORT`` until the budget is spent and every trial
     has ended, ending trials of dead workers as failed (module docstring)."""

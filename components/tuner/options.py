@@ -1,9 +1,9 @@
 """The Tuner's own options (``custom_config["tuner"]``), declared once (standard library only)."""
 
+from ga_tfx._schema import Settings, setting
+
 import dataclasses
 from typing import Optional
-
-from ga_tfx._schema import Settings, setting
 
 TUNER_KINDS = ("random", "bayesian", "hyperband")
 DEFAULT_MAX_TRIALS = 10
@@ -15,28 +15,52 @@ DEFAULT_STALE_TRIAL_SECONDS = 300.0
 class TunerOptions(Settings):
     """Which Keras Tuner searches, for how long, towards which objective."""
 
-    kind: str = setting("random", kind=str, choices=TUNER_KINDS,
-                        help="the Keras Tuner: random, bayesian or hyperband")
+    kind: str = setting(
+        "random",
+        kind=str,
+        choices=TUNER_KINDS,
+        help="the Keras Tuner: random, bayesian or hyperband",
+    )
     objective: Optional[str] = setting(
-        None, kind=str, optional=True,
-        help="the metric to optimise (None: val_loss with evaluation, else loss)")
+        None,
+        kind=str,
+        optional=True,
+        help="the metric to optimise (None: val_loss with evaluation, else loss)",
+    )
     max_trials: Optional[int] = setting(
-        None, kind=int, minimum=1, optional=True,
-        help=f"trials of a random or bayesian search (None: {DEFAULT_MAX_TRIALS})")
+        None,
+        kind=int,
+        minimum=1,
+        optional=True,
+        help=f"trials of a random or bayesian search (None: {DEFAULT_MAX_TRIALS})",
+    )
     max_epochs: Optional[int] = setting(
-        None, kind=int, minimum=1, optional=True,
-        help=f"epochs of a hyperband search (None: {DEFAULT_MAX_EPOCHS})")
-    seed: Optional[int] = setting(None, kind=int, optional=True,
-                                  help="seed of the search; each trial's seed derives from it "
-                                       "and the trial id")
+        None,
+        kind=int,
+        minimum=1,
+        optional=True,
+        help=f"epochs of a hyperband search (None: {DEFAULT_MAX_EPOCHS})",
+    )
+    seed: Optional[int] = setting(
+        None,
+        kind=int,
+        optional=True,
+        help="seed of the search; each trial's seed derives from it and the trial id",
+    )
     trials_file: Optional[str] = setting(
-        None, kind=str, optional=True,
+        None,
+        kind=str,
+        optional=True,
         help="a JSON-lines file where every finished trial (failed ones too) is appended, "
-             "with TensorBoard HParams beside it (None: no record)")
+        "with TensorBoard HParams beside it (None: no record)",
+    )
     stale_trial_seconds: float = setting(
-        DEFAULT_STALE_TRIAL_SECONDS, kind=float, above=0,
+        DEFAULT_STALE_TRIAL_SECONDS,
+        kind=float,
+        above=0,
         help="distributed search: a trial whose worker sent no heartbeat for this many "
-             "seconds (killed, out of memory) is ended as failed and the search goes on")
+        "seconds (killed, out of memory) is ended as failed and the search goes on",
+    )
 
     def __post_init__(self):
         super().__post_init__()

@@ -23,20 +23,19 @@ Hyperband) three extra duties, none of which changes what a trial computes beyon
   is killed (:mod:`ga_tfx.components.tuner.heartbeat`).
 """
 
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx import keras, tf
+from ga_tfx.components.trainer import progress
+from ga_tfx.components.tuner import heartbeat
+from ga_tfx.components.tuner.options import DEFAULT_STALE_TRIAL_SECONDS
+
 import json
 import os
 import re
 import zlib
 from typing import Any, Dict, Optional
 
-import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx import keras, tf
-
 from keras_tuner.src.distribute import utils as dist_utils
-
-from ga_tfx.components.trainer import progress
-from ga_tfx.components.tuner import heartbeat
-from ga_tfx.components.tuner.options import DEFAULT_STALE_TRIAL_SECONDS
 
 RECORDED_METRICS = ("effective_batch_size", "updates", "samples_seen")
 # The "SomeError: what" line of a traceback (TF errors add lines after it).
@@ -45,7 +44,7 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(
 
 def trial_seed(search_seed: Optional[int], trial_id: str) -> int:
     """The global seed of a trial: a function of the search's seed and the trial id only."""
-    return zlib.crc32(f"{search_seed}:{trial_id}".encode()) % (2 ** 31)
+    return zlib.crc32(f"{search_seed}:{trial_id}".encode()) % (2**31)
 
 
 class _UpdateProgress(keras.callbacks.Callback):
@@ -56,8 +55,12 @@ class _UpdateProgress(keras.callbacks.Callback):
         self._label, self._total = label, total_updates
 
     def on_train_batch_end(self, batch, logs=None):
-        progress.report(label=self._label, update=int(self.model.optimizer.iterations.numpy()),
-                        total=self._total, loss=(logs or {}).get("loss"))
+        progress.report(
+            label=self._label,
+            update=int(self.model.optimizer.iterations.numpy()),
+            total=self._total,
+            loss=(logs or {}).get("loss"),
+        )
 
 
 def recording_tuner(base: type) -> type:
@@ -71,8 +74,16 @@ def recording_tuner(base: type) -> type:
     """
 
     class Recording(base):
-        def __init__(self, *args, search_seed=None, samples_per_trial=None, trials_file=None,
-                     run_id="", stale_trial_seconds=DEFAULT_STALE_TRIAL_SECONDS, **kwargs):
+        def __init__(
+            self,
+            *args,
+            search_seed=None,
+            samples_per_trial=None,
+            trials_file=None,
+            run_id="",
+            stale_trial_seconds=DEFAULT_STALE_TRIAL_SECONDS,
+            **kwargs,
+        ):
             super().__init__(*args, **kwargs)
             self._ga_stale_seconds = stale_trial_seconds
             self._ga_heartbeat = None
@@ -88,15 +99,14 @@ def recording_tuner(base: type) -> type:
             # The chief serves the oracle, ending the trials of dead workers (heartbeat).
             if "verbose" in fit_kwargs:
                 self.oracle.verbose = fit_kwargs["verbose"]
-            heartbeat.serve_oracle(self.oracle, self._ga_stale_seconds,
-                                   on_failed=self._ga_record)
+            heartbeat.serve_oracle(self.oracle, self._ga_stale_seconds, on_failed=self._ga_record)
 
         def on_trial_begin(self, trial):
             super().on_trial_begin(trial)
             if dist_utils.has_chief_oracle():  # a worker (the chief runs no trial)
                 self._ga_heartbeat = heartbeat.Heartbeat(
-                    self.oracle, trial.trial_id,
-                    heartbeat.heartbeat_seconds(self._ga_stale_seconds))
+                    self.oracle, trial.trial_id, heartbeat.heartbeat_seconds(self._ga_stale_seconds)
+                )
 
         def run_trial(self, trial, *args, **kwargs):
             keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))
@@ -107,7 +117,8 @@ def recording_tuner(base: type) -> type:
                 label = f"Tuner trial {self._ga_count}/{self.oracle.max_trials or '?'}"
                 updates = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
                 kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [
-                    _UpdateProgress(label, updates)]
+                    _UpdateProgress(label, updates)
+                ]
             return super().run_trial(trial, *args, **kwargs)
 
         def _ga_micro_batch(self, values):
@@ -131,11 +142,19 @@ def recording_tuner(base: type) -> type:
             if self._ga_trials_file:
                 record = trial_record(trial, self._ga_run)
                 record["values"].setdefault(
-                    "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values))
+                    "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values)
+                )
                 with tf.io.gfile.GFile(self._ga_trials_file, "a") as f:
                     f.write(json.dumps(record) + "\n")
-                _write_hparams(os.path.join(os.path.dirname(self._ga_trials_file), "hparams",
-                                            self._ga_run or "run", trial.trial_id), record)
+                _write_hparams(
+                    os.path.join(
+                        os.path.dirname(self._ga_trials_file),
+                        "hparams",
+                        self._ga_run or "run",
+                        trial.trial_id,
+                    ),
+                    record,
+                )
 
     Recording.__name__ = Recording.__qualname__ = f"Recording{base.__name__}"
     return Recording
@@ -154,18 +173,22 @@ def trial_record(trial: Any, run_id: str = "") -> Dict[str, Any]:
     status = getattr(trial.status, "value", trial.status)
     lines = [line.strip() for line in (trial.message or "").splitlines() if line.strip()]
     lines = [line for line in lines if _EXCEPTION_LINE.match(line)] or lines
-    return {"run": run_id, "trial_id": trial.trial_id, "status": str(status).lower(),
-            "score": None if trial.score is None else float(trial.score),
-            "values": dict(trial.hyperparameters.values), "metrics": metrics,
-            "message": lines[-1] if lines else None}
+    return {
+        "run": run_id,
+        "trial_id": trial.trial_id,
+        "status": str(status).lower(),
+        "score": None if trial.score is None else float(trial.score),
+        "values": dict(trial.hyperparameters.values),
+        "metrics": metrics,
+        "message": lines[-1] if lines else None,
+    }
 
 
 def _write_hparams(log_dir: str, record: Dict[str, Any]) -> None:
     """The trial in TensorBoard's HParams plugin: its values, effective batch, updates, score."""
     from tensorboard.plugins.hparams import api as hparams_api
 
-    hparams = {k: v for k, v in record["values"].items()
-               if isinstance(v, (bool, int, float, str))}
+    hparams = {k: v for k, v in record["values"].items() if isinstance(v, (bool, int, float, str))}
     for name in ("effective_batch_size", "updates"):
         if name in record["metrics"]:
             hparams[name] = record["metrics"][name]

@@ -58,13 +58,14 @@ window is partial and follows ``partial_window``. Trials record ``effective_batc
 every trial; without it there is no evaluation (the datasets repeat endlessly).
 
 Data: micro-batches made exactly as the Trainer makes them
-(:func:`ga_tfx.components.trainer.data.micro_batches`: ``fn_args.data_accessor.tf_dataset_factory``
-with the transformed schema when there is a ``transform_graph``, else the ``schema`` input; the
-order fixed by ``shuffle_seed``), built per trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the project
-``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner works
-as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` / ``KERASTUNER_ORACLE_PORT``;
-a killed worker's trial is ended as failed after ``stale_trial_seconds`` without a heartbeat
-and the other workers spend the budget (:mod:`ga_tfx.components.tuner.heartbeat`).
+(:func:`ga_tfx.components.trainer.data.micro_batches`:
+``fn_args.data_accessor.tf_dataset_factory`` with the transformed schema when there is a
+``transform_graph``, else the ``schema`` input; the order fixed by ``shuffle_seed``), built per
+trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_dir`` under the
+project ``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner
+works as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` /
+``KERASTUNER_ORACLE_PORT``; a killed worker's trial is ended as failed after
+``stale_trial_seconds`` without a heartbeat and the other workers spend the budget (:mod:`ga_tfx.components.tuner.heartbeat`).
 
 Failed trials: a trial whose model building or training raises (out of memory,
 ``tf.errors.ResourceExhaustedError``, included) or whose loss is not finite is ended as failed
@@ -80,6 +81,18 @@ chose it) and ``micro_batch_size`` from the best hyperparameters (see
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.components import keys
+from ga_tfx.components.trainer import data, distribution, user_module
+from ga_tfx.components.trainer import settings as settings_lib
+from ga_tfx.components.trainer.model import mixed_precision_policy
+from ga_tfx.components.tuner import trials
+from ga_tfx.components.tuner.options import (
+    DEFAULT_MAX_EPOCHS,
+    DEFAULT_MAX_TRIALS,
+    DEFAULT_STALE_TRIAL_SECONDS,
+    TunerOptions,
+)
+from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 
 import dataclasses
 import importlib
@@ -89,15 +102,6 @@ from typing import Any, Dict, Mapping, Optional
 
 import keras_tuner
 from tfx.components.tuner.component import TunerFnResult
-
-from ga_tfx.components import keys
-from ga_tfx.components.trainer import data, distribution, user_module
-from ga_tfx.components.trainer.model import mixed_precision_policy
-from ga_tfx.components.tuner import trials
-from ga_tfx.components.tuner.options import (
-    DEFAULT_MAX_EPOCHS, DEFAULT_MAX_TRIALS, DEFAULT_STALE_TRIAL_SECONDS, TunerOptions)
-from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
 
 CONFIG_KEYS = (keys.MODEL_FN, keys.GA_TFX, keys.GA_TFX_SEARCH, keys.TUNER)
 PROJECT_NAME = "ga_tfx_tuner"
@@ -120,24 +124,28 @@ class TunerConfig:
     stale_trial_seconds: float = DEFAULT_STALE_TRIAL_SECONDS
 
 
-def parse_config(custom_config: Optional[Mapping[str, Any]],
-                 eval_steps: Optional[int] = None) -> TunerConfig:
+def parse_config(
+    custom_config: Optional[Mapping[str, Any]], eval_steps: Optional[int] = None
+) -> TunerConfig:
     """Checks ``custom_config``; every problem is a ``ValueError`` (or ``TypeError``) naming
     the key."""
     if not isinstance(custom_config, Mapping):
-        raise ValueError('The ga-tfx tuner_fn needs custom_config with "model_fn" and "ga_tfx", '
-                         f"got {custom_config!r}.")
+        raise ValueError(
+            'The ga-tfx tuner_fn needs custom_config with "model_fn" and "ga_tfx", '
+            f"got {custom_config!r}."
+        )
     unknown = sorted(set(custom_config) - set(CONFIG_KEYS))
     if unknown:
         raise ValueError(f"Unknown custom_config key(s) {unknown}; allowed: {list(CONFIG_KEYS)}.")
     missing = [key for key in (keys.MODEL_FN, keys.GA_TFX) if custom_config.get(key) is None]
     if missing:
-        raise ValueError(f"custom_config is missing {missing} (model_fn: the module defining "
-                         "build_model; ga_tfx: the settings, at least label_key).")
+        raise ValueError(
+            f"custom_config is missing {missing} (model_fn: the module defining "
+            "build_model; ga_tfx: the settings, at least label_key)."
+        )
     model_fn = custom_config[keys.MODEL_FN]
     if not isinstance(model_fn, str) or not model_fn:
-        raise ValueError(f"custom_config model_fn must be a dotted module path, got "
-                         f"{model_fn!r}.")
+        raise ValueError(f"custom_config model_fn must be a dotted module path, got {model_fn!r}.")
     settings = dict(_mapping(custom_config[keys.GA_TFX], keys.GA_TFX))
     search = dict(_mapping(custom_config.get(keys.GA_TFX_SEARCH) or {}, keys.GA_TFX_SEARCH))
     if "micro_batch_size" not in search and settings.get("micro_batch_size") is not None:
@@ -157,18 +165,27 @@ def parse_config(custom_config: Optional[Mapping[str, Any]],
         raise type(error)(f"custom_config {keys.TUNER}: {error}") from error
     objective = options.objective or ("val_loss" if eval_steps else "loss")
     if objective.startswith("val_") and not eval_steps:
-        raise ValueError(f"custom_config tuner objective {objective!r} needs evaluation: set "
-                         "eval_args.num_steps.")
+        raise ValueError(
+            f"custom_config tuner objective {objective!r} needs evaluation: set "
+            "eval_args.num_steps."
+        )
     if options.kind == "hyperband":
         max_trials, max_epochs = None, options.max_epochs or DEFAULT_MAX_EPOCHS
     else:
         max_trials, max_epochs = options.max_trials or DEFAULT_MAX_TRIALS, None
     seed = options.seed
-    return TunerConfig(model_fn=model_fn, settings=settings, search_space=space, kind=options.kind,
-                       objective=objective, max_trials=max_trials, max_epochs=max_epochs,
-                       seed=seed,
-                       trials_file=options.trials_file,
-                       stale_trial_seconds=options.stale_trial_seconds)
+    return TunerConfig(
+        model_fn=model_fn,
+        settings=settings,
+        search_space=space,
+        kind=options.kind,
+        objective=objective,
+        max_trials=max_trials,
+        max_epochs=max_epochs,
+        seed=seed,
+        trials_file=options.trials_file,
+        stale_trial_seconds=options.stale_trial_seconds,
+    )
 
 
 def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace) -> int:
@@ -178,18 +195,25 @@ def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace
     largest effective batch. Raises ``ValueError`` when it is unset or the budget is not a
     whole number of micro-batches for every micro-batch size searched.
     """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or (
-            num_steps < 1):
-        raise ValueError("train_args.num_steps (optimizer updates of the trial with the "
-                         f"largest effective batch) must be set and > 0, got {num_steps!r}.")
+    if (
+        isinstance(num_steps, bool)
+        or not isinstance(num_steps, numbers.Integral)
+        or (num_steps < 1)
+    ):
+        raise ValueError(
+            "train_args.num_steps (optimizer updates of the trial with the "
+            f"largest effective batch) must be set and > 0, got {num_steps!r}."
+        )
     samples = int(num_steps) * search_space.max_effective_batch_size
     uneven = [b for b in search_space.micro_batch_size if samples % b]
     if uneven:
-        raise ValueError(f"The trial budget of {samples} samples (train_args.num_steps="
-                         f"{num_steps} x largest effective batch "
-                         f"{search_space.max_effective_batch_size}) is not a whole number of "
-                         f"micro-batches of {uneven}: trials would not see equal samples. "
-                         "Change num_steps or the micro-batch sizes.")
+        raise ValueError(
+            f"The trial budget of {samples} samples (train_args.num_steps="
+            f"{num_steps} x largest effective batch "
+            f"{search_space.max_effective_batch_size}) is not a whole number of "
+            f"micro-batches of {uneven}: trials would not see equal samples. "
+            "Change num_steps or the micro-batch sizes."
+        )
     return samples
 
 
@@ -202,8 +226,9 @@ def load_hp_build_model(model_fn: str, transform_output=None):
         try:
             module = importlib.import_module(model_fn)
         except ImportError as error:
-            raise ValueError(f"custom_config model_fn {model_fn!r} cannot be imported: "
-                             f"{error}") from error
+            raise ValueError(
+                f"custom_config model_fn {model_fn!r} cannot be imported: {error}"
+            ) from error
         if hasattr(module, TUNABLE_MODEL_FN):
             return getattr(module, TUNABLE_MODEL_FN)
     build_model = user_module.load_build_model(dotted_path=model_fn)
@@ -225,45 +250,65 @@ def tuner_fn(fn_args) -> TunerFnResult:
     strategy = distribution.make_strategy(settings.strategy)
     replicas = strategy.num_replicas_in_sync
     if min(space.micro_batch_size) < replicas:
-        raise ValueError(f"micro_batch_size={min(space.micro_batch_size)} is smaller than the "
-                         f"{replicas} replicas of the strategy.")
+        raise ValueError(
+            f"micro_batch_size={min(space.micro_batch_size)} is smaller than the "
+            f"{replicas} replicas of the strategy."
+        )
 
     hypermodel = _PolicyHyperModel(
-        build, space, replace_batchnorm=settings.replace_batchnorm,
+        build,
+        space,
+        replace_batchnorm=settings.replace_batchnorm,
         partial_window=settings.partial_window,
         agc_clip_factor=None if space.searches_agc() else settings.agc_clip_factor,
-        mixed_precision=settings.mixed_precision)
-    common = dict(objective=config.objective, seed=config.seed,
-                  directory=fn_args.working_dir, project_name=PROJECT_NAME, overwrite=False,
-                  distribution_strategy=strategy if replicas > 1 else None,
-                  search_seed=config.seed, samples_per_trial=samples,
-                  trials_file=config.trials_file,
-                  stale_trial_seconds=config.stale_trial_seconds,
-                  run_id=os.path.basename(os.path.normpath(fn_args.working_dir or "")))
+        mixed_precision=settings.mixed_precision,
+    )
+    common = dict(
+        objective=config.objective,
+        seed=config.seed,
+        directory=fn_args.working_dir,
+        project_name=PROJECT_NAME,
+        overwrite=False,
+        distribution_strategy=strategy if replicas > 1 else None,
+        search_seed=config.seed,
+        samples_per_trial=samples,
+        trials_file=config.trials_file,
+        stale_trial_seconds=config.stale_trial_seconds,
+        run_id=os.path.basename(os.path.normpath(fn_args.working_dir or "")),
+    )
     if config.kind == "random":
         tuner = trials.recording_tuner(keras_tuner.RandomSearch)(
-            hypermodel, max_trials=config.max_trials, **common)
+            hypermodel, max_trials=config.max_trials, **common
+        )
     elif config.kind == "bayesian":
         tuner = trials.recording_tuner(keras_tuner.BayesianOptimization)(
-            hypermodel, max_trials=config.max_trials, **common)
+            hypermodel, max_trials=config.max_trials, **common
+        )
     else:
         tuner = trials.recording_tuner(keras_tuner.Hyperband)(
-            hypermodel, max_epochs=config.max_epochs, **common)
+            hypermodel, max_epochs=config.max_epochs, **common
+        )
 
     def batches(files, micro_batch_size, shuffle):  # the Trainer's data path, any batch size
         return data.micro_batches(
-            fn_args, files, dataclasses.replace(settings, micro_batch_size=micro_batch_size),
-            schema, shuffle)
+            fn_args,
+            files,
+            dataclasses.replace(settings, micro_batch_size=micro_batch_size),
+            schema,
+            shuffle,
+        )
 
     def train_micro_batches(micro_batch_size):
         return batches(fn_args.train_files, micro_batch_size, settings.shuffle)
 
-    fit_kwargs: Dict[str, Any] = dict(x=train_micro_batches, samples_per_epoch=samples,
-                                      epochs=1, verbose=2)
+    fit_kwargs: Dict[str, Any] = dict(
+        x=train_micro_batches, samples_per_epoch=samples, epochs=1, verbose=2
+    )
     if fn_args.eval_steps:
         fit_kwargs.update(
             validation_data=batches(fn_args.eval_files, max(space.micro_batch_size), False),
-            validation_steps=fn_args.eval_steps)
+            validation_steps=fn_args.eval_steps,
+        )
     return TunerFnResult(tuner=tuner, fit_kwargs=fit_kwargs)
 
 
@@ -289,5 +334,6 @@ def _import(module_name, attr):
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
-        raise ValueError(f"custom_config model_fn: cannot load {attr} from {module_name!r}: "
-                         f"{error}") from error
+        raise ValueError(
+            f"custom_config model_fn: cannot load {attr} from {module_name!r}: {error}"
+        ) from error
