@@ -65,7 +65,8 @@ trial at the trial's micro-batch size. The tuner writes into ``fn_args.working_d
 project ``ga_tfx_tuner`` (not overwritten: a re-run resumes the search). Distributed Keras Tuner
 works as usual through ``KERASTUNER_TUNER_ID`` / ``KERASTUNER_ORACLE_IP`` /
 ``KERASTUNER_ORACLE_PORT``; a killed worker's trial is ended as failed after
-``stale_trial_seconds`` without a heartbeat and the other workers spend the budget (:mod:`ga_tfx.components.tuner.heartbeat`).
+``stale_trial_seconds`` without a heartbeat and the other workers spend the budget
+(:mod:`ga_tfx.components.tuner.heartbeat`).
 
 Failed trials: a trial whose model building or training raises (out of memory,
 ``tf.errors.ResourceExhaustedError``, included) or whose loss is not finite is ended as failed
