@@ -14,7 +14,7 @@ Keras 2 and TensorFlow.
 import importlib
 import os as _os
 import sys as _sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, List
 
 __version__ = "0.1.0"
 
@@ -55,7 +55,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'ga_tfx' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> List[str]:
     return sorted(set(globals()) | set(_PUBLIC))
 
 

@@ -15,11 +15,13 @@ from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
 
+from typing import Any, Iterable, List, Sequence, Tuple
+
 _ON_READ = tf.VariableSynchronization.ON_READ
 _SUM = tf.VariableAggregation.SUM
 
 
-def _buffer_dtype(variable):
+def _buffer_dtype(variable: Any) -> Any:
     # Gradients are accumulated in at least float32, also for float16/bfloat16 variables.
     dtype = tf.as_dtype(variable.dtype)
     return tf.float64 if dtype == tf.float64 else tf.float32
@@ -49,7 +51,7 @@ class GradientAccumulator(tf.Module):
         float64 for 2 replicas (whole numbers up to 2**53).
     """
 
-    def __init__(self, variables, name="gradient_accumulator"):
+    def __init__(self, variables: Iterable[Any], name: str = "gradient_accumulator") -> None:
         super().__init__(name=name)
         variables = list(variables)
         with tf.init_scope(), tf.name_scope(name):
@@ -88,13 +90,13 @@ class GradientAccumulator(tf.Module):
         self._variable_refs = [v.ref() for v in variables]
         self._connected = Untracked()  # trace-time Python state, not a dependency
 
-    def record_connected(self, variables, gradients):
+    def record_connected(self, variables: Sequence[Any], gradients: Sequence[Any]) -> None:
         """Remembers (at trace time) which variables receive a gradient at all."""
         self._connected.value = frozenset(
             v.ref() for v, g in zip(variables, gradients) if g is not None
         )
 
-    def connected_only(self, grads_and_vars):
+    def connected_only(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
         """Drops variables that never receive a gradient: a stateful optimizer (momentum,
         weight decay) must not move them, exactly as Keras filters ``None`` gradients."""
         connected = self._connected.value
@@ -103,15 +105,15 @@ class GradientAccumulator(tf.Module):
         return [(g, v) for g, v in grads_and_vars if v.ref() in connected]
 
     @property
-    def accumulated_variables(self):
+    def accumulated_variables(self) -> List[Any]:
         """The model variables this accumulator sums gradients for, in order."""
         return [ref.deref() for ref in self._variable_refs]
 
-    def matches(self, variables):
+    def matches(self, variables: Iterable[Any]) -> bool:
         """True if this accumulator was built for exactly ``variables`` (same order)."""
         return [v.ref() for v in variables] == self._variable_refs
 
-    def add(self, gradients, weight):
+    def add(self, gradients: Sequence[Any], weight: Any) -> Any:
         """Adds ``weight · g`` for each gradient (replica context). ``None`` gradients are skipped.
 
         Args:
@@ -147,7 +149,7 @@ class GradientAccumulator(tf.Module):
         """
         return int(round(float(self.samples_seen.numpy())))
 
-    def reduce_window(self):
+    def reduce_window(self) -> Tuple[List[Any], Any]:
         """Returns ``(sums, count)`` summed over all replicas (replica context).
 
         One batched all-reduce for the whole window; nothing is communicated when there is a
@@ -161,7 +163,7 @@ class GradientAccumulator(tf.Module):
             sums, count = list(reduced[:-1]), reduced[-1]
         return sums, count
 
-    def window_gradients(self):
+    def window_gradients(self) -> List[Tuple[Any, Any]]:
         """The window's gradient, ``[(g, variable)]`` (replica context, one all-reduce).
 
         ``g = R · Σ_replicas sums / Σ_replicas sample_count`` in the variable's dtype, for the
@@ -181,20 +183,20 @@ class GradientAccumulator(tf.Module):
             grads_and_vars.append((tf.cast(grad_sum * scale, variable.dtype), variable))
         return self.connected_only(grads_and_vars)
 
-    def reset(self):
+    def reset(self) -> Any:
         """Zeroes the buffers and the sample count (replica context)."""
         ops = [b.assign(tf.zeros_like(b)) for b in self.sums]
         ops.append(self.sample_count.assign(0.0))
         return tf.group(ops)
 
 
-def _local_component(buffer):
+def _local_component(buffer: Any) -> Any:
     """This replica's copy of a replica-local buffer (``ON_READ`` distributed variables do not
     support ``scatter_add`` themselves; their per-device components do)."""
     return _tf_keras_internals.local_component(buffer)
 
 
-def _static_shape(variable):
+def _static_shape(variable: Any) -> Any:
     shape = variable.shape
     if not shape.is_fully_defined():
         raise ValueError(

@@ -27,11 +27,12 @@ from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
 
 import fnmatch
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, cast
 
 MAX_SUPPORTED_RANK = 5
 
 
-def unit_axes(variable_name, rank):
+def unit_axes(variable_name: str, rank: int) -> Optional[Tuple[int, ...]]:
     """Returns the axes the unit-wise norm reduces over for a parameter, or ``None`` for all.
 
     Args:
@@ -58,12 +59,18 @@ def unit_axes(variable_name, rank):
     return tuple(range(rank - 1))
 
 
-def unitwise_norm(x, axes):
+def unitwise_norm(x: Any, axes: Optional[Tuple[int, ...]]) -> Any:
     """L2 norm of ``x`` over ``axes`` (all axes if ``None``), keeping dims for broadcasting."""
     return tf.sqrt(tf.reduce_sum(tf.square(x), axis=axes, keepdims=axes is not None))
 
 
-def clip_gradient(gradient, parameter, clip_factor, eps=1e-3, name=None):
+def clip_gradient(
+    gradient: Any,
+    parameter: Any,
+    clip_factor: float,
+    eps: float = 1e-3,
+    name: Optional[str] = None,
+) -> Any:
     """AGC for one parameter. ``gradient`` may be dense or ``tf.IndexedSlices`` (densified)."""
     name = name if name is not None else getattr(parameter, "name", "parameter")
     if isinstance(gradient, tf.IndexedSlices):
@@ -91,23 +98,26 @@ class AdaptiveGradientClipping:
         matching parameters are not clipped (NFNets do not clip the final classifier).
     """
 
-    def __init__(self, clip_factor, eps=1e-3, exclude=()):
-        self.clip_factor = check_positive_float(clip_factor, "agc_clip_factor")
-        self.eps = check_positive_float(eps, "agc_eps", allow_zero=True)
+    def __init__(
+        self, clip_factor: float, eps: float = 1e-3, exclude: Union[str, Iterable[str]] = ()
+    ) -> None:
+        # Without allow_none the checks never return None.
+        self.clip_factor = cast(float, check_positive_float(clip_factor, "agc_clip_factor"))
+        self.eps = cast(float, check_positive_float(eps, "agc_eps", allow_zero=True))
         if isinstance(exclude, str):
             exclude = (exclude,)
         self.exclude = tuple(exclude)
 
-    def excludes(self, variable):
+    def excludes(self, variable: Any) -> bool:
         return any(fnmatch.fnmatch(variable.name, pattern) for pattern in self.exclude)
 
-    def check_variables(self, variables):
+    def check_variables(self, variables: Iterable[Any]) -> None:
         """Raises now (not inside a traced step) for parameters AGC cannot handle."""
         for v in variables:
             if not self.excludes(v):
                 unit_axes(v.name, v.shape.rank)
 
-    def __call__(self, grads_and_vars):
+    def __call__(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
         """Returns ``[(clipped_gradient, variable), ...]``."""
         return [
             (
@@ -119,7 +129,7 @@ class AdaptiveGradientClipping:
             for g, v in grads_and_vars
         ]
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         return {
             "agc_clip_factor": self.clip_factor,
             "agc_eps": self.eps,
@@ -127,12 +137,19 @@ class AdaptiveGradientClipping:
         }
 
 
-def adaptive_clip_gradients(grads_and_vars, clip_factor, eps=1e-3, exclude=()):
+def adaptive_clip_gradients(
+    grads_and_vars: Iterable[Tuple[Any, Any]],
+    clip_factor: float,
+    eps: float = 1e-3,
+    exclude: Union[str, Iterable[str]] = (),
+) -> List[Tuple[Any, Any]]:
     """Standalone AGC: ``[(g, v), ...] -> [(clipped g, v), ...]``."""
     return AdaptiveGradientClipping(clip_factor, eps, exclude)(grads_and_vars)
 
 
-def make_agc(clip_factor, eps=1e-3, exclude=()):
+def make_agc(
+    clip_factor: Optional[float], eps: float = 1e-3, exclude: Union[str, Iterable[str]] = ()
+) -> Optional[AdaptiveGradientClipping]:
     """``None`` when AGC is off (``clip_factor`` is ``None``), else
     :class:`AdaptiveGradientClipping`."""
     if clip_factor is None:

@@ -84,7 +84,7 @@ class AccumulationSearchSpace(Settings):
         "micro-batch size)",
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.micro_batch_size, numbers.Integral) and not isinstance(
             self.micro_batch_size, bool
         ):

@@ -36,7 +36,7 @@ from ga_tfx._validation import check_positive_float
 from ga_tfx.agc import AdaptiveGradientClipping
 
 import re
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 NONFINITE_POLICIES = ("skip", "zero")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -90,17 +90,18 @@ class NonFiniteGuard(GradientTransform):
                 f"nonfinite_policy must be one of {NONFINITE_POLICIES}, got {policy!r}."
             )
         self.policy = policy
-        self.nonfinite_windows = None
-        self.consecutive_nonfinite = None
-        self.last_nonfinite_entries = None
+        # int64 scalar variables, created by build().
+        self.nonfinite_windows: Any = None
+        self.consecutive_nonfinite: Any = None
+        self.last_nonfinite_entries: Any = None
 
-    def build(self, variables):
+    def build(self, variables: Sequence[tf.Variable]) -> None:
         if self.nonfinite_windows is not None:
             return
         # ONLY_FIRST_REPLICA: assigned in replica context with the same value on every replica.
         with tf.init_scope(), tf.name_scope(self.name):
 
-            def counter(name):
+            def counter(name: str) -> Any:
                 return tf.Variable(
                     0,
                     dtype=tf.int64,
@@ -113,7 +114,7 @@ class NonFiniteGuard(GradientTransform):
             self.consecutive_nonfinite = counter("consecutive_nonfinite")
             self.last_nonfinite_entries = counter("last_nonfinite_entries")
 
-    def __call__(self, grads_and_vars):
+    def __call__(self, grads_and_vars: GradsAndVars) -> Tuple[GradsAndVars, Optional[tf.Tensor]]:
         bad = tf.add_n(
             [
                 tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(g)), tf.int64))
@@ -134,7 +135,7 @@ class NonFiniteGuard(GradientTransform):
                 (tf.where(tf.math.is_finite(g), g, tf.zeros_like(g)), v) for g, v in grads_and_vars
             ], None
 
-    def diagnostics(self):
+    def diagnostics(self) -> Dict[str, Any]:
         return {
             "nonfinite_windows": self.nonfinite_windows,
             "consecutive_nonfinite": self.consecutive_nonfinite,
@@ -154,7 +155,7 @@ class ClipGlobalNorm(GradientTransform):
         super().__init__(name=name)
         self.clip_norm = check_positive_float(clip_norm, "clip_global_norm")
 
-    def __call__(self, grads_and_vars):
+    def __call__(self, grads_and_vars: GradsAndVars) -> Tuple[GradsAndVars, Optional[tf.Tensor]]:
         grads = [g for g, _ in grads_and_vars]
         clipped, _ = tf.clip_by_global_norm(grads, self.clip_norm)
         return [(g, v) for g, (_, v) in zip(clipped, grads_and_vars)], None
@@ -174,10 +175,10 @@ class AdaptiveClipping(GradientTransform):
         super().__init__(name=name)
         self.agc = AdaptiveGradientClipping(clip_factor, eps, exclude)
 
-    def build(self, variables):
+    def build(self, variables: Sequence[tf.Variable]) -> None:
         self.agc.check_variables(variables)  # unsupported ranks fail here, not while tracing
 
-    def __call__(self, grads_and_vars):
+    def __call__(self, grads_and_vars: GradsAndVars) -> Tuple[GradsAndVars, Optional[tf.Tensor]]:
         return self.agc(grads_and_vars), None
 
 
@@ -193,7 +194,7 @@ class FunctionTransform(GradientTransform):
             raise TypeError(f"transform {name!r} must be callable, got {fn!r}.")
         self.fn = fn
 
-    def __call__(self, grads_and_vars):
+    def __call__(self, grads_and_vars: GradsAndVars) -> Tuple[GradsAndVars, Optional[tf.Tensor]]:
         out = list(self.fn(list(grads_and_vars)))
         if [v.ref() for _, v in out] != [v.ref() for _, v in grads_and_vars]:
             raise ValueError(
@@ -260,7 +261,7 @@ class GradientChain(tf.Module):
         return out
 
 
-def _as_member(member) -> GradientTransform:
+def _as_member(member: Any) -> GradientTransform:
     if isinstance(member, GradientTransform):
         return member
     if isinstance(member, tuple) and len(member) == 2 and isinstance(member[0], str):
@@ -271,7 +272,7 @@ def _as_member(member) -> GradientTransform:
     )
 
 
-def _check_name(name):
+def _check_name(name: Any) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(
             f"a gradient transform name must be a Python identifier (it is a checkpoint key), "

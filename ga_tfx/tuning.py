@@ -41,11 +41,12 @@ from ga_tfx.models import wrap_model
 from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noqa: F401
 
 import math
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import keras_tuner
 
 
-def _declare(space, hp):
+def _declare(space: AccumulationSearchSpace, hp: Any) -> Dict[str, Any]:
     """Declares the hyperparameters on ``hp``; returns this trial's values as a dict."""
     values = {"accum_steps": hp.Choice("accum_steps", space.accum_steps)}
     values["micro_batch_size"] = (
@@ -91,14 +92,14 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
 
     def __init__(
         self,
-        build_model,
-        search_space=None,
-        replace_batchnorm=True,
-        partial_window="apply",
-        name=None,
-        tunable=True,
-        agc_clip_factor=None,
-    ):
+        build_model: Callable[[Any], Any],
+        search_space: Union[AccumulationSearchSpace, Dict[str, Any], None] = None,
+        replace_batchnorm: bool = True,
+        partial_window: str = "apply",
+        name: Optional[str] = None,
+        tunable: bool = True,
+        agc_clip_factor: Optional[float] = None,
+    ) -> None:
         super().__init__(name=name, tunable=tunable)
         if not callable(build_model):
             raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}.")
@@ -119,7 +120,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 )
         self.agc_clip_factor = agc_clip_factor
 
-    def build(self, hp):
+    def build(self, hp: Any) -> Any:
         values = _declare(self.search_space, hp)
         if not self.search_space.searches_agc():
             values["agc_clip_factor"] = self.agc_clip_factor
@@ -149,7 +150,16 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         wrapped.ga_trial_values = dict(values, effective_batch_size=effective)
         return wrapped
 
-    def fit(self, hp, model, x=None, y=None, callbacks=None, samples_per_epoch=None, **kwargs):
+    def fit(
+        self,
+        hp: Any,
+        model: Any,
+        x: Any = None,
+        y: Any = None,
+        callbacks: Optional[List[Any]] = None,
+        samples_per_epoch: Optional[int] = None,
+        **kwargs: Any,
+    ) -> Any:
         values = model.ga_trial_values
         micro = values["micro_batch_size"]
         if samples_per_epoch is not None:
@@ -184,11 +194,11 @@ class _TrialRecorder(keras.callbacks.Callback):
     """Adds ``effective_batch_size`` and ``samples_seen`` to each epoch's logs (so to the
     trial's metrics) and fails the trial when the loss stops being finite."""
 
-    def __init__(self, effective_batch_size):
+    def __init__(self, effective_batch_size: int) -> None:
         super().__init__()
         self.effective_batch_size = effective_batch_size
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
             raise keras_tuner.errors.FailedTrialError(
@@ -196,7 +206,7 @@ class _TrialRecorder(keras.callbacks.Callback):
                 f"{self.effective_batch_size})."
             )
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
         if logs is not None:
             logs["effective_batch_size"] = float(self.effective_batch_size)
             logs["samples_seen"] = float(self.model.samples_seen)
