@@ -34,7 +34,7 @@ from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
 from ga_tfx.engine.step import apply_window_gradients, is_loss_scale_optimizer
 
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
@@ -89,43 +89,43 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self.optimizer = optimizer
         self.accum_steps = _validation.check_accum_steps(accum_steps)
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
-        self.accumulator = None
+        self.accumulator: Optional[GradientAccumulator] = None
 
     # ------------------------------------------------------------ the wrapped optimizer's state
-    def _create_iteration_variable(self):
+    def _create_iteration_variable(self) -> None:
         # No counter of its own: `iterations` is the wrapped optimizer's (updates).
         pass
 
     @property
-    def iterations(self):
+    def iterations(self) -> Any:
         """Optimizer updates done (not micro-steps): the wrapped optimizer's counter."""
         return self.optimizer.iterations
 
     @iterations.setter
-    def iterations(self, variable):
+    def iterations(self, variable: Any) -> None:
         self.optimizer.iterations = variable
 
     @property
-    def learning_rate(self):
+    def learning_rate(self) -> Any:
         """The wrapped optimizer's learning rate (settable, e.g. by Keras callbacks)."""
         return self.optimizer.learning_rate
 
     @learning_rate.setter
-    def learning_rate(self, learning_rate):
+    def learning_rate(self, learning_rate: Any) -> None:
         self.optimizer.learning_rate = learning_rate
 
     @property
-    def micro_steps(self):
+    def micro_steps(self) -> Any:
         """Micro-steps accumulated in the current window (``0 .. K-1`` between calls)."""
         return self.accumulator.micro_steps if self.accumulator is not None else 0
 
     @property
-    def variables(self):
+    def variables(self) -> Any:
         """The wrapped optimizer's variables, then the accumulator's (buffers and counters)."""
         inner = self.optimizer.variables
         inner = list(inner() if callable(inner) and not isinstance(inner, list) else inner)
         acc = self.accumulator
-        own = (
+        own: List[Any] = (
             []
             if acc is None
             else (list(acc.sums) + [acc.sample_count, acc.samples_seen, acc.micro_steps])
@@ -136,7 +136,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             else inner + own
         )
 
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
+    def _trackable_children(self, save_type: str = "checkpoint", **kwargs: Any) -> Dict[str, Any]:
         # Plain attribute tracking: the base class caches its children on first use, which would
         # leave out the accumulator when a checkpoint is read before the first micro-step.
         children = _tf_keras_internals.autotrackable_children(self, save_type, **kwargs)
@@ -160,17 +160,17 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             with self._distribution_strategy.scope():
                 self._build(var_list)
 
-    def _build(self, var_list):
+    def _build(self, var_list: Sequence[tf.Variable]) -> None:
         self._accumulator_for(list(var_list))
         if isinstance(self.optimizer, keras.optimizers.Optimizer):
             self.optimizer.build(var_list)
 
-    def finalize_variable_values(self, var_list):
+    def finalize_variable_values(self, var_list: Sequence[tf.Variable]) -> None:
         """Delegates to the wrapped optimizer (its EMA, if any); Keras calls it after ``fit``."""
         if isinstance(self.optimizer, keras.optimizers.Optimizer):
             self.optimizer.finalize_variable_values(var_list)
 
-    def get_config(self):
+    def get_config(self) -> Dict[str, Any]:
         config = {
             "name": self.name,
             "accum_steps": self.accum_steps,
@@ -184,7 +184,9 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         return config
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(
+        cls, config: Dict[str, Any], custom_objects: Optional[Dict[str, Any]] = None
+    ) -> "GradientAccumulateOptimizer":
         config = dict(config)
         config["optimizer"] = keras.optimizers.deserialize(
             config["optimizer"], custom_objects=custom_objects
@@ -192,7 +194,9 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         return cls(**config)
 
     # ------------------------------------------------------------------ micro-steps
-    def compute_gradients(self, loss, var_list, tape=None):
+    def compute_gradients(
+        self, loss: Any, var_list: Any, tape: Optional[tf.GradientTape] = None
+    ) -> List[Tuple[Any, tf.Variable]]:
         """One micro-batch's ``[(gradient, variable)]``; unscaled under a LossScaleOptimizer.
 
         Used by :meth:`minimize` (``Model.train_step`` calls ``minimize``).
@@ -217,7 +221,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         name: Optional[str] = None,
         skip_gradients_aggregation: bool = False,
         sample_count: Any = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> tf.Tensor:
         """Adds one micro-batch's gradients; applies the window when it holds ``K`` of them.
 
@@ -296,37 +300,38 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         return self._replica_context("flush").merge_call(self._flush_cross_replica)
 
     # ------------------------------------------------------------------ cross-replica decision
-    def _end_micro_step(self, strategy):
+    def _end_micro_step(self, strategy: Any) -> Any:
         """Cross-replica, once per micro-step: count it; apply when the window is full."""
-        steps = self.accumulator.micro_steps.assign_add(1)
+        steps = cast(GradientAccumulator, self.accumulator).micro_steps.assign_add(1)
         return tf.cond(
             steps >= self.accum_steps,
             lambda: self._apply_everywhere(strategy),
             lambda: tf.constant(False),
         )
 
-    def _flush_cross_replica(self, strategy):
+    def _flush_cross_replica(self, strategy: Any) -> Any:
         return tf.cond(
-            self.accumulator.micro_steps > 0,
+            cast(GradientAccumulator, self.accumulator).micro_steps > 0,
             lambda: self._apply_everywhere(strategy),
             lambda: tf.constant(False),
         )
 
-    def _apply_everywhere(self, strategy):
+    def _apply_everywhere(self, strategy: Any) -> Any:
         """Cross-replica: the window's update on every replica, then the counter is reset."""
         done = strategy.extended.call_for_each_replica(self._apply_window)
         with tf.control_dependencies(strategy.experimental_local_results(done)):
-            with tf.control_dependencies([self.accumulator.micro_steps.assign(0)]):
+            acc = cast(GradientAccumulator, self.accumulator)
+            with tf.control_dependencies([acc.micro_steps.assign(0)]):
                 return tf.constant(True)
 
-    def _apply_window(self):
+    def _apply_window(self) -> Any:
         """Replica context: one all-reduce, AGC, one wrapped-optimizer update; clears."""
-        acc = self.accumulator
+        acc = cast(GradientAccumulator, self.accumulator)
         with tf.control_dependencies(apply_window_gradients(self.optimizer, acc, self._agc)):
             return acc.reset()
 
     # ------------------------------------------------------------------ helpers
-    def _accumulator_for(self, variables):
+    def _accumulator_for(self, variables: List[Any]) -> GradientAccumulator:
         if self.accumulator is None:
             if self._agc is not None:
                 self._agc.check_variables(variables)
@@ -340,7 +345,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         return self.accumulator
 
     @staticmethod
-    def _replica_context(method):
+    def _replica_context(method: str) -> Any:
         ctx = tf.distribute.get_replica_context()
         if ctx is None:
             raise RuntimeError(
