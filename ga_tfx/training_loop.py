@@ -47,7 +47,7 @@ from ga_tfx.transforms import Member, NonFiniteGuard, global_norm, make_chain
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 _ON_READ = tf.VariableSynchronization.ON_READ
 _FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -132,11 +132,11 @@ class LoopState(tf.Module):
       loss_sum: float32, replica-local: ``Σ n · loss`` of the current window on this replica.
     """
 
-    def __init__(self, name="training_loop_state"):
+    def __init__(self, name: str = "training_loop_state") -> None:
         super().__init__(name=name)
         with tf.name_scope(name):
 
-            def counter(name):
+            def counter(name: str) -> Any:
                 return tf.Variable(
                     0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name=name
                 )
@@ -154,11 +154,11 @@ class LoopState(tf.Module):
             )
 
 
-def _default_inputs(batch):
+def _default_inputs(batch: Any) -> Any:
     return batch[0] if isinstance(batch, (tuple, list)) else batch
 
 
-def _default_targets(batch):
+def _default_targets(batch: Any) -> Any:
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
         raise ValueError(
             "The default targets_fn takes the second element of an (inputs, targets) batch, got "
@@ -168,7 +168,7 @@ def _default_targets(batch):
     return batch[1]
 
 
-def _mean_loss(loss, samples):
+def _mean_loss(loss: Any, samples: Any) -> Any:
     """The batch's mean loss: ``loss`` itself when scalar, else per-example losses (leading axis
     = samples, other axes averaged) summed and divided by ``samples`` (0 for an empty batch)."""
     loss = tf.cast(loss, tf.float32)
@@ -252,9 +252,9 @@ class TrainingLoop:
     def __init__(
         self,
         model: keras.Model,
-        optimizer,
+        optimizer: Any,
         loss_fn: Callable,
-        dataset,
+        dataset: Any,
         accum_steps: int,
         *,
         strategy: Optional[tf.distribute.Strategy] = None,
@@ -274,7 +274,7 @@ class TrainingLoop:
         log_dir: Optional[str] = None,
         log_every_n_windows: int = 1,
         verbose: bool = True,
-    ):
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -312,7 +312,8 @@ class TrainingLoop:
             variables = variables(model)
         elif variables is None:  # an unbuilt Sequential raises on trainable_variables
             variables = model.trainable_variables if getattr(model, "built", True) else []
-        self.variables = list(variables)
+        # A callable `variables` has been called above: a sequence of variables is left.
+        self.variables = list(cast(Sequence[tf.Variable], variables))
         if not self.variables:
             raise ValueError(
                 "The model has no trainable variables: build it first (call it on a batch or "
@@ -326,7 +327,8 @@ class TrainingLoop:
             self.accumulator = GradientAccumulator(self.variables, name="loop_accumulator")
             self.state = LoopState()
             optimizer.build(self.variables)  # slots exist before tracing and restoring
-        self._guard = self.chain.member(NonFiniteGuard)
+        # make_chain always includes the non-finite guard.
+        self._guard = cast(NonFiniteGuard, self.chain.member(NonFiniteGuard))
         self._window_fn = tf.function(self._window)
         self._restored = False
         self._last_time = 0.0
@@ -454,7 +456,7 @@ class TrainingLoop:
                 pending = int(self.accumulator.micro_steps.numpy())
                 wanted = self.accum_steps - pending
                 finish = budget is None or budget >= wanted
-                take = wanted if finish else budget
+                take = wanted if finish else cast(int, budget)  # not finish: budget is an int
                 out = self._window_fn(iterator, tf.constant(take, tf.int64), finish)
                 count = int(out["count"])
                 if budget is not None:
@@ -476,7 +478,7 @@ class TrainingLoop:
                 callback.on_train_end(self, logs)
         return logs
 
-    def _distributed_dataset(self):
+    def _distributed_dataset(self) -> Any:
         dataset = self._dataset(self.epoch) if callable(self._dataset) else self._dataset
         dataset = dataset.skip(int(self.state.position.numpy()))
         policy = tf.data.experimental.AutoShardPolicy
@@ -486,7 +488,7 @@ class TrainingLoop:
             dataset = dataset.with_options(options)
         return self.strategy.experimental_distribute_dataset(dataset)
 
-    def _end_window(self, out):
+    def _end_window(self, out: Dict[str, Any]) -> Dict[str, Any]:
         now = time.perf_counter()
         elapsed, self._last_time = now - self._last_time, now
         logs = {
@@ -521,7 +523,7 @@ class TrainingLoop:
                     callback.on_update_end(self, logs)
         return logs
 
-    def _log(self, logs):
+    def _log(self, logs: Dict[str, Any]) -> None:
         if self._writer is not None:
             with self._writer.as_default():
                 for key in LOG_KEYS:
@@ -538,7 +540,7 @@ class TrainingLoop:
             )
 
     # ------------------------------------------------------------------ traced parts
-    def _window(self, iterator, take, finish):
+    def _window(self, iterator: Any, take: Any, finish: bool) -> Any:
         """Cross-replica, traced: accumulates up to ``take`` micro-batches; with ``finish``
         (a Python bool) ends the window: one all-reduce, the chain, one apply (or skip)."""
         count = tf.constant(0, tf.int64)
@@ -564,7 +566,7 @@ class TrainingLoop:
                 return empty
             return tf.cond(pending > 0, lambda: self._finish_window(count), lambda: empty)
 
-    def _micro_step(self, batch):
+    def _micro_step(self, batch: Any) -> Any:
         """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss``."""
         x = self.inputs_fn(batch)
         samples = (
@@ -581,14 +583,14 @@ class TrainingLoop:
             self.accumulator.add(grads, samples), self.state.loss_sum.assign_add(loss * samples)
         )
 
-    def _finish_window(self, count):
+    def _finish_window(self, count: Any) -> Dict[str, Any]:
         """Cross-replica: window gradient and chain per replica, then apply or skip."""
         out = self.strategy.run(self._window_gradient)
         first = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
         apply = first(out["apply"])
         grads = out["grads"]
 
-        def do_apply():
+        def do_apply() -> Any:
             self.strategy.run(self._apply, args=(grads,))
             return tf.constant(True)
 
@@ -611,7 +613,7 @@ class TrainingLoop:
                 "grad_norm_clipped": first(out["grad_norm_clipped"]),
             }
 
-    def _window_gradient(self):
+    def _window_gradient(self) -> Dict[str, Any]:
         """Replica context: one batched all-reduce; ``Σ n g / N + ∇R``; norms; the chain."""
         acc = self.accumulator
         values = [b.read_value() for b in acc.sums]
@@ -647,7 +649,7 @@ class TrainingLoop:
             "grad_norm_clipped": global_norm(pairs),
         }
 
-    def _regularization_gradients(self):
+    def _regularization_gradients(self) -> Tuple[Any, Any]:
         if self._regularization is False:
             return None, None
         with tf.GradientTape() as tape:
@@ -660,17 +662,17 @@ class TrainingLoop:
                 reg = tf.add_n([tf.cast(t, tf.float32) for t in terms])
         return tf.cast(reg, tf.float32), tape.gradient(reg, self.variables)
 
-    def _apply(self, grads):
+    def _apply(self, grads: Sequence[Any]) -> Any:
         return apply_aggregated_gradients(self.optimizer, list(zip(grads, self._applied_variables)))
 
-    def _reset(self):
+    def _reset(self) -> Any:
         return tf.group(self.accumulator.reset(), self.state.loss_sum.assign(0.0))
 
     # ------------------------------------------------------------------ checks
-    def _is_chief(self, attribute):
+    def _is_chief(self, attribute: str) -> bool:
         return bool(getattr(self.strategy.extended, attribute, True))
 
-    def _check_scope(self, variables):
+    def _check_scope(self, variables: Sequence[Any]) -> None:
         if self.strategy is tf.distribute.get_strategy() and not tf.distribute.has_strategy():
             return
         for v in variables:
@@ -682,7 +684,7 @@ class TrainingLoop:
                 )
 
     @staticmethod
-    def _check_optimizer(optimizer):
+    def _check_optimizer(optimizer: Any) -> None:
         if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
             raise TypeError(
                 "TrainingLoop does not take a LossScaleOptimizer: it has no loss scaling; its "
@@ -696,7 +698,14 @@ class TrainingLoop:
             )
 
     @staticmethod
-    def _check_callables(loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn, regularization):
+    def _check_callables(
+        loss_fn: Any,
+        dataset: Any,
+        inputs_fn: Any,
+        targets_fn: Any,
+        sample_count_fn: Any,
+        regularization: Any,
+    ) -> None:
         for name, value in (
             ("loss_fn", loss_fn),
             ("inputs_fn", inputs_fn),
