@@ -9,9 +9,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# The lint step (scripts/lint.sh: ruff check, ruff format --check, mypy on the public API).
-# Off until the tree has been formatted once; GA_TFX_LINT=1 turns it on for one run.
-LINT_DEFAULT=0
+# The lint step (scripts/lint.sh: ruff check, ruff format --check, mypy on the public API) runs
+# first; a finding fails the test command. GA_TFX_LINT=0 skips it for one run.
+LINT_DEFAULT=1
 
 read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib}"
 bash "$root/scripts/bootstrap.sh" "${envs[@]}"
