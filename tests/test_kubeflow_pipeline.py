@@ -283,7 +283,11 @@ def test_the_golden_comparison_sees_a_changed_accum_steps(tuned_job, tmp_path):
         "/pipelineSpec/root/dag/tasks/Tuner/inputs/parameters/custom_config/"
         "runtimeValue/constantValue/stringValue"
     )  # holds the ga_tfx settings
-    assert differences == [trainer_accum, tuner_config]
+    data_check = (  # the largest effective batch, for the "more rows than the split" check
+        "/pipelineSpec/root/dag/tasks/DataCheck/inputs/parameters/effective_batch_size/"
+        "runtimeValue/constantValue/intValue"
+    )
+    assert differences == [data_check, trainer_accum, tuner_config]
 
 
 # ------------------------------------------------------------------ 3. the Trainer step runs
@@ -494,7 +498,7 @@ def test_compile_command_writes_the_job_with_the_flags(tmp_path, capsys):
         )
         == 0
     )
-    assert "8 steps" in capsys.readouterr().out  # no Tuner without --tune
+    assert "9 steps" in capsys.readouterr().out  # no Tuner without --tune
     job = json.loads(output.read_text())
     spec = pipeline_spec_pb2.PipelineSpec()
     json_format.ParseDict(job["pipelineSpec"], spec, ignore_unknown_fields=False)
