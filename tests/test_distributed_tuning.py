@@ -5,14 +5,12 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests import distributed_tuning_worker as worker
+from tests.worker_processes import free_ports, start_tuner, stop_all
 
 pytestmark = [pytest.mark.slow]  # a chief and two worker processes (no TFX)
 
@@ -20,27 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 240
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(tuner_id, port, tmp_path, log):
-    env = dict(
-        os.environ,
-        KERASTUNER_TUNER_ID=tuner_id,
-        KERASTUNER_ORACLE_IP="127.0.0.1",
-        KERASTUNER_ORACLE_PORT=str(port),
-        TF_CPP_MIN_LOG_LEVEL="2",
-        TF_NUM_INTRAOP_THREADS="1",
-        TF_NUM_INTEROP_THREADS="1",
-        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "tests.distributed_tuning_worker",
+    args = [
         "--directory",
         str(tmp_path / tuner_id),
         "--out",
@@ -50,12 +29,12 @@ def _start(tuner_id, port, tmp_path, log):
         "--workers",
         "2",
     ]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return start_tuner("tests.distributed_tuning_worker", tuner_id, port, log, args)
 
 
 def test_chief_and_two_workers_search_accum_steps_like_a_single_process(tmp_path):
     (tmp_path / "barrier").mkdir()
-    port = _free_port()
+    (port,) = free_ports(1)
     processes, logs = {}, {}
     try:
         for tuner_id in ("chief", "tuner0", "tuner1"):
@@ -73,12 +52,7 @@ def test_chief_and_two_workers_search_accum_steps_like_a_single_process(tmp_path
         for process in processes.values():
             process.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
-        for log in logs.values():
-            log.close()
+        stop_all(processes, logs)
 
     def tail(tuner_id):
         return (tmp_path / f"{tuner_id}.log").read_text()[-3000:]

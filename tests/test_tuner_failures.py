@@ -13,8 +13,6 @@ still exported.
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import keras_tuner as kt
@@ -22,8 +20,8 @@ import pytest
 
 from tests import taxi
 from tests import tuning_failure_worker as worker
-from tests.test_distributed_tuning import _free_port
 from tests.test_tuner_component import _config, _tune
+from tests.worker_processes import free_ports, start_tuner, stop_all
 
 pytestmark = [pytest.mark.tfx]
 
@@ -115,20 +113,7 @@ def test_out_of_memory_trials_fail_and_the_search_exports_the_best(tmp_path, mod
 
 
 def _start(tuner_id, port, tmp_path, log, victim=False):
-    env = dict(
-        os.environ,
-        KERASTUNER_TUNER_ID=tuner_id,
-        KERASTUNER_ORACLE_IP="127.0.0.1",
-        KERASTUNER_ORACLE_PORT=str(port),
-        TF_CPP_MIN_LOG_LEVEL="2",
-        TF_NUM_INTRAOP_THREADS="1",
-        TF_NUM_INTEROP_THREADS="1",
-        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "tests.tuning_failure_worker",
+    args = [
         "--directory",
         str(tmp_path / tuner_id),
         "--out",
@@ -138,12 +123,8 @@ def _start(tuner_id, port, tmp_path, log, victim=False):
         "--marker-dir",
         str(tmp_path / "markers"),
     ]
-    return subprocess.Popen(
-        command + (["--victim"] if victim else []),
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    return start_tuner(
+        "tests.tuning_failure_worker", tuner_id, port, log, args + (["--victim"] if victim else [])
     )
 
 
@@ -158,7 +139,7 @@ def _wait_for(path, processes, timeout):
 @pytest.mark.slow  # a chief and two worker processes
 def test_a_sigkilled_worker_s_trial_fails_and_the_search_exports_the_best(tmp_path):
     (tmp_path / "markers").mkdir()
-    port = _free_port()
+    (port,) = free_ports(1)
     processes, logs = {}, {}
     try:
         for tuner_id in ("chief", "tuner0", "tuner1"):
@@ -175,12 +156,7 @@ def test_a_sigkilled_worker_s_trial_fails_and_the_search_exports_the_best(tmp_pa
             processes[tuner_id].wait(timeout=300)
         ended_after_s = time.monotonic() - killed_at
     finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
-        for log in logs.values():
-            log.close()
+        stop_all(processes, logs)
 
     def tail(tuner_id):
         return (tmp_path / f"{tuner_id}.log").read_text()[-3000:]

@@ -1,4 +1,5 @@
-"""Local MultiWorkerMirroredStrategy clusters for tests: worker processes on 127.0.0.1.
+"""Local worker processes for tests on 127.0.0.1: MultiWorkerMirroredStrategy clusters and
+distributed Keras Tuner searches (a chief oracle and its workers).
 
 Stdlib only (no TensorFlow, no TFX), so that any test module can import it.
 """
@@ -88,3 +89,36 @@ def run_workers(tmp_path, module, args_for, count=2, timeout_s=420, tail_lines=3
     """Runs the workers of :func:`workers_running` and waits for them (same arguments)."""
     with workers_running(tmp_path, module, args_for, count, timeout_s, tail_lines):
         pass
+
+
+def start_tuner(module, tuner_id, port, log, args):
+    """One process of a distributed Keras Tuner search: ``python -m module *args`` with
+    ``KERASTUNER_TUNER_ID=tuner_id`` and the chief oracle at ``127.0.0.1:port``; its output
+    goes to the open file ``log``."""
+    env = dict(
+        os.environ,
+        KERASTUNER_TUNER_ID=tuner_id,
+        KERASTUNER_ORACLE_IP="127.0.0.1",
+        KERASTUNER_ORACLE_PORT=str(port),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_NUM_INTRAOP_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop_all(processes, logs):
+    """Kills the processes still running (e.g. after a failed assertion) and closes the logs."""
+    for process in processes.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    for log in logs.values():
+        log.close()
