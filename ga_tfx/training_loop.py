@@ -40,7 +40,9 @@ a skipped window is not an update. Every "every N" and "at N" counts updates.
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
+from ga_tfx._schema import Spec
 from ga_tfx.accumulator import GradientAccumulator
+from ga_tfx.engine.loop import xla_step
 from ga_tfx.engine.step import apply_aggregated_gradients, batch_size
 from ga_tfx.transforms import Member, NonFiniteGuard, global_norm, make_chain
 
@@ -49,6 +51,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
+_JIT_COMPILE = Spec(bool, "compile the per-replica steps with XLA")
 _ON_READ = tf.VariableSynchronization.ON_READ
 _FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
@@ -247,6 +250,12 @@ class TrainingLoop:
         window (the first window of a ``run`` includes tracing).
       log_every_n_windows: log every N finished windows (default 1).
       verbose: print the logs to the console (chief only; default ``True``).
+      jit_compile: ``True`` compiles each replica-context step with XLA, as Keras compiles its
+        ``train_step`` under ``compile(jit_compile=True)``: the micro-batch step (forward,
+        loss, backward, accumulation), the window gradient (all-reduce, regularisation, the
+        gradient chain) and the optimizer update. The loop around them (the dataset
+        iterator, the skip decision) stays a ``tf.function``. An op XLA cannot compile raises
+        when the first window is traced, as in plain Keras. Default ``False``.
     """
 
     def __init__(
@@ -274,6 +283,7 @@ class TrainingLoop:
         log_dir: Optional[str] = None,
         log_every_n_windows: int = 1,
         verbose: bool = True,
+        jit_compile: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -298,6 +308,7 @@ class TrainingLoop:
             log_every_n_windows, "log_every_n_windows"
         )
         self.verbose = bool(verbose)
+        self.jit_compile = _JIT_COMPILE.check("jit_compile", jit_compile)
         self.callbacks = list(callbacks)
         self.stop_training = False
         self.history: List[dict] = []
@@ -329,6 +340,11 @@ class TrainingLoop:
             optimizer.build(self.variables)  # slots exist before tracing and restoring
         # make_chain always includes the non-finite guard.
         self._guard = cast(NonFiniteGuard, self.chain.member(NonFiniteGuard))
+        # The replica-context steps: one XLA computation each under jit_compile.
+        step = xla_step if self.jit_compile else (lambda function: function)
+        self._micro_step_fn = step(self._micro_step)
+        self._window_gradient_fn = step(self._window_gradient)
+        self._apply_fn = step(self._apply)
         self._window_fn = tf.function(self._window)
         self._restored = False
         self._last_time = 0.0
@@ -549,7 +565,7 @@ class TrainingLoop:
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break
-            self.strategy.run(self._micro_step, args=(optional.get_value(),))
+            self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
             count += 1
         pending = self.accumulator.micro_steps.assign_add(count)
         with tf.control_dependencies([pending, self.state.position.assign_add(count)]):
@@ -585,13 +601,13 @@ class TrainingLoop:
 
     def _finish_window(self, count: Any) -> Dict[str, Any]:
         """Cross-replica: window gradient and chain per replica, then apply or skip."""
-        out = self.strategy.run(self._window_gradient)
+        out = self.strategy.run(self._window_gradient_fn)
         first = lambda value: self.strategy.experimental_local_results(value)[0]  # noqa: E731
         apply = first(out["apply"])
         grads = out["grads"]
 
         def do_apply() -> Any:
-            self.strategy.run(self._apply, args=(grads,))
+            self.strategy.run(self._apply_fn, args=(grads,))
             return tf.constant(True)
 
         applied = tf.cond(apply, do_apply, lambda: tf.constant(False))

@@ -31,6 +31,20 @@ def mlp(seed=SEED, features=8, classes=3, l2=None):
     return keras.Model(inputs, outputs, name="mlp")
 
 
+class HostOp(keras.layers.Layer):
+    """The identity through a Python function: an op XLA cannot compile (``PyFunc``)."""
+
+    def call(self, inputs):
+        outputs = tf.numpy_function(lambda a: a, [inputs], tf.float32)
+        return tf.ensure_shape(outputs, inputs.shape)
+
+
+def host_op_model(features=8, outputs=3):
+    """A Dense model behind :class:`HostOp`: trains without XLA, fails under jit_compile."""
+    inputs = keras.Input((features,), name="x")
+    return keras.Model(inputs, keras.layers.Dense(outputs)(HostOp()(inputs)))
+
+
 def sparse_ce():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

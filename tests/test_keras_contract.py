@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ga_tfx import keras, tf
+from tests.helpers import host_op_model
 
 pytestmark = []  # fast tier; library only (no TFX)
 
@@ -262,17 +263,8 @@ def test_jit_compile_matches_plain_big_batch_xla_training():
     assert _max_diff(plain_model, plain_reference) <= TOLERANCE
 
 
-class HostOp(keras.layers.Layer):
-    """An op XLA cannot compile (a Python function)."""
-
-    def call(self, inputs):
-        outputs = tf.numpy_function(lambda a: a, [inputs], tf.float32)
-        return tf.ensure_shape(outputs, inputs.shape)
-
-
 def _host_op_model():
-    inputs = keras.Input((5,), name="x")
-    return keras.Model(inputs, keras.layers.Dense(1)(HostOp()(inputs)))
+    return host_op_model(features=5, outputs=1)
 
 
 def test_op_xla_cannot_compile_fails_as_in_plain_keras():

@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.helpers import classification_data, mlp, two_replica_strategy
+from tests.helpers import classification_data, host_op_model, mlp, two_replica_strategy
 from tests.test_distribution import CountingReduction
 
 pytestmark = []  # fast tier (one case marked slow below); library only (no TFX)
@@ -135,6 +135,59 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     assert [log["samples"] for log in loop.history] == [21.0, 21.0, 8.0] * 2
     np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
     np.testing.assert_allclose([log["loss"] for log in loop.history], losses, rtol=1e-5)
+
+
+def test_jit_compile_matches_big_batch_xla_training():
+    # The reference is plain big-batch training compiled with XLA: one jit-compiled update per
+    # window. SGD with Nesterov momentum; TOLERANCE as above (XLA fuses and reorders sums too).
+    # One device only: on the suite's two *logical* CPU devices XLA cannot reach the second
+    # replica's variables, for plain Keras as for the loop ("Trying to access resource ...
+    # located in device CPU:1"; see test_keras_contract.py).
+    x, y = classification_data(n=50)
+    loop = make_loop(None, sgd, dataset(x, y), jit_compile=True)
+    initial = loop.model.get_weights()
+    loop.run(epochs=2)
+
+    reference, ref_optimizer = mlp(seed=22, l2=1e-2), sgd()
+
+    @tf.function(jit_compile=True)
+    def xla_update(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(per_example_loss()(yb, reference(xb, training=True)))
+            loss += tf.add_n(reference.losses)
+        grads = tape.gradient(loss, reference.trainable_variables)
+        ref_optimizer.apply_gradients(zip(grads, reference.trainable_variables))
+
+    for xb, yb in windows_of(x, y) * 2:
+        xla_update(xb, yb)
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    print(f"jit_compile: max |dw| vs big-batch XLA = {diff:.3g}")
+    assert diff <= TOLERANCE, diff
+    assert max_diff(initial, reference.get_weights()) > 1e-2  # training moved the weights
+    assert loop.updates == int(loop.optimizer.iterations.numpy()) == 6
+
+
+def test_jit_compile_fails_on_an_op_xla_cannot_compile():
+    # As in plain Keras: XLA names the op (PyFunc). Without jit_compile the model trains, so
+    # the failure is XLA's, and it proves the steps really are compiled with XLA.
+    x, y = classification_data(n=42)
+
+    def loop_of(jit_compile):
+        keras.utils.set_random_seed(3)
+        model = host_op_model()
+        return ga_tfx.TrainingLoop(
+            model,
+            sgd(),
+            per_example_loss(),
+            dataset(x, y),
+            K,
+            jit_compile=jit_compile,
+            verbose=False,
+        )
+
+    with pytest.raises(Exception, match="PyFunc"):
+        loop_of(True).run()
+    assert loop_of(False).run()["update"] == 2
 
 
 def test_customisation_points_match_big_batch():

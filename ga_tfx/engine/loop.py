@@ -29,6 +29,21 @@ from ga_tfx._keras import keras, tf
 from typing import Any, Callable
 
 
+def xla_step(function: Callable) -> Callable:
+    """``function`` (a replica-context step) as one XLA computation, as Keras compiles its
+    ``train_step`` under ``jit_compile``: an op XLA cannot compile raises when it is traced.
+
+    A ``tf.function`` returns tensors, not ops: a step that returns an op (``tf.group`` of its
+    updates) returns ``None`` instead, and its updates run as the function's stateful ops.
+    """
+
+    def step(*args: Any) -> Any:
+        outputs = function(*args)
+        return None if isinstance(outputs, tf.Operation) else outputs
+
+    return tf.function(step, jit_compile=True, reduce_retracing=True)
+
+
 class WindowLoop:
     """The train function of an accumulation model (``model.train_function``).
 
@@ -64,16 +79,7 @@ class WindowLoop:
 
     def _xla(self, function: Callable) -> Callable:
         """A replica-context step: XLA-compiled under the model's ``jit_compile``."""
-        if not self._model.jit_compile:
-            return function
-
-        def step(*args: Any) -> Any:
-            outputs = function(*args)
-            # A tf.function returns tensors, not ops: the update ops run as the function's
-            # stateful ops.
-            return None if isinstance(outputs, tf.Operation) else outputs
-
-        return tf.function(step, jit_compile=True, reduce_retracing=True)
+        return xla_step(function) if self._model.jit_compile else function
 
     def __call__(self, iterator: Any) -> Any:
         model = self._model
