@@ -51,7 +51,8 @@ EXTRAS_REQUIRE = {
     # it with 2.16 (lock.txt); TF 2.21 does not (ModuleNotFoundError in Tuner.run_trial).
     "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
-    "test": ["pytest==9.2.0", "scikit-learn>=1.5.1"],
+    # pytest-xdist runs the fast tier on both cores (`-n 2`, README "Tests").
+    "test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scikit-learn>=1.5.1"],
     # Linter/formatter and type checker of scripts/lint.sh (config in pyproject.toml); exact, so
     # that a new release cannot fail CI on unchanged code.
     "dev": ["ruff==0.17.6", "mypy==2.4.1"],

@@ -222,18 +222,21 @@ MUTATIONS: List[Mutation] = [
         ".skip(skip * settings.accum_steps)",
         ".skip(0)",
         ("tests/test_trainer_component.py", "-k", "killed"),
+        slow=True,
     ),
     Mutation(
         "trainer.base_model_ignored",
         "    if base_model_dir:\n        warm_start(model, base_model_dir)",
         "    if base_model_dir:\n        pass",
         ("tests/test_trainer_component.py", "-k", "warm_starts"),
+        slow=True,
     ),
     Mutation(
         "trainer.stock_route_settings_ignored",
         "settings = settings_lib.from_dict(config[keys.GA_TFX])",
         "settings = settings_lib.from_dict(dict(config[keys.GA_TFX], accum_steps=1))",
         ("tests/test_trainer_component.py", "-k", "stock_trainer_runs"),
+        slow=True,
     ),
     Mutation(
         "trainer.mirrored_replica_factor_dropped",
@@ -265,6 +268,7 @@ MUTATIONS: List[Mutation] = [
         "project_name=PROJECT_NAME, overwrite=False",
         "project_name=PROJECT_NAME, overwrite=True",
         ("tests/test_tuner_component.py", "-k", "resumes"),
+        slow=True,
     ),
     Mutation(
         "tuner.budget_from_smallest_micro_batch",
@@ -277,6 +281,7 @@ MUTATIONS: List[Mutation] = [
         'kwargs["steps_per_epoch"] = samples_per_epoch // micro',
         'kwargs["steps_per_epoch"] = samples_per_epoch // micro + 1',
         ("tests/test_tuner_component.py", "-k", "searches_accum_steps"),
+        slow=True,
     ),
 ]
 

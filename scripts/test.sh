@@ -38,13 +38,16 @@ trap 'rm -rf "$reports"' EXIT
 status=0
 for name in "${envs[@]}"; do
   case "$name" in
-    tfx) python="$root/.venv/bin/python"; args=("$@") ;;
-    lib) python="$root/.venv-lib/bin/python"; args=(-m "$marker" "${lib_args[@]}") ;;
+    tfx) python="$root/.venv/bin/python"; args=("$@"); run_env=() ;;
+    # The library tier keeps TensorFlow's oneDNN kernels on (tests/conftest.py turns them off
+    # unless told): the tfx run covers the Eigen kernels, this one oneDNN's.
+    lib) python="$root/.venv-lib/bin/python"; args=(-m "$marker" "${lib_args[@]}")
+         run_env=(TF_ENABLE_ONEDNN_OPTS=1) ;;
     *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib)" >&2; exit 2 ;;
   esac
   echo "== [$name] $("$python" -c 'import platform; print("Python", platform.python_version())') =="
   rc=0
-  "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?  # tests/: testpaths
+  env "${run_env[@]}" "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
   echo "== [$name] pytest exit status $rc$([ "$rc" = 5 ] && echo ' (no test collected)') =="
   [ "$rc" = 0 ] || status=1
 done

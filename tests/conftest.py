@@ -1,16 +1,31 @@
 """Test set-up: Keras 2 first, deterministic ops, two logical CPU devices for tf.distribute."""
 
-import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow)
-from ga_tfx._keras import tf
+import os
 
-import importlib.util
-import re
+# TensorFlow's oneDNN kernels off, unless the caller chose (set before TensorFlow is imported):
+# on the suite's tiny models their set-up costs more than they save (measured: test_equivalence
+# and test_windows, 70 s with them, 54 s without). Numbers are checked against references
+# computed in the same process, so both kernel sets are held to the same tolerances;
+# scripts/test.sh runs the library tier with oneDNN on, the benchmark and the pipelines keep
+# TensorFlow's default (on).
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before TensorFlow)
+from ga_tfx._keras import tf  # noqa: E402
+
+import importlib.util  # noqa: E402
+import re  # noqa: E402
 import textwrap
 import uuid
 
 import pytest
 
 tf.config.experimental.enable_op_determinism()
+# Under pytest-xdist (the fast tier's `-n 2` on 2 cores) each worker computes on one thread:
+# two processes with a 2-thread pool each fight for the cores (measured on the fast tier:
+# 8 min 44 s of CPU for 4 min 55 s of wall time).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    tf.config.threading.set_intra_op_parallelism_threads(1)
 _cpus = tf.config.list_physical_devices("CPU")
 # Two logical CPUs so that MirroredStrategy runs 2 replicas on this machine.
 tf.config.set_logical_device_configuration(

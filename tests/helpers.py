@@ -45,6 +45,24 @@ def host_op_model(features=8, outputs=3):
     return keras.Model(inputs, keras.layers.Dense(outputs)(HostOp()(inputs)))
 
 
+def device_cases(names, slow_on_two_replicas=()):
+    """``(name, distributed)`` parameters for a test run on one device and on 2 replicas, ids
+    ``name-one_device`` / ``name-mirrored``. The 2-replica cases of ``slow_on_two_replicas``
+    are in the slow tier (the fast tier keeps one 2-replica case per test)."""
+    import pytest
+
+    return [
+        pytest.param(
+            name,
+            distributed,
+            id=f"{name}-{'mirrored' if distributed else 'one_device'}",
+            marks=[pytest.mark.slow] if distributed and name in slow_on_two_replicas else [],
+        )
+        for distributed in (False, True)
+        for name in names
+    ]
+
+
 def sparse_ce():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

@@ -226,7 +226,11 @@ def test_model_mixed_precision_wraps_an_optimizer_given_by_name():
     assert isinstance(model.optimizer.inner_optimizer, keras.optimizers.SGD)
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize(
+    "name",
+    # Adam's 2-replica case in the slow tier (SGD with momentum sees any scale error).
+    [pytest.param(n, marks=[pytest.mark.slow] if n == "adam" else []) for n in sorted(OPTIMIZERS)],
+)
 def test_model_experimental_distributed_support_two_replicas_match_big_batch(name):
     x, y = classification_data()
     big = _big_batch(OPTIMIZERS[name], x, y)

@@ -3,6 +3,11 @@
 import subprocess
 import sys
 
+import pytest
+
+# A subprocess running the whole demo (TensorFlow import, two trainings, the comparison).
+pytestmark = [pytest.mark.slow]
+
 
 def test_demo_reports_accumulation_equal_to_big_batch():
     result = subprocess.run(

@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import (
     classification_data,
+    device_cases,
     iterations,
     max_weight_diff,
     mlp,
@@ -46,8 +47,9 @@ def _big_batch(make_optimizer, x, y):
     return model
 
 
-@pytest.mark.parametrize("distributed", [False, True], ids=["one_device", "mirrored"])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize(
+    "name, distributed", device_cases(sorted(OPTIMIZERS), slow_on_two_replicas=["adam_schedule"])
+)
 def test_compile_fit_matches_big_batch(name, distributed):
     make_optimizer = OPTIMIZERS[name]
     x, y = classification_data(n=N, seed=4)

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import (
     classification_data,
+    device_cases,
     iterations,
     max_weight_diff,
     mlp,
@@ -44,8 +45,9 @@ def _compiled(make_optimizer, strategy):
     return model
 
 
-@pytest.mark.parametrize("distributed", [False, True], ids=["one_device", "mirrored"])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize(
+    "name, distributed", device_cases(sorted(OPTIMIZERS), slow_on_two_replicas=["adam"])
+)
 def test_savedmodel_load_and_resume_match_an_uninterrupted_run(tmp_path, name, distributed):
     x, y = classification_data(n=N, seed=8)
     strategy = two_replica_strategy() if distributed else tf.distribute.get_strategy()

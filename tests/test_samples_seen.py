@@ -9,6 +9,8 @@ import ga_tfx
 from ga_tfx import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
 
+import pytest
+
 from tests.helpers import classification_data, mlp, sparse_ce, two_replica_strategy
 
 pytestmark = []  # fast tier; library only (no TFX)
@@ -45,6 +47,7 @@ def test_accumulator_counter_restores_an_odd_sum_exactly(tmp_path):
     assert fresh.samples_seen_count() == 5
 
 
+@pytest.mark.slow  # the model-level case; the accumulator-level one above stays fast
 def test_engine_samples_seen_after_restore_under_mirrored_strategy(tmp_path):
     x, y = classification_data(n=N)
     strategy = two_replica_strategy()

@@ -131,6 +131,7 @@ def test_budget_rule_num_steps_counts_updates_of_the_largest_effective_batch():
 
 
 # ---------------------------------------------------------------------- search, then train
+@pytest.mark.slow  # the stock Tuner's whole search, then the Trainer with its best values
 def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
     tmp_path, model_module, monkeypatch
 ):
@@ -261,6 +262,7 @@ def test_settings_agc_factor_is_used_by_every_trial_unless_agc_is_searched(tmp_p
         )
 
 
+@pytest.mark.slow  # an interrupted search and its resumption
 def test_a_tuning_run_resumes_in_its_working_directory(tmp_path, model_module, monkeypatch):
     """A second Tuner execution over the same working directory (a re-run after a crash, or
     more trials) reloads the finished trials and runs only the missing ones."""

@@ -40,6 +40,7 @@ def _search(tmp_path, name, module):
         return {r["trial_id"]: r for r in map(json.loads, f)}, trials_file
 
 
+@pytest.mark.slow  # two complete tuner_fn searches
 def test_a_repeated_search_scores_its_trials_the_same(tmp_path, model_module):
     assert "set_random_seed(7)" in taxi.MODEL_MODULE  # the replacement above took effect
     module = model_module(UNSEEDED_MODULE)
