@@ -119,9 +119,9 @@ class BoundSlot:
 class LoopSlot:
     """``ga_tfx.TrainingLoop`` over ``tf.data`` micro-batches of ``b`` (global: split across the
     replicas), ``run`` one more epoch per call; timed around the call (iterator set-up
-    included). Not compiled with XLA: TrainingLoop has no jit option."""
+    included). ``cfg.jit``: ``TrainingLoop(jit_compile=True)``."""
 
-    def __init__(self, keras, tf, cfg, b, k, x, y):
+    def __init__(self, keras, tf, cfg, b, k, x, y, first_layer=None):
         import ga_tfx
 
         import contextlib
@@ -132,7 +132,7 @@ class LoopSlot:
             devices = [f"/cpu:{i}" for i in range(cfg.replicas)]
             strategy = tf.distribute.MirroredStrategy(devices)
         with strategy.scope() if strategy else contextlib.nullcontext():
-            model = conv_net(keras)
+            model = conv_net(keras, first_layer=first_layer)
             optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
         self.loop = ga_tfx.TrainingLoop(
             model,
@@ -142,6 +142,7 @@ class LoopSlot:
             accum_steps=k,
             strategy=strategy,
             verbose=False,
+            jit_compile=cfg.jit,
         )
 
     def run_epoch(self) -> Timing:
@@ -213,9 +214,7 @@ def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
     multiple of ``K·b``) at micro-batch ``b`` and ``K`` accumulation steps; not yet run."""
     keras, tf = frameworks.load(cfg.framework)
     if cfg.kind == "loop":
-        if first_layer is not None:
-            raise ValueError(f"{cfg.name}: a 'loop' configuration takes no first_layer")
-        return LoopSlot(keras, tf, cfg, b, k, x, y)
+        return LoopSlot(keras, tf, cfg, b, k, x, y, first_layer=first_layer)
     model = build_model(cfg, b, k, first_layer=first_layer)
     if cfg.kind == "bound":
         return BoundSlot(tf, model, loss_fn(keras), x, y, b, cfg.jit)

@@ -145,6 +145,9 @@ def _declare():
     rows += [
         Config("loop_1dev", "ga_tfx.TrainingLoop @ (b, K), 1 device", kind="loop"),
         Config(
+            "loop_1dev_xla", "ga_tfx.TrainingLoop @ (b, K), 1 device, XLA", kind="loop", jit=True
+        ),
+        Config(
             "loop_2rep",
             "ga_tfx.TrainingLoop @ (b, K), MirroredStrategy 2 replicas (2 logical CPUs) "
             "[own process]",
@@ -205,6 +208,8 @@ PAIRS = (
     ("loop_1dev", "ga_tfx", "TrainingLoop (1 device) vs ga_tfx fit"),
     ("loop_1dev", "bound", "TrainingLoop (1 device) vs the bound"),
     ("loop_2rep", "loop_1dev", "TrainingLoop: 2 replicas vs 1 device (same 2 cores)"),
+    ("loop_1dev_xla", "loop_1dev", "TrainingLoop: XLA vs not"),
+    ("loop_1dev_xla", "bound_xla", "TrainingLoop vs the bound, both XLA"),
     ("keras3_ga", "keras3_plain_b", "Keras 3: built-in accumulation vs plain @ b"),
     ("ga_tfx_sub", "ga_tfx", "ga_tfx: own process vs main process (process effect)"),
 )

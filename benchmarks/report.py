@@ -459,6 +459,11 @@ def interpret(throughput, checks, probes):
             "so this measures the strategy's overhead, not a speed-up",
         ),
         ("keras3_ga", "keras3_plain_b", "Keras 3's accumulation runs at {} of Keras 3 plain @ b"),
+        (
+            "loop_1dev_xla",
+            "bound_xla",
+            "With XLA on both, TrainingLoop (1 device) runs at {} of the XLA bound",
+        ),
     ):
         ratio = cpu(num, den)
         if ratio:
@@ -468,6 +473,7 @@ def interpret(throughput, checks, probes):
         ("plain_Kb_xla", "plain_Kb", "plain Keras @ K·b"),
         ("keras3_ga_xla", "keras3_ga", "Keras 3 built-in accumulation"),
         ("ga_tfx_xla", "ga_tfx", "ga_tfx"),
+        ("loop_1dev_xla", "loop_1dev", "ga_tfx.TrainingLoop"),
     ):
         ratio = cpu(num, den)
         probe = probes.get(num) or {}
