@@ -85,12 +85,15 @@ class BoundSlot:
     these CPUs (XLA:CPU runs a while loop of convolutions slowly), so it would not be a bound.
     """
 
-    def __init__(self, tf, model, loss, x, y, b, jit):
+    def __init__(self, tf, model, loss, x, y, b, jit, from_dataset=False):
         self.tf = tf
         n_micro = len(x) // b
         xs = tf.reshape(x, (n_micro, b) + tuple(x.shape[1:]))
         ys = tf.reshape(y, (n_micro, b))
         variables = model.trainable_variables
+        # from_dataset: each micro-batch from a tf.data iterator (one element per micro-batch,
+        # prefetched as fit's data handler does) instead of sliced from the tensor.
+        dataset = tf.data.Dataset.from_tensor_slices((xs, ys)).prefetch(tf.data.AUTOTUNE)
 
         @tf.function(jit_compile=jit)
         def forward_backward(x_micro, y_micro):
@@ -99,18 +102,19 @@ class BoundSlot:
             return tape.gradient(value, variables)
 
         @tf.function
-        def epoch():
+        def epoch(iterator):
             total = [tf.zeros_like(v) for v in variables]
             for i in tf.range(n_micro):
                 # One micro-batch at a time, as accumulation is for: the default (10 loop
                 # iterations in flight) keeps several micro-batches' activations alive.
                 tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-                total = [t + g for t, g in zip(total, forward_backward(xs[i], ys[i]))]
+                x_micro, y_micro = next(iterator) if from_dataset else (xs[i], ys[i])
+                total = [t + g for t, g in zip(total, forward_backward(x_micro, y_micro))]
             return total
 
         # The results are ready when the call returns (CPU execution is synchronous);
         # reading one makes sure.
-        self.run = lambda: epoch()[0].numpy()
+        self.run = lambda: epoch(iter(dataset) if from_dataset else None)[0].numpy()
 
     def run_epoch(self) -> Timing:
         return _timed(self.tf, self.run)
@@ -181,7 +185,7 @@ def build_model(cfg: Config, b: int, k: int, first_layer=None):
             accum_steps=k, name=n
         )
     base = conv_net(keras, bn_factory=bn_factory, first_layer=first_layer)
-    if cfg.kind == "bound":
+    if cfg.kind in ("bound", "bound_data"):
         return base
     optimizer_kwargs = {}
     if cfg.wrapper == "ga_tfx":
@@ -216,6 +220,8 @@ def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
     if cfg.kind == "loop":
         return LoopSlot(keras, tf, cfg, b, k, x, y, first_layer=first_layer)
     model = build_model(cfg, b, k, first_layer=first_layer)
-    if cfg.kind == "bound":
-        return BoundSlot(tf, model, loss_fn(keras), x, y, b, cfg.jit)
+    if cfg.kind in ("bound", "bound_data"):
+        return BoundSlot(
+            tf, model, loss_fn(keras), x, y, b, cfg.jit, from_dataset=cfg.kind == "bound_data"
+        )
     return FitSlot(keras, tf, model, x, y, cfg.batch_size(b, k))

@@ -37,7 +37,9 @@ HOST_LABEL = {
     MIRRORED_HOST: "Keras 2 subprocess, 2 logical CPUs",
 }
 
-KINDS = ("fit", "bound", "loop")  # model.fit, the summed fwd+bwd graph, ga_tfx.TrainingLoop
+# model.fit, the summed fwd+bwd graph (its micro-batches sliced from one tensor, or read from a
+# tf.data iterator as fit and the loop read them), ga_tfx.TrainingLoop
+KINDS = ("fit", "bound", "bound_data", "loop")
 WRAPPERS = ("none", "ga_tfx", "anchor", "keras3_ga")
 BN_LAYERS = ("keras", "ga_tfx", "anchor")
 
@@ -51,7 +53,8 @@ class Config:
       label: the report's row label.
       host: the process that measures it (``MAIN``, ``KERAS3_HOST`` or ``KERAS2_SUB``).
       kind: ``"fit"`` (``model.fit`` epochs), ``"bound"`` (one ``tf.function`` per epoch
-        summing the gradients of all micro-batches: no optimizer, no host loop) or ``"loop"``
+        summing the gradients of all micro-batches: no optimizer, no host loop),
+        ``"bound_data"`` (the same, micro-batches read from a ``tf.data`` iterator) or ``"loop"``
         (``ga_tfx.TrainingLoop``, the custom-loop runner, ``run`` one epoch at a time).
       wrapper: ``"none"`` (plain Keras), ``"ga_tfx"`` (``ga_tfx.wrap_model``), ``"anchor"``
         (gradient-accumulator's ``GradientAccumulateModel``) or ``"keras3_ga"`` (Keras 3's
@@ -106,7 +109,7 @@ class Config:
 
     def updates_per_epoch(self, n: int, b: int, k: int) -> int:
         """Optimizer updates in one epoch of ``n`` samples (0 for the bound: no optimizer)."""
-        if self.kind == "bound":
+        if self.kind in ("bound", "bound_data"):
             return 0
         accumulates = self.wrapper != "none" or self.big_batch or self.kind == "loop"
         return n // (b * k) if accumulates else n // b
@@ -143,6 +146,11 @@ def _declare():
             ),
         ]
     rows += [
+        Config(
+            "bound_data",
+            "bound, its micro-batches from a tf.data iterator (as fit and the loop get them)",
+            kind="bound_data",
+        ),
         Config("loop_1dev", "ga_tfx.TrainingLoop @ (b, K), 1 device", kind="loop"),
         Config(
             "loop_1dev_xla", "ga_tfx.TrainingLoop @ (b, K), 1 device, XLA", kind="loop", jit=True
@@ -175,10 +183,9 @@ def _declare():
 
 CONFIGS = _declare()
 BASELINE = "plain_b"  # every in-round ratio "vs plain" is against this configuration
-# Measured unless --configs says otherwise: all but the three that only help read the others
-# (steps_per_execution, the two AccumBatchNormalization variants).
+# Measured unless --configs says otherwise: all but the two AccumBatchNormalization variants.
 DEFAULT_CONFIGS = tuple(
-    name for name in CONFIGS if name not in ("plain_b_spe", "ga_tfx_accumbn", "anchor_accumbn")
+    name for name in CONFIGS if name not in ("ga_tfx_accumbn", "anchor_accumbn")
 )
 
 # Configurations measured back to back in every round (their order alternating), so that their
@@ -197,6 +204,9 @@ PAIRS = (
     ("ga_tfx_sub", "keras3_ga", "ga_tfx vs Keras 3 built-in, both in own processes (goal > 1)"),
     ("ga_tfx", "plain_Kb", "ga_tfx vs plain Keras @ K·b"),
     ("bound", "plain_b", "bound vs plain Keras @ b"),
+    ("ga_tfx", "bound_data", "ga_tfx vs the bound with micro-batches from a tf.data iterator"),
+    ("bound_data", "bound", "the bound: tf.data iterator vs sliced tensor"),
+    ("ga_tfx", "plain_b_spe", "ga_tfx vs plain Keras @ b, steps_per_execution=K"),
     ("ga_tfx_xla", "ga_tfx", "ga_tfx: XLA vs not"),
     ("plain_b_xla", "plain_b", "plain Keras @ b: XLA vs not"),
     ("plain_Kb_xla", "plain_Kb", "plain Keras @ K·b: XLA vs not"),
