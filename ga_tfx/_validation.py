@@ -22,12 +22,14 @@ AGC_CLIP_FACTOR = Spec(
     float, "adaptive gradient clipping factor (off: None)", above=0, optional=True
 )
 AGC_EPS = Spec(float, "AGC's lower bound on parameter norms", minimum=0)
+LOG_GRAD_NORM = Spec(bool, "log each update's global gradient norm as the fit metric grad_norm")
 _POSITIVE = Spec(float, "a positive number", above=0)
 
 __all__ = [
     "ACCUM_STEPS",
     "AGC_CLIP_FACTOR",
     "AGC_EPS",
+    "LOG_GRAD_NORM",
     "PARTIAL_WINDOW",
     "PARTIAL_WINDOW_POLICIES",
     "SettingError",

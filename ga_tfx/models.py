@@ -18,7 +18,14 @@ from ga_tfx.engine.step import overrides_train_step
 import copy
 from typing import Any, Dict, Optional, Sequence, Union
 
-_ACCUMULATION_KEYS = ("accum_steps", "partial_window", "agc_clip_factor", "agc_eps", "agc_exclude")
+_ACCUMULATION_KEYS = (
+    "accum_steps",
+    "partial_window",
+    "agc_clip_factor",
+    "agc_eps",
+    "agc_exclude",
+    "log_grad_norm",
+)
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
@@ -35,6 +42,10 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
         the accumulated gradient; ``None`` (default) turns AGC off.
       agc_eps: AGC's lower bound on parameter norms (default 1e-3).
       agc_exclude: glob patterns of variable names AGC leaves alone (e.g. the classifier).
+      log_grad_norm: ``True`` adds the metric ``grad_norm`` to ``fit``'s logs and history: the
+        global L2 norm of each update's gradient (the window mean, all replicas; before AGC and
+        the optimizer's clipping), averaged over the epoch's updates as Keras averages
+        ``loss``. Default ``False`` (it costs one norm per update).
       inputs, outputs, name, ...: as ``keras.Model``.
     """
 
@@ -46,11 +57,12 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
         agc_clip_factor: Optional[float] = None,
         agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
         agc_exclude: Sequence[str] = (),
+        log_grad_norm: bool = False,
         **kwargs: Any,
     ) -> None:
         reject_package_arguments(kwargs, "ga_tfx.GradientAccumulateModel")
         self._configure_accumulation(
-            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude
+            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude, log_grad_norm
         )
         super().__init__(*args, **kwargs)
 
@@ -84,7 +96,7 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
 
     Args:
       model: the ``keras.Model`` to train with accumulation (``.model`` afterwards).
-      accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude: as
+      accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude, log_grad_norm: as
         :class:`GradientAccumulateModel`.
     """
 
@@ -97,12 +109,13 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
         agc_clip_factor: Optional[float] = None,
         agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
         agc_exclude: Sequence[str] = (),
+        log_grad_norm: bool = False,
         **kwargs: Any,
     ) -> None:
         reject_package_arguments(kwargs, "ga_tfx.AccumulatingModel")
         _check_is_model(model)
         self._configure_accumulation(
-            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude
+            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude, log_grad_norm
         )
         kwargs.setdefault("name", f"{model.name}_accumulating")
         super().__init__(**kwargs)
@@ -174,6 +187,7 @@ def wrap_model(
     agc_clip_factor: Optional[float] = None,
     agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
     agc_exclude: Sequence[str] = (),
+    log_grad_norm: bool = False,
     **unsupported: Any,
 ) -> Union["GradientAccumulateModel", "AccumulatingModel"]:
     """Returns an accumulation model training ``model``'s own variables (no copy, no rebuild).
@@ -207,6 +221,7 @@ def wrap_model(
         agc_clip_factor=agc_clip_factor,
         agc_eps=agc_eps,
         agc_exclude=agc_exclude,
+        log_grad_norm=log_grad_norm,
     )
     if _is_functional(model) and not overrides_train_step(model):
         return GradientAccumulateModel(

@@ -216,6 +216,18 @@ MUTATIONS: List[Mutation] = [
         "return tuple(range(rank))",
         ("tests/test_agc.py",),
     ),
+    Mutation(
+        "engine.grad_norm_logged_before_the_update",
+        "            logs = dict(logs, grad_norm=tracker.result())",
+        "            pass",
+        ("tests/test_grad_norm_metric.py",),
+    ),
+    Mutation(
+        "training_loop.jit_compile_ignored",
+        "step = xla_step if self.jit_compile else (lambda function: function)",
+        "step = lambda function: function  # noqa: E731",
+        ("tests/test_training_loop.py", "-k", "jit"),
+    ),
     # ---- the Trainer's resume and the tuner's budget
     Mutation(
         "trainer.resume_does_not_skip_trained_data",

@@ -87,8 +87,10 @@ class AccumulationEngine(WindowStep):
         agc_clip_factor: Optional[float],
         agc_eps: float,
         agc_exclude: Sequence[str],
+        log_grad_norm: bool = False,
     ) -> None:
         self._accum_steps = _validation.check_accum_steps(accum_steps)
+        self._log_grad_norm = _validation.LOG_GRAD_NORM.check("log_grad_norm", log_grad_norm)
         self._partial_window = _validation.check_partial_window(partial_window)
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
         self._agc_settings = {
@@ -99,6 +101,9 @@ class AccumulationEngine(WindowStep):
         # Held outside Keras' attribute tracking, so the buffers never appear in
         # `model.weights` / `get_weights()`; checkpoints still see them (see _set_accumulator).
         self._accumulator_holder = Untracked()
+        # The grad_norm mean (log_grad_norm): not a weight, not checkpointed, not an
+        # evaluate() metric; reset with the model's metrics at each epoch.
+        self._grad_norm_holder = Untracked()
 
     # ------------------------------------------------------------------ public properties
     @property
@@ -122,6 +127,14 @@ class AccumulationEngine(WindowStep):
         return self._accumulator_holder.value
 
     @property
+    def gradient_norm_metric(self) -> Optional[Any]:
+        """With ``log_grad_norm=True``: the ``keras.metrics.Mean`` of the global L2 norm of each
+        update's window gradient (after the all-reduce, before AGC and the optimizer's own
+        clipping), reported by ``fit`` as ``grad_norm`` (the epoch's mean, as Keras reports
+        ``loss``). ``None`` otherwise, or before the first ``fit``."""
+        return self._grad_norm_holder.value
+
+    @property
     def samples_seen(self) -> int:
         """Training samples this model has accumulated so far (all replicas, all fits)."""
         acc = self.gradient_accumulator
@@ -136,6 +149,7 @@ class AccumulationEngine(WindowStep):
             "accum_steps": self._accum_steps,
             "partial_window": self._partial_window,
             **self._agc_settings,
+            "log_grad_norm": self._log_grad_norm,
         }
 
     # ------------------------------------------------------------------ Keras overrides
@@ -179,6 +193,12 @@ class AccumulationEngine(WindowStep):
         self.compile(**config)
         if isinstance(self.optimizer, keras.optimizers.Optimizer) and self.built:
             self.optimizer.build(self.trainable_variables)  # so saved optimizer state loads
+
+    def reset_metrics(self) -> None:
+        """``keras.Model.reset_metrics``, and the ``grad_norm`` mean (``log_grad_norm``)."""
+        super().reset_metrics()
+        if self.gradient_norm_metric is not None:
+            self.gradient_norm_metric.reset_state()
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches."""
@@ -233,6 +253,9 @@ class AccumulationEngine(WindowStep):
                 self._agc.check_variables(variables)
             with self.distribute_strategy.scope():
                 self._set_accumulator(GradientAccumulator(variables))
+        if self._log_grad_norm and self._grad_norm_holder.value is None:
+            with self.distribute_strategy.scope():
+                self._grad_norm_holder.value = keras.metrics.Mean(name="grad_norm")
         for layer in self._window_layers():
             if hasattr(layer, "ga_attach_to_engine"):
                 layer.ga_attach_to_engine(self._accum_steps)

@@ -84,16 +84,19 @@ class WindowLoop:
     def __call__(self, iterator: Any) -> Any:
         model = self._model
         logs = self._run_window(iterator)
-        if self._policy == "apply":
-            return logs
-        # drop / carry: the decision needs the window's size, read on the host.
-        pending = self.pending()
-        if pending >= model.accum_steps:
-            self._finish()
-            internals.set_steps_per_execution(model, model.accum_steps)
-        elif self._policy == "drop":
-            self._discard()
-        # carry: keep the partial window; CarryAlignment realigns the next epoch.
+        if self._policy != "apply":
+            # drop / carry: the decision needs the window's size, read on the host.
+            pending = self.pending()
+            if pending >= model.accum_steps:
+                self._finish()
+                internals.set_steps_per_execution(model, model.accum_steps)
+            elif self._policy == "drop":
+                self._discard()
+            # carry: keep the partial window; CarryAlignment realigns the next epoch.
+        tracker = model.gradient_norm_metric
+        if tracker is not None:
+            # The logs were taken at the window's last micro-batch, before its update.
+            logs = dict(logs, grad_norm=tracker.result())
         return logs
 
     def pending(self) -> int:

@@ -17,9 +17,10 @@ eager, XLA or not, how many micro-batches per window, when to apply) is decided 
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
+from ga_tfx.transforms import global_norm
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 _LossScaleOptimizers = (keras.mixed_precision.LossScaleOptimizer,)
 
@@ -51,18 +52,22 @@ def apply_aggregated_gradients(
     return result
 
 
-def apply_window_gradients(optimizer: Any, accumulator: Any, agc: Any) -> list:
+def apply_window_gradients(
+    optimizer: Any, accumulator: Any, agc: Any, observe: Optional[Callable] = None
+) -> list:
     """One update with the window's mean gradient (replica context), for the model engine and
     the optimizer wrapper alike: ``accumulator.window_gradients()`` (one all-reduce), then AGC
-    (``agc``, or ``None``), then :func:`apply_aggregated_gradients`.
+    (``agc``, or ``None``), then :func:`apply_aggregated_gradients`. ``observe(grads_and_vars)``,
+    if given, sees the window gradient before AGC; its op is one of the returned dependencies.
 
     Returns:
       The update as a list of control dependencies (empty when there is nothing to wait for).
     """
     grads_and_vars = accumulator.window_gradients()
+    observed = [] if observe is None else [observe(grads_and_vars)]
     if agc is not None:
         grads_and_vars = agc(grads_and_vars)
-    return _as_dependencies(apply_aggregated_gradients(optimizer, grads_and_vars))
+    return observed + _as_dependencies(apply_aggregated_gradients(optimizer, grads_and_vars))
 
 
 def _as_dependencies(result: Any) -> list:
@@ -158,10 +163,30 @@ class WindowStep(_ModelBase):
         acc = self.gradient_accumulator
         # Keras divides each replica's loss by the number of replicas; window_gradients undoes
         # that factor.
-        with tf.control_dependencies(apply_window_gradients(self.optimizer, acc, self.agc)):
+        update = apply_window_gradients(
+            self.optimizer, acc, self.agc, observe=self._observe_gradient_norm()
+        )
+        with tf.control_dependencies(update):
             ends = [layer.ga_window_end(apply=True) for layer in self._window_layers()]
             with tf.control_dependencies(ends):
                 return acc.reset()
+
+    def _observe_gradient_norm(self) -> Optional[Callable]:
+        """With ``log_grad_norm``: adds the window gradient's global norm (before AGC and the
+        optimizer's clipping) to the ``grad_norm`` mean; a non-finite norm (a window a
+        ``LossScaleOptimizer`` skips) is left out."""
+        tracker = self.gradient_norm_metric
+        if tracker is None:
+            return None
+
+        def observe(grads_and_vars: Any) -> Any:
+            norm = global_norm(grads_and_vars)
+            finite = tf.math.is_finite(norm)
+            return tracker.update_state(
+                tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)
+            )
+
+        return observe
 
     def _discard_window(self) -> tf.Operation:
         """Replica context: clears the window (buffers and window layers), no update."""
