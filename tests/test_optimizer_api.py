@@ -62,6 +62,37 @@ def test_custom_loop_matches_big_batch(make_optimizer):
     assert max_weight_diff(big, model) <= TOLERANCE
 
 
+def test_uneven_micro_batches_are_weighted_by_their_sample_count():
+    # Windows of micro-batches of 5, 1, 7 and 3 samples: the update is big-batch training on
+    # the window's 16 samples only if each micro-batch's gradient is weighted by its
+    # sample_count (equal weights move these SGD weights ~1e-2 away).
+    sizes = [5, 1, 7, 3] * 3
+    x, y = classification_data(n=sum(sizes))
+    big = mlp(l2=1e-2)
+    initial = big.get_weights()
+    big.compile(keras.optimizers.SGD(0.1, momentum=0.9), sparse_ce())
+    big.fit(x, y, batch_size=sum(sizes[:K]), epochs=1, shuffle=False, verbose=0)
+
+    model = mlp(l2=1e-2)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.SGD(0.1, momentum=0.9), accum_steps=K
+    )
+
+    @tf.function
+    def step(xb, yb):
+        grads = _loss_and_grads(model, xb, yb)
+        return optimizer.apply_gradients(
+            zip(grads, model.trainable_variables), sample_count=tf.shape(xb)[0]
+        )
+
+    starts = np.cumsum([0] + sizes)
+    applied = [bool(step(x[a:b], y[a:b])) for a, b in zip(starts[:-1], starts[1:])]
+    assert applied == [False, False, False, True] * 3
+    assert iterations(optimizer) == 3
+    assert max_weight_diff(big, model) <= TOLERANCE
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(initial, big.get_weights())) > 1e-2
+
+
 def test_nothing_moves_on_a_micro_step_that_is_not_an_update():
     x, y = classification_data()
     model = mlp()
