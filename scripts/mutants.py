@@ -166,8 +166,8 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "optimizer.window_one_too_long",
-        "return tf.cond(steps >= self.accum_steps,",
-        "return tf.cond(steps > self.accum_steps,",
+        "            steps >= self.accum_steps,\n            lambda: self._apply_everywhere",
+        "            steps > self.accum_steps,\n            lambda: self._apply_everywhere",
         ("tests/test_optimizer_api.py", "-k", "custom_loop_matches_big_batch"),
         ("ga_tfx/optimizer.py",),
     ),
@@ -277,8 +277,8 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "tuner.search_restarts",
-        "project_name=PROJECT_NAME, overwrite=False",
-        "project_name=PROJECT_NAME, overwrite=True",
+        "project_name=PROJECT_NAME,\n        overwrite=False,",
+        "project_name=PROJECT_NAME,\n        overwrite=True,",
         ("tests/test_tuner_component.py", "-k", "resumes"),
         slow=True,
     ),
