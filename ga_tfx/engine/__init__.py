@@ -87,7 +87,7 @@ class AccumulationEngine(WindowStep):
         agc_clip_factor: Optional[float],
         agc_eps: float,
         agc_exclude: Sequence[str],
-        log_grad_norm: bool = False,
+        log_grad_norm: bool,
     ) -> None:
         self._accum_steps = _validation.check_accum_steps(accum_steps)
         self._log_grad_norm = _validation.LOG_GRAD_NORM.check("log_grad_norm", log_grad_norm)
