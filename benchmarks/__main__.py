@@ -10,8 +10,6 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow is
 
 import argparse
 import datetime
-import importlib.util
-import inspect
 import json
 import os
 import shlex
@@ -25,8 +23,6 @@ from benchmarks.machine import ga_tfx_source, machine_facts
 from benchmarks.report import render
 from benchmarks.runner import measure_throughput
 from benchmarks.workers import run_worker
-
-TRAINING_LOOP_MODULE = "ga_tfx.training_loop"
 
 
 def parse_args(argv=None):
@@ -75,17 +71,6 @@ def parse_args(argv=None):
     return args
 
 
-def training_loop_fact():
-    """What the report says about ``ga_tfx.TrainingLoop`` and XLA (issue 15, sections 2-3)."""
-    if importlib.util.find_spec(TRAINING_LOOP_MODULE) is None:
-        return f"`{TRAINING_LOOP_MODULE}` does not exist at this commit: no training-loop rows."
-    from ga_tfx.training_loop import TrainingLoop
-
-    if "jit_compile" in inspect.signature(TrainingLoop).parameters:
-        return None  # measured: loop_1dev_xla
-    return "`ga_tfx.TrainingLoop` takes no `jit_compile` at this commit: no XLA row for it."
-
-
 def main(argv=None):
     args = parse_args(argv)
     started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
@@ -98,7 +83,6 @@ def main(argv=None):
     command = shlex.join([python, "-m", "benchmarks"] + sys.argv[1:])
     facts = machine_facts()
     facts["anchor_import_error"] = anchor.IMPORT_ERROR
-    facts["training_loop"] = training_loop_fact()
     names = args.config_names
     print(
         f"ga_tfx benchmark: b={args.micro_batch} K={args.accum_steps} "

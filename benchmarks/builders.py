@@ -93,7 +93,11 @@ class BoundSlot:
         variables = model.trainable_variables
         # from_dataset: each micro-batch from a tf.data iterator (one element per micro-batch,
         # prefetched as fit's data handler does) instead of sliced from the tensor.
-        dataset = tf.data.Dataset.from_tensor_slices((xs, ys)).prefetch(tf.data.AUTOTUNE)
+        dataset = (
+            tf.data.Dataset.from_tensor_slices((xs, ys)).prefetch(tf.data.AUTOTUNE)
+            if from_dataset
+            else None
+        )
 
         @tf.function(jit_compile=jit)
         def forward_backward(x_micro, y_micro):
@@ -114,7 +118,7 @@ class BoundSlot:
 
         # The results are ready when the call returns (CPU execution is synchronous);
         # reading one makes sure.
-        self.run = lambda: epoch(iter(dataset) if from_dataset else None)[0].numpy()
+        self.run = lambda: epoch(iter(dataset) if dataset is not None else None)[0].numpy()
 
     def run_epoch(self) -> Timing:
         return _timed(self.tf, self.run)

@@ -598,8 +598,6 @@ def caveats(facts, probes):
         "(where the per-update optimizer and host round-trips weigh differently) and for "
         "other model sizes.",
     ]
-    if facts.get("training_loop"):
-        items.append(facts["training_loop"])
     verdicts = {
         "honoured (XLA refused the probe's op)": True,
         "NOT honoured (the probe model with a `tf.numpy_function` layer trained with "
