@@ -223,6 +223,12 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_grad_norm_metric.py",),
     ),
     Mutation(
+        "engine.grad_norm_counts_skipped_windows",
+        "tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)",
+        "norm",
+        ("tests/test_grad_norm_metric.py", "-k", "skipped"),
+    ),
+    Mutation(
         "training_loop.jit_compile_ignored",
         "step = xla_step if self.jit_compile else (lambda function: function)",
         "step = lambda function: function  # noqa: E731",

@@ -26,15 +26,17 @@ N = 72  # 9 micro-batches per epoch: windows of 32, 32 and 8 samples
 EPOCHS = 2
 
 
-def _reference_norms(x, y, policy):
-    """Big-batch SGD, one update per window; returns the per-epoch lists of gradient norms."""
+def _reference_norms(x, y, policy, skipped=()):
+    """Big-batch SGD, one update per window; returns the per-epoch lists of gradient norms.
+    The windows numbered in ``skipped`` (0-based, each epoch) are not applied and not counted,
+    as a LossScaleOptimizer skips a window whose gradient is not finite."""
     model, optimizer = mlp(seed=5), keras.optimizers.SGD(0.1)
     per_epoch = []
     for _ in range(EPOCHS):
         norms = []
-        for start in range(0, N, MICRO * K):
+        for window, start in enumerate(range(0, N, MICRO * K)):
             xb, yb = x[start : start + MICRO * K], y[start : start + MICRO * K]
-            if policy == "drop" and len(xb) < MICRO * K:
+            if (policy == "drop" and len(xb) < MICRO * K) or window in skipped:
                 continue
             with tf.GradientTape() as tape:
                 loss = sparse_ce()(yb, model(xb, training=True))
@@ -68,6 +70,22 @@ def test_grad_norm_is_the_epoch_mean_of_each_update_gradient_norm(policy, replic
     assert max(max(e) - min(e) for e in norms) > 1e-2
     # Not an evaluation metric, and not there unless asked for.
     assert "grad_norm" not in model.evaluate(x, y, verbose=0, return_dict=True)
+
+
+def test_a_window_skipped_as_non_finite_is_left_out_of_the_mean():
+    # One NaN sample in the second window of each epoch: the dynamic LossScaleOptimizer skips
+    # that window (no update); grad_norm is the mean over the other windows, not NaN.
+    x, y = classification_data(n=N, seed=3)
+    x[40, 0] = np.nan  # the second window holds samples 32-63
+    reference, norms = _reference_norms(x, y, "apply", skipped={1})
+    model = ga_tfx.wrap_model(mlp(seed=5), accum_steps=K, log_grad_norm=True)
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    model.compile(optimizer, sparse_ce())
+    history = model.fit(x, y, batch_size=MICRO, epochs=EPOCHS, shuffle=False, verbose=0)
+
+    assert max_weight_diff(model, reference) <= 1e-5  # the NaN windows were skipped
+    want = [float(np.mean(epoch)) for epoch in norms]
+    np.testing.assert_allclose(history.history["grad_norm"], want, rtol=1e-5)
 
 
 def test_off_by_default_and_checked():
