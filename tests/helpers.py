@@ -4,8 +4,24 @@ import ga_tfx
 from ga_tfx._keras import keras, tf
 
 import numpy as np
+import pytest
 
 SEED = 1234
+# The components (Kubeflow steps) of the digits pipeline; "Tuner" only when it tunes.
+PIPELINE_COMPONENTS = frozenset(
+    {
+        "CsvExampleGen",
+        "StatisticsGen",
+        "ImportSchemaGen",
+        "ExampleValidator",
+        "DataCheck",
+        "Transform",
+        "Tuner",
+        "GradientAccumulationTrainer",
+        "Evaluator",
+        "Pusher",
+    }
+)
 
 
 def max_weight_diff(model_a, model_b):
@@ -49,8 +65,6 @@ def device_cases(names, slow_on_two_replicas=()):
     """``(name, distributed)`` parameters for a test run on one device and on 2 replicas, ids
     ``name-one_device`` / ``name-mirrored``. The 2-replica cases of ``slow_on_two_replicas``
     are in the slow tier (the fast tier keeps one 2-replica case per test)."""
-    import pytest
-
     return [
         pytest.param(
             name,

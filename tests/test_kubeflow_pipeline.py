@@ -41,6 +41,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 from tfx import version as tfx_version
 
+from tests.helpers import PIPELINE_COMPONENTS
+
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # TFX, tensorflow_transform and kfp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,18 +54,6 @@ CLUSTER_PATHS = dict(
     data_root="gs://example-bucket/digits",
     serving_model_dir="gs://example-bucket/serving",
 )
-ALL_STEPS = {
-    "CsvExampleGen",
-    "StatisticsGen",
-    "ImportSchemaGen",
-    "ExampleValidator",
-    "DataCheck",
-    "Transform",
-    "Tuner",
-    "GradientAccumulationTrainer",
-    "Evaluator",
-    "Pusher",
-}
 TRAINER = "GradientAccumulationTrainer"
 # The golden's options: the defaults of `ga-tfx compile --tune`.
 GOLDEN_OPTIONS = TrainingOptions(tune=True)
@@ -134,7 +124,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     assert spec.schema_version == "2.0.0"
     assert job["runtimeConfig"] == {"gcsOutputDirectory": CLUSTER_PATHS["pipeline_root"]}
     tasks = spec.root.dag.tasks
-    expected = ALL_STEPS if tune else ALL_STEPS - {"Tuner"}
+    expected = PIPELINE_COMPONENTS if tune else PIPELINE_COMPONENTS - {"Tuner"}
     assert set(tasks) == expected
     assert {task.component_ref.name for task in tasks.values()} == expected
     assert set(spec.components) == expected

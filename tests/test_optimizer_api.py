@@ -25,7 +25,9 @@ def _loss_and_grads(model, xb, yb):
     return tape.gradient(loss, model.trainable_variables)
 
 
-def _custom_loop(model, optimizer, x, y, micro, steps=None, start=0):
+def _step(model, optimizer):
+    """One custom-loop micro-step: its gradients and sample count to ``optimizer``."""
+
     @tf.function
     def step(xb, yb):
         grads = _loss_and_grads(model, xb, yb)
@@ -33,6 +35,11 @@ def _custom_loop(model, optimizer, x, y, micro, steps=None, start=0):
             zip(grads, model.trainable_variables), sample_count=tf.shape(xb)[0]
         )
 
+    return step
+
+
+def _custom_loop(model, optimizer, x, y, micro, steps=None, start=0):
+    step = _step(model, optimizer)
     applied = []
     for i in range(start, len(x) if steps is None else start + steps * micro, micro):
         applied.append(bool(step(x[i : i + micro], y[i : i + micro])))
@@ -77,14 +84,7 @@ def test_uneven_micro_batches_are_weighted_by_their_sample_count():
     optimizer = ga_tfx.GradientAccumulateOptimizer(
         keras.optimizers.SGD(0.1, momentum=0.9), accum_steps=K
     )
-
-    @tf.function
-    def step(xb, yb):
-        grads = _loss_and_grads(model, xb, yb)
-        return optimizer.apply_gradients(
-            zip(grads, model.trainable_variables), sample_count=tf.shape(xb)[0]
-        )
-
+    step = _step(model, optimizer)
     starts = np.cumsum([0] + sizes)
     applied = [bool(step(x[a:b], y[a:b])) for a, b in zip(starts[:-1], starts[1:])]
     assert applied == [False, False, False, True] * 3

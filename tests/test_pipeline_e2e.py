@@ -20,20 +20,10 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers import PIPELINE_COMPONENTS
+
 pytestmark = [pytest.mark.tfx]  # the TFX pipeline end to end
 
-ALL_COMPONENTS = {
-    "CsvExampleGen",
-    "StatisticsGen",
-    "ImportSchemaGen",
-    "ExampleValidator",
-    "DataCheck",
-    "Transform",
-    "Tuner",
-    "GradientAccumulationTrainer",
-    "Evaluator",
-    "Pusher",
-}
 OPTIONS = TrainingOptions(
     accum_steps=2,
     micro_batch_size=32,
@@ -77,7 +67,7 @@ def runs(tmp_path_factory):
 def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
     root, summary, _ = runs
     print("\n".join(summary.lines()))
-    assert set(summary.cached_components) == ALL_COMPONENTS - {
+    assert set(summary.cached_components) == PIPELINE_COMPONENTS - {
         "GradientAccumulationTrainer",
         "Evaluator",
         "Pusher",
@@ -132,7 +122,7 @@ def test_pushed_model_answers_serialized_examples(runs):
 @pytest.mark.slow  # three pipeline runs (the module's store)
 def test_third_run_is_served_from_the_cache(runs):
     _, resumed, cached = runs
-    assert set(cached.cached_components) == ALL_COMPONENTS
+    assert set(cached.cached_components) == PIPELINE_COMPONENTS
     assert cached.pushed_model == resumed.pushed_model
     assert cached.metrics == resumed.metrics
 

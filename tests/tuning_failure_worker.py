@@ -25,7 +25,8 @@ import os
 import time
 
 import keras_tuner as kt
-import numpy as np
+
+from tests.helpers import classification_data
 
 SPACE = {
     "accum_steps": [1, 2, 4],
@@ -70,11 +71,7 @@ def build_model(hp):
 
 
 def data():
-    rng = np.random.default_rng(0)
-    return (
-        rng.normal(size=(SAMPLES, 8)).astype("float32"),
-        rng.integers(0, 3, SAMPLES).astype("int64"),
-    )
+    return classification_data(n=SAMPLES, seed=0)
 
 
 def make_tuner(directory, trials_file):
