@@ -610,6 +610,7 @@ def test_pipeline_with_the_trainer_compiles_for_kubeflow_v2(tmp_path):
     } <= set(parameters)
 
 
+@pytest.mark.slow  # a Trainer run and export; the library tests of mixed precision stay fast
 def test_mixed_precision_policy_trains_and_is_restored(tmp_path):
     before = keras.mixed_precision.global_policy().name
     serving_dir, run_dir = _run(

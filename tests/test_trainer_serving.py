@@ -60,6 +60,7 @@ def test_serving_default_returns_outputs_and_needs_no_raw_label(tmp_path):
     assert answer["outputs"].shape == (8, 2)
 
 
+@pytest.mark.slow  # a Trainer run and export; the default signature stays fast
 def test_a_module_serving_function_is_used(tmp_path):
     module = _module(tmp_path, taxi.MODEL_MODULE + SERVING_FN, name="with_serving.py")
     serving_dir, _ = _run(

@@ -145,11 +145,11 @@ def test_a_nan_trial_and_an_out_of_memory_trial_fail_alone_and_the_search_goes_o
 @pytest.mark.parametrize(
     "tuner_class, kwargs",
     [
-        (kt.BayesianOptimization, {"max_trials": 3}),
+        pytest.param(kt.BayesianOptimization, {"max_trials": 3}, marks=pytest.mark.slow),
         pytest.param(
             kt.Hyperband,
             {"max_epochs": 2, "factor": 2, "hyperband_iterations": 1},
-            marks=pytest.mark.slow,  # Hyperband's brackets: the most trials of the searches
+            marks=pytest.mark.slow,  # other tuners in the slow tier: RandomSearch is fast
         ),
     ],
     ids=["bayesian", "hyperband"],
