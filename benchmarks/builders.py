@@ -174,8 +174,9 @@ def set_logical_cpus(tf, count: int) -> None:
         )
 
 
-def build_model(cfg: Config, b: int, k: int, first_layer=None):
-    """The (uncompiled for the bound, else compiled) Keras model of ``cfg``."""
+def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None):
+    """The (uncompiled for the bound, else compiled) Keras model of ``cfg`` for epochs of ``n``
+    samples."""
     keras, _ = frameworks.load(cfg.framework)
     bn_factory = None
     if cfg.bn == "ga_tfx":
@@ -212,7 +213,7 @@ def build_model(cfg: Config, b: int, k: int, first_layer=None):
         ),
         loss=loss_fn(keras),
         jit_compile=cfg.jit,
-        steps_per_execution=k if cfg.steps_per_execution else 1,
+        steps_per_execution=cfg.steps_per_execution(n, b, k),
     )
     return model
 
@@ -223,7 +224,7 @@ def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
     keras, tf = frameworks.load(cfg.framework)
     if cfg.kind == "loop":
         return LoopSlot(keras, tf, cfg, b, k, x, y, first_layer=first_layer)
-    model = build_model(cfg, b, k, first_layer=first_layer)
+    model = build_model(cfg, b, k, len(x), first_layer=first_layer)
     if cfg.kind in ("bound", "bound_data"):
         return BoundSlot(
             tf, model, loss_fn(keras), x, y, b, cfg.jit, from_dataset=cfg.kind == "bound_data"

@@ -20,6 +20,9 @@ CLASSES = 10
 CONV_CHANNELS = (16, 32, 32)
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
+# Config.execution_windows: all the windows of an epoch in one call of the train function, as
+# the bound runs an epoch in one call.
+EPOCH_WINDOWS = -1
 
 # Measuring processes ("hosts"). The main process runs Keras 2; Keras 3 needs its own process,
 # and its ga_tfx partner runs in a Keras 2 subprocess so that both sides of that pair pay the
@@ -62,7 +65,11 @@ class Config:
       big_batch: ``fit`` at ``K·b`` instead of ``b``.
       jit: ``compile(jit_compile=True)`` (``tf.function(jit_compile=True)`` for the bound).
       bn: the BatchNormalization layer: Keras', ga_tfx's or the anchor's AccumBatchNormalization.
-      steps_per_execution: ``compile(steps_per_execution=K)``.
+      execution_windows: ``compile(steps_per_execution=execution_windows·K)``: that many
+        windows of ``K`` micro-batches per call of the train function (for plain Keras: that
+        many ``K``-step executions); ``EPOCH_WINDOWS``: an epoch's micro-batches; 0:
+        ``steps_per_execution`` unset (plain Keras: 1 step per call; ga_tfx: one window per
+        call).
       replicas: replicas of a ``"loop"`` configuration (``MirroredStrategy`` over that many
         logical CPU devices of its host; 1: no strategy).
     """
@@ -75,7 +82,7 @@ class Config:
     big_batch: bool = False
     jit: bool = False
     bn: str = "keras"
-    steps_per_execution: bool = False
+    execution_windows: int = 0
     replicas: int = 1
 
     def __post_init__(self):
@@ -106,6 +113,13 @@ class Config:
     def batch_size(self, b: int, k: int) -> int:
         """The ``batch_size`` that ``fit`` gets: ``K·b`` for big-batch training, else ``b``."""
         return b * k if self.big_batch else b
+
+    def steps_per_execution(self, n: int, b: int, k: int) -> int:
+        """The ``steps_per_execution`` that ``compile`` gets for an epoch of ``n`` samples (1:
+        Keras' default, which ga_tfx reads as one window)."""
+        if self.execution_windows == EPOCH_WINDOWS:
+            return n // b
+        return k * self.execution_windows if self.execution_windows else 1
 
     def updates_per_epoch(self, n: int, b: int, k: int) -> int:
         """Optimizer updates in one epoch of ``n`` samples (0 for the bound: no optimizer)."""
@@ -164,7 +178,18 @@ def _declare():
             replicas=2,
         ),
         Config("keras3_plain_b", "Keras 3 plain @ b [own process; context]", host=KERAS3_HOST),
-        Config("plain_b_spe", "plain Keras @ b, steps_per_execution=K", steps_per_execution=True),
+        Config("plain_b_spe", "plain Keras @ b, steps_per_execution=K", execution_windows=1),
+        Config(
+            "plain_b_spe_epoch",
+            "plain Keras @ b, steps_per_execution = an epoch's micro-batches",
+            execution_windows=EPOCH_WINDOWS,
+        ),
+        Config(
+            "ga_tfx_spe_epoch",
+            "ga_tfx @ (b, K), steps_per_execution = an epoch's micro-batches",
+            wrapper="ga_tfx",
+            execution_windows=EPOCH_WINDOWS,
+        ),
         Config(
             "ga_tfx_accumbn",
             "ga_tfx @ (b, K) + ga_tfx AccumBatchNormalization",
@@ -199,6 +224,11 @@ ADJACENT = (
 # The comparisons the report leads with: (numerator, denominator, what it answers).
 PAIRS = (
     ("ga_tfx", "bound", "ga_tfx vs the bound (goal ≥ 0.97)"),
+    (
+        "ga_tfx_spe_epoch",
+        "bound",
+        "ga_tfx, steps_per_execution = an epoch, vs the bound (goal ≥ 0.97)",
+    ),
     ("ga_tfx", "plain_b", "ga_tfx vs plain Keras @ b"),
     ("ga_tfx", "anchor", "ga_tfx vs gradient-accumulator (goal > 1)"),
     ("ga_tfx_sub", "keras3_ga", "ga_tfx vs Keras 3 built-in, both in own processes (goal > 1)"),
@@ -207,6 +237,12 @@ PAIRS = (
     ("ga_tfx", "bound_data", "ga_tfx vs the bound with micro-batches from a tf.data iterator"),
     ("bound_data", "bound", "the bound: tf.data iterator vs sliced tensor"),
     ("ga_tfx", "plain_b_spe", "ga_tfx vs plain Keras @ b, steps_per_execution=K"),
+    (
+        "ga_tfx_spe_epoch",
+        "plain_b_spe_epoch",
+        "ga_tfx vs plain Keras @ b, both steps_per_execution = an epoch",
+    ),
+    ("ga_tfx_spe_epoch", "ga_tfx", "ga_tfx: steps_per_execution = an epoch vs one window"),
     ("ga_tfx_xla", "ga_tfx", "ga_tfx: XLA vs not"),
     ("plain_b_xla", "plain_b", "plain Keras @ b: XLA vs not"),
     ("plain_Kb_xla", "plain_Kb", "plain Keras @ K·b: XLA vs not"),

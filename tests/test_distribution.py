@@ -136,3 +136,22 @@ def test_gradients_are_all_reduced_once_per_update():
         plain.compile(keras.optimizers.Adam(1e-2), sparse_ce())
     _fit(plain, x, y, MICRO, epochs=2)
     assert int(plain_counting.executed.numpy()) == 32
+
+
+def test_several_windows_per_execution_under_mirrored_reduce_once_per_update():
+    """steps_per_execution = 2K on 2 replicas: big-batch weights, one all-reduce per update
+    (the in-loop updates included), the epoch's short last window applied."""
+    x, y = _data(n=92)  # 16 micro-batches: executions of 8 and 8, the last window short
+    counting = CountingReduction()
+    strategy = _two_replicas(counting)
+    make_optimizer = lambda: keras.optimizers.SGD(0.1, momentum=0.9)
+    with strategy.scope():
+        mirrored = ga_tfx.wrap_model(_embedding_mlp(), accum_steps=K)
+        mirrored.compile(make_optimizer(), sparse_ce(), steps_per_execution=2 * K)
+    _fit(mirrored, x, y, MICRO, epochs=2)
+    big = _embedding_mlp()
+    big.compile(make_optimizer(), sparse_ce())
+    _fit(big, x, y, MICRO * K, epochs=2)
+    assert iterations(mirrored.optimizer) == 8
+    assert int(counting.executed.numpy()) == 8
+    assert max_weight_diff(big, mirrored) <= TOLERANCE

@@ -3,6 +3,7 @@
 import ga_tfx
 from ga_tfx._keras import keras
 
+import numpy as np
 import pytest
 
 from tests.helpers import mlp
@@ -69,11 +70,18 @@ def test_wrapping_twice_is_refused():
         ga_tfx.wrap_model(model, accum_steps=2)
 
 
-def test_steps_per_execution_belongs_to_the_engine():
+@pytest.mark.parametrize("bad", [3, 6, 0, -4, 8.0, True, "8"])
+def test_steps_per_execution_must_be_whole_windows(bad):
     model = ga_tfx.wrap_model(mlp(), accum_steps=4)
-    with pytest.raises(ValueError, match="steps_per_execution=3 is not supported"):
-        model.compile("sgd", "mse", steps_per_execution=3)
-    model.compile("sgd", "mse", steps_per_execution=4)  # the same value is fine
+    with pytest.raises(ValueError, match=rf"steps_per_execution={bad!r} .* a multiple of 4 \(4, 8"):
+        model.compile("sgd", "mse", steps_per_execution=bad)
+
+
+@pytest.mark.parametrize("steps, expected", [(None, 4), (1, 4), (4, 4), (8, 8), (np.int64(12), 12)])
+def test_steps_per_execution_counts_micro_batches_in_whole_windows(steps, expected):
+    model = ga_tfx.wrap_model(mlp(), accum_steps=4)
+    model.compile("sgd", "mse", steps_per_execution=steps)
+    assert int(model._steps_per_execution.numpy()) == expected
 
 
 def test_model_without_trainable_variables():

@@ -177,3 +177,63 @@ def test_train_on_batch_treats_its_batch_as_one_window():
     assert iterations(model.optimizer) == iterations(plain.optimizer) == 2
     assert max_weight_diff(plain, model) <= TOLERANCE
     assert max_weight_diff(plain, mlp()) > 1e-3  # the weights moved
+
+
+class _BatchEnds(keras.callbacks.Callback):
+    """Counts Keras' batch-end calls: one per call of the train function (an execution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.count += 1
+
+
+# 86 samples = 15 micro-batches per epoch. With steps_per_execution = 2K = 8, an epoch is one
+# execution of 8 micro-batches (2 updates) and one of 7 (1 update + the partial window); carry
+# makes later epochs start with the short execution that completes the pending window.
+@pytest.mark.parametrize("policy", ["apply", "drop", "carry"])
+def test_several_windows_per_execution_match_their_big_batch_definition(policy):
+    x, y = classification_data(n=86)
+    make_optimizer = lambda: keras.optimizers.SGD(0.1, momentum=0.9)
+    windows = _windows(x, y, MICRO, K, epochs=3, policy=policy)
+    reference = _train_on_windows(windows, make_optimizer)
+    model = ga_tfx.wrap_model(mlp(), accum_steps=K, partial_window=policy)
+    model.compile(make_optimizer(), sparse_ce(), steps_per_execution=2 * K)
+    ends = _BatchEnds()
+    history = model.fit(
+        x, y, batch_size=MICRO, epochs=3, shuffle=False, verbose=0, callbacks=[ends]
+    )
+    assert iterations(model.optimizer) == len(windows)
+    assert max_weight_diff(reference, model) <= TOLERANCE
+    if policy != "carry":
+        assert ends.count == 3 * 2  # two executions per epoch, not one per window
+    # The loss is every micro-batch's, as with one window per execution.
+    one_window = _train_accumulating(x, y, policy, epochs=3, make_optimizer=make_optimizer)
+    assert history.history["loss"] == pytest.approx(one_window.history.history["loss"], rel=1e-5)
+    assert max_weight_diff(one_window, model) <= TOLERANCE
+    assert int(model._steps_per_execution.numpy()) == 2 * K
+
+
+@pytest.mark.parametrize("steps_per_execution", [K, 2 * K])
+@pytest.mark.parametrize("policy", ["apply", "drop", "carry"])
+def test_data_that_ends_inside_an_execution_ends_the_window_by_the_policy(
+    policy, steps_per_execution
+):
+    """steps_per_epoch beyond the data (Keras stops the epoch when next() finds no more): the
+    micro-batches before the end form the epoch's last window, applied, dropped or carried
+    (and applied when fit returns) as an epoch end's would be."""
+    x, y = classification_data(n=86)
+    batches = _micro_batches(x, y, MICRO)
+    signature = (tf.TensorSpec((None, 8), tf.float32), tf.TensorSpec((None,), tf.int64))
+    dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=signature)
+    make_optimizer = lambda: keras.optimizers.SGD(0.1, momentum=0.9)
+    model = ga_tfx.wrap_model(mlp(), accum_steps=K, partial_window=policy)
+    model.compile(make_optimizer(), sparse_ce(), steps_per_execution=steps_per_execution)
+    model.fit(dataset, steps_per_epoch=24, epochs=1, verbose=0)  # the data has 15
+    windows = _windows(x, y, MICRO, K, epochs=1, policy=policy)
+    reference = _train_on_windows(windows, make_optimizer)
+    assert iterations(model.optimizer) == len(windows) == (3 if policy == "drop" else 4)
+    assert max_weight_diff(reference, model) <= TOLERANCE
+    assert model.train_function.pending() == 0

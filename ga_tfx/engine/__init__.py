@@ -3,14 +3,15 @@
 How it works
 ------------
 ``fit`` sees micro-batches (``batch_size`` is the micro-batch size, a ``tf.data`` dataset
-yields micro-batches). The engine compiles the model with ``steps_per_execution=accum_steps``,
-so Keras' data handler hands each call of the train function one *window* of up to ``K``
-micro-batches. Inside one ``tf.function`` the window is a ``tf.while_loop``
-(``parallel_iterations=1``: one micro-batch's activations are alive at a time) that, per
-micro-batch ``i`` of ``n_i`` samples, computes the gradient ``g_i`` of the compiled loss and
-adds ``n_i · g_i`` to replica-local float32 buffers. After the loop the buffers are all-reduced
-once, divided by ``N = Σ n_i`` (all replicas), optionally clipped with AGC, and applied with
-one unconditional ``optimizer.apply_gradients``. So:
+yields micro-batches). The engine compiles the model with ``steps_per_execution=accum_steps``
+(or a multiple ``m·K`` that the user asks for), so Keras' data handler hands each call of the
+train function one *window* of up to ``K`` micro-batches (or ``m`` windows). Inside one
+``tf.function`` a window is a ``tf.while_loop`` (``parallel_iterations=1``: one micro-batch's
+activations are alive at a time) that, per micro-batch ``i`` of ``n_i`` samples, computes the
+gradient ``g_i`` of the compiled loss and adds ``n_i · g_i`` to replica-local float32 buffers.
+After the window the buffers are all-reduced once, divided by ``N = Σ n_i`` (all replicas),
+optionally clipped with AGC, and applied with one unconditional ``optimizer.apply_gradients``.
+So:
 
 * the update is the gradient of the mean loss over all ``N`` samples of the window (sample and
   class weights included, regularisation counted once): big-batch training, also for uneven
@@ -60,6 +61,7 @@ from ga_tfx.engine.step import (  # noqa: F401  (re-exported)
 )
 
 import inspect
+import numbers
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -92,6 +94,8 @@ class AccumulationEngine(WindowStep):
         self._accum_steps = _validation.check_accum_steps(accum_steps)
         self._log_grad_norm = _validation.LOG_GRAD_NORM.check("log_grad_norm", log_grad_norm)
         self._partial_window = _validation.check_partial_window(partial_window)
+        # Micro-batches per call of the train function: one window until compile says more.
+        self._execution_steps = self._accum_steps
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
         self._agc_settings = {
             "agc_clip_factor": agc_clip_factor,
@@ -154,21 +158,21 @@ class AccumulationEngine(WindowStep):
 
     # ------------------------------------------------------------------ Keras overrides
     def compile(self, *args: Any, **kwargs: Any) -> None:
-        """``keras.Model.compile``; ``steps_per_execution`` is owned by the engine (= ``K``).
+        """``keras.Model.compile``; ``steps_per_execution`` counts micro-batches and is a whole
+        number of windows.
 
-        ``run_eagerly=True`` runs every micro-batch eagerly; ``jit_compile=True`` compiles each
-        micro-batch's step and each window's update with XLA (as Keras compiles its
-        ``train_step``). A wrapped model that overrides ``train_step`` is compiled with the same
-        arguments (and the same optimizer instance), so that its ``train_step`` finds its loss,
-        metrics and optimizer; one that also overrides ``compile`` is refused (ValueError).
+        ``steps_per_execution``: ``None`` or ``1`` (default) runs one window of ``K``
+        micro-batches per call of the train function, so batch-level callbacks run once per
+        update; a multiple ``m·K`` runs ``m`` windows (``m`` updates) per call, as Keras'
+        ``steps_per_execution`` runs several steps per call: fewer host round trips, callbacks
+        every ``m`` updates. ``run_eagerly=True`` runs every micro-batch eagerly;
+        ``jit_compile=True`` compiles each micro-batch's step and each window's update with XLA
+        (as Keras compiles its ``train_step``). A wrapped model that overrides ``train_step`` is
+        compiled with the same arguments (and the same optimizer instance), so that its
+        ``train_step`` finds its loss, metrics and optimizer; one that also overrides ``compile``
+        is refused (ValueError).
         """
-        steps_per_execution = kwargs.pop("steps_per_execution", None)
-        if steps_per_execution not in (None, 1, self._accum_steps):
-            raise ValueError(
-                f"steps_per_execution={steps_per_execution!r} is not supported on a gradient "
-                f"accumulation model: the engine runs one window of accum_steps="
-                f"{self._accum_steps} micro-batches per execution. Leave it unset."
-            )
+        self._execution_steps = self._check_execution_steps(kwargs.pop("steps_per_execution", None))
         owner = self._train_step_model()
         inner = owner if owner is not None and owner is not self else None
         if inner is not None and type(inner).compile is not keras.Model.compile:
@@ -177,7 +181,7 @@ class AccumulationEngine(WindowStep):
                 "its compile too (e.g. a GAN compiled with several optimizers), so the "
                 "wrapper cannot tell which optimizer's updates to accumulate.",
             )
-        super().compile(*args, steps_per_execution=self._accum_steps, **kwargs)
+        super().compile(*args, steps_per_execution=self._execution_steps, **kwargs)
         if inner is not None:
             arguments = inspect.signature(keras.Model.compile).bind(inner, *args, **kwargs)
             arguments.arguments["optimizer"] = self.optimizer  # one optimizer, one state
@@ -186,6 +190,22 @@ class AccumulationEngine(WindowStep):
                 **{k: v for k, v in arguments.arguments.items() if k != "kwargs"},
                 **arguments.arguments.get("kwargs", {}),
             )
+
+    def _check_execution_steps(self, steps: Any) -> int:
+        """``steps_per_execution`` in micro-batches: ``K`` for ``None``/``1``, else a positive
+        multiple of ``K`` (whole windows), or a ValueError naming the value."""
+        k = self._accum_steps
+        whole = isinstance(steps, numbers.Integral) and not isinstance(steps, bool)
+        if steps is None or (whole and steps == 1):
+            return k
+        if whole and steps > 0 and steps % k == 0:
+            return int(steps)
+        raise ValueError(
+            f"steps_per_execution={steps!r} is not supported on a gradient accumulation model "
+            f"with accum_steps={k}: it counts micro-batches and must be a whole number of "
+            f"windows, a multiple of {k} ({k}, {2 * k}, ...; {k} runs one update per call of the "
+            "train function), or left unset."
+        )
 
     def compile_from_config(self, config: Dict[str, Any]) -> None:
         """Re-compiles a model loaded from the Keras format (optimizer state is then restored)."""
@@ -216,6 +236,17 @@ class AccumulationEngine(WindowStep):
                 "(counted in micro-batches), e.g. with a repeated dataset, or give the dataset a "
                 "length with tf.data.experimental.assert_cardinality."
             ) from error
+
+    def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
+        """``keras.Model.train_on_batch``: the batch is one micro-batch, its execution one
+        micro-batch long; with ``partial_window="apply"`` it is applied as one update."""
+        if not self._engine_active():
+            return super().train_on_batch(*args, **kwargs)
+        internals.set_steps_per_execution(self, 1)
+        try:
+            return super().train_on_batch(*args, **kwargs)
+        finally:
+            internals.set_steps_per_execution(self, self._execution_steps)
 
     def make_train_function(self, force: bool = False) -> Callable[[Any], Any]:
         """Keras' train function: a :class:`~ga_tfx.engine.loop.WindowLoop` (one window per

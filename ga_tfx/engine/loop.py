@@ -1,18 +1,26 @@
-"""The loop: how the step functions run, one window per call of the train function.
+"""The loop: how the step functions run, whole windows per call of the train function.
 
 The engine's counterpart of Keras' ``make_train_function``. :class:`WindowLoop` is the train
 function of an accumulation model: Keras' data handler calls it once per execution of
-``steps_per_execution = K`` micro-batches, i.e. once per window. It
+``steps_per_execution`` micro-batches: ``K`` (one window, the default) or ``m·K`` (``m``
+windows). Per call it
 
-* takes up to ``K`` micro-batches from the iterator in a ``tf.while_loop`` (the first with
-  ``next``, so an exhausted iterator ends the epoch as in Keras; the rest with
-  ``get_next_as_optional``, so a short last window is kept), running
-  :meth:`~ga_tfx.engine.step.WindowStep._accumulate_micro_batch` on each under
-  ``strategy.run``;
-* decides what to do with the window (``partial_window``): ``"apply"`` always applies, in the
-  same traced function; ``"drop"`` and ``"carry"`` read the window's size on the host and apply
-  a full window, discard a short one (drop) or keep it pending (carry);
-* counts the update in Keras' train counter after it is applied.
+* completes the window in progress (``K - pending`` micro-batches, usually ``K``), then, while
+  the execution has micro-batches left, applies that window and fills the next one; every
+  micro-batch comes from ``next(iterator)`` in ``tf.range`` loops (``parallel_iterations=1``:
+  one micro-batch's activations alive at a time) and runs
+  :meth:`~ga_tfx.engine.step.WindowStep._accumulate_micro_batch` under ``strategy.run``; a
+  window is applied inside the loop only once it is known to be complete, so no update ever
+  runs under a data-dependent conditional;
+* decides what to do with the execution's last window (``partial_window``): ``"apply"``
+  always applies it, in the same traced function; ``"drop"`` and ``"carry"`` read its size on
+  the host and apply a full window, discard a short one (drop) or keep it pending (carry);
+* counts each update in Keras' train counter after it is applied.
+
+Data that ends inside an execution (``steps_per_epoch`` larger than the data) raises from
+``next`` as in Keras; the micro-batches before it are in the buffers and counted, and the call
+ends their window by the policy (applied, dropped, or kept for the next ``fit``) before the
+error reaches Keras, which ends the epoch.
 
 As Keras' ``make_train_function`` does for ``train_step``: with ``run_eagerly`` nothing is
 traced (every micro-batch runs eagerly, ``print``/``pdb`` work in layers); with ``jit_compile``
@@ -83,21 +91,35 @@ class WindowLoop:
 
     def __call__(self, iterator: Any) -> Any:
         model = self._model
-        logs = self._run_window(iterator)
+        try:
+            logs = self._run_window(iterator)
+        except (StopIteration, tf.errors.OutOfRangeError):
+            # The data ended inside this execution: its last window is the epoch's last.
+            self._end_last_window()
+            raise
         if self._policy != "apply":
-            # drop / carry: the decision needs the window's size, read on the host.
-            pending = self.pending()
-            if pending >= model.accum_steps:
-                self._finish()
-                internals.set_steps_per_execution(model, model.accum_steps)
-            elif self._policy == "drop":
-                self._discard()
-            # carry: keep the partial window; CarryAlignment realigns the next epoch.
+            self._end_last_window()
         tracker = model.gradient_norm_metric
         if tracker is not None:
-            # The logs were taken at the window's last micro-batch, before its update.
+            # The logs were taken at the last micro-batch, before the last update.
             logs = dict(logs, grad_norm=tracker.result())
         return logs
+
+    def _end_last_window(self) -> None:
+        """Host side, after an execution: a full pending window is applied (and the next
+        execution is whole windows again); a short one is applied if the policy is ``"apply"``
+        (the traced function has already done so unless the data ended), discarded if
+        ``"drop"``, kept if ``"carry"``."""
+        model = self._model
+        pending = self.pending()
+        if pending == 0:
+            return
+        if pending >= model.accum_steps or self._policy == "apply":
+            self._finish()
+            internals.set_steps_per_execution(model, model._execution_steps)
+        elif self._policy == "drop":
+            self._discard()
+        # carry: keep the partial window; CarryAlignment realigns the next epoch.
 
     def pending(self) -> int:
         """Micro-batches accumulated and not yet applied (host integer)."""
@@ -110,29 +132,48 @@ class WindowLoop:
 
     # ------------------------------------------------------------------ traced pieces
     def _run_micro_batch(self, data: Any) -> Any:
+        """Cross-replica: one micro-batch on every replica, then counts it in the window."""
         model = self._model
         strategy = model.distribute_strategy
         outputs = strategy.run(self._micro_batch_step, args=(data,))
-        return internals.reduce_per_replica(outputs, strategy, model.distribute_reduction_method)
+        logs = internals.reduce_per_replica(outputs, strategy, model.distribute_reduction_method)
+        with tf.control_dependencies(tf.nest.flatten(logs)):
+            model.gradient_accumulator.micro_steps.assign_add(1)
+        return logs
+
+    def _fill(self, iterator: Any, count: Any, logs: Any) -> Any:
+        """Cross-replica: ``count`` more micro-batches into the window; the last one's logs."""
+        for _ in tf.range(count):
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            logs = self._run_micro_batch(next(iterator))
+        return logs
 
     def _train_window(self, iterator: Any) -> Any:
-        """Cross-replica: accumulates up to ``steps_per_execution`` micro-batches.
+        """Cross-replica: one execution of ``steps_per_execution`` micro-batches.
 
-        Returns the logs of the last micro-batch.
+        Completes the pending window, then applies each window that is complete while the
+        execution has micro-batches left for the next one. Leaves the execution's last window
+        (complete or not) pending. Returns the logs of the last micro-batch.
         """
         model = self._model
+        steps = model.gradient_accumulator.micro_steps
+        window = tf.constant(model.accum_steps, tf.int64)
+        execution = tf.cast(internals.steps_per_execution(model), tf.int64)
+        # The first micro-batch outside the loops: an exhausted iterator ends the epoch here,
+        # and the logs have their structure before the loops carry them.
         logs = self._run_micro_batch(next(iterator))
-        count = tf.constant(1, tf.int64)
-        window = tf.cast(internals.steps_per_execution(model), tf.int64)
-        while count < window:
+        done = tf.constant(1, tf.int64)
+        count = tf.minimum(window - steps.read_value(), execution - done)
+        logs = self._fill(iterator, count, logs)
+        done += count
+        # Here the window is complete unless the execution is used up (count was capped).
+        while done < execution:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            optional = iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            logs = self._run_micro_batch(optional.get_value())
-            count += 1
-        with tf.control_dependencies(tf.nest.flatten(logs)):
-            model.gradient_accumulator.micro_steps.assign_add(count)
+            with tf.control_dependencies(tf.nest.flatten(logs)):
+                self._finish_window()
+            count = tf.minimum(window, execution - done)
+            logs = self._fill(iterator, count, logs)
+            done += count
         return logs
 
     def _finish_window(self) -> None:
@@ -158,8 +199,8 @@ class CarryAlignment(keras.callbacks.Callback):
     """``partial_window="carry"``: the first execution of an epoch completes the pending window.
 
     At ``on_epoch_begin`` it sets ``steps_per_execution`` to ``K - pending`` (Keras' data handler
-    reads it for the next execution); the train function sets it back to ``K`` once the window
-    is applied. A window still pending when ``fit`` ends is applied then.
+    reads it for the next execution); the train function sets it back to the compiled value
+    once the window is applied. A window still pending when ``fit`` ends is applied then.
     """
 
     def __init__(self, model: Any) -> None:
@@ -172,10 +213,13 @@ class CarryAlignment(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         model = self._ga_model
-        internals.set_steps_per_execution(model, model.accum_steps - self._pending())
+        pending = self._pending()
+        internals.set_steps_per_execution(
+            model, model.accum_steps - pending if pending else model._execution_steps
+        )
 
     def on_train_end(self, logs: Any = None) -> None:
         model = self._ga_model
         if isinstance(model.train_function, WindowLoop):
             model.train_function.flush()
-        internals.set_steps_per_execution(model, model.accum_steps)
+        internals.set_steps_per_execution(model, model._execution_steps)
