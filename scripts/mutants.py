@@ -153,9 +153,21 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.carry_not_realigned",
-        "internals.set_steps_per_execution(model, model.accum_steps - self._pending())",
-        "internals.set_steps_per_execution(model, model.accum_steps)",
-        ("tests/test_windows.py", "-k", "policies"),
+        "model, model.accum_steps - pending if pending else model._execution_steps",
+        "model, model._execution_steps",
+        ("tests/test_windows.py", "-k", "policies or whole_window"),
+    ),
+    Mutation(
+        "engine.windows_inside_an_execution_not_applied",
+        "                self._finish_window()\n",
+        "                pass\n",
+        ("tests/test_windows.py", "-k", "several_windows"),
+    ),
+    Mutation(
+        "engine.data_end_leaves_the_window_pending",
+        "            self._end_last_window()\n            raise",
+        "            raise",
+        ("tests/test_windows.py", "-k", "ends_inside"),
     ),
     # ---- the accumulator and the optimizer wrapper
     Mutation(

@@ -237,3 +237,31 @@ def test_data_that_ends_inside_an_execution_ends_the_window_by_the_policy(
     assert iterations(model.optimizer) == len(windows) == (3 if policy == "drop" else 4)
     assert max_weight_diff(reference, model) <= TOLERANCE
     assert model.train_function.pending() == 0
+
+
+class _WindowAtBatchEnd(keras.callbacks.Callback):
+    """At every batch end: the micro-batches pending in the window, and the updates so far."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen.append((self.model.train_function.pending(), iterations(self.model.optimizer)))
+
+
+def test_carry_keeps_every_execution_a_whole_window():
+    """With carry, an epoch's first execution completes the pending window (K - pending
+    micro-batches), so each batch end but an epoch's last follows exactly one update and
+    sees empty buffers: a checkpoint taken there holds no half window."""
+    x, y = classification_data(n=86)  # 15 micro-batches per epoch: 3 left pending after epoch 1
+    model = ga_tfx.wrap_model(mlp(), accum_steps=K, partial_window="carry")
+    model.compile(keras.optimizers.SGD(0.1), sparse_ce())
+    probe = _WindowAtBatchEnd()
+    model.fit(x, y, batch_size=MICRO, epochs=3, shuffle=False, verbose=0, callbacks=[probe])
+    # Epoch 1: 4+4+4+3; epoch 2: 1 (completes), 4, 4, 4, 2 left; epoch 3: 2, 4, 4, 4, 1 left.
+    assert probe.seen == [
+        (0, 1), (0, 2), (0, 3), (3, 3),
+        (0, 4), (0, 5), (0, 6), (0, 7), (2, 7),
+        (0, 8), (0, 9), (0, 10), (0, 11), (1, 11),
+    ]  # fmt: skip
