@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from benchmarks import frameworks
-from benchmarks.configs import LEARNING_RATE, MOMENTUM, Config, conv_net, loss_fn
+from benchmarks.configs import BOUND_KINDS, LEARNING_RATE, MOMENTUM, Config, conv_net, loss_fn
 from benchmarks.memory import clocks, tensor_peak_mib, tensor_peak_start
 
 
@@ -85,19 +85,23 @@ class BoundSlot:
     these CPUs (XLA:CPU runs a while loop of convolutions slowly), so it would not be a bound.
     """
 
-    def __init__(self, tf, model, loss, x, y, b, jit, from_dataset=False):
+    def __init__(self, tf, model, loss, x, y, b, jit, feed="bound"):
         self.tf = tf
         n_micro = len(x) // b
         xs = tf.reshape(x, (n_micro, b) + tuple(x.shape[1:]))
         ys = tf.reshape(y, (n_micro, b))
         variables = model.trainable_variables
-        # from_dataset: each micro-batch from a tf.data iterator (one element per micro-batch,
-        # prefetched as fit's data handler does) instead of sliced from the tensor.
-        dataset = (
-            tf.data.Dataset.from_tensor_slices((xs, ys)).prefetch(tf.data.AUTOTUNE)
-            if from_dataset
-            else None
-        )
+        # feed: "bound" slices each micro-batch from the tensor; "bound_data" reads it from a
+        # tf.data iterator (one element per micro-batch, prefetched), made inside the timed
+        # call; "bound_fit_data" from the iterator of the data handler fit builds for (x, y)
+        # with batch_size=b, shuffle=False, made before the timed call as fit makes it before
+        # its first epoch-begin callback.
+        from_iterator = feed != "bound"
+        if feed == "bound_data":
+            dataset = tf.data.Dataset.from_tensor_slices((xs, ys)).prefetch(tf.data.AUTOTUNE)
+            self._iterator = lambda: iter(dataset)
+        elif feed == "bound_fit_data":
+            self._iterator = lambda: _fit_data_iterator(model, x, y, b)
 
         @tf.function(jit_compile=jit)
         def forward_backward(x_micro, y_micro):
@@ -112,16 +116,34 @@ class BoundSlot:
                 # One micro-batch at a time, as accumulation is for: the default (10 loop
                 # iterations in flight) keeps several micro-batches' activations alive.
                 tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-                x_micro, y_micro = next(iterator) if from_dataset else (xs[i], ys[i])
+                x_micro, y_micro = next(iterator) if from_iterator else (xs[i], ys[i])
                 total = [t + g for t, g in zip(total, forward_backward(x_micro, y_micro))]
             return total
 
         # The results are ready when the call returns (CPU execution is synchronous);
         # reading one makes sure.
-        self.run = lambda: epoch(iter(dataset) if dataset is not None else None)[0].numpy()
+        self._epoch = epoch
+        self._feed = feed
 
     def run_epoch(self) -> Timing:
-        return _timed(self.tf, self.run)
+        if self._feed == "bound":
+            return _timed(self.tf, lambda: self._epoch(None)[0].numpy())
+        if self._feed == "bound_data":
+            return _timed(self.tf, lambda: self._epoch(self._iterator())[0].numpy())
+        iterator = self._iterator()
+        return _timed(self.tf, lambda: self._epoch(iterator)[0].numpy())
+
+
+def _fit_data_iterator(model, x, y, b):
+    """The iterator of one epoch of the data handler that Keras 2's ``fit(x, y, batch_size=b,
+    shuffle=False)`` builds (tf-keras' own ``data_adapter``, not a copy of its pipeline)."""
+    from tf_keras.src.engine import data_adapter
+
+    handler = data_adapter.get_data_handler(
+        x=x, y=y, batch_size=b, shuffle=False, epochs=1, model=model
+    )
+    for _, iterator in handler.enumerate_epochs():
+        return iterator
 
 
 class LoopSlot:
@@ -190,7 +212,7 @@ def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None):
             accum_steps=k, name=n
         )
     base = conv_net(keras, bn_factory=bn_factory, first_layer=first_layer)
-    if cfg.kind in ("bound", "bound_data"):
+    if cfg.kind in BOUND_KINDS:
         return base
     optimizer_kwargs = {}
     if cfg.wrapper == "ga_tfx":
@@ -225,8 +247,6 @@ def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
     if cfg.kind == "loop":
         return LoopSlot(keras, tf, cfg, b, k, x, y, first_layer=first_layer)
     model = build_model(cfg, b, k, len(x), first_layer=first_layer)
-    if cfg.kind in ("bound", "bound_data"):
-        return BoundSlot(
-            tf, model, loss_fn(keras), x, y, b, cfg.jit, from_dataset=cfg.kind == "bound_data"
-        )
+    if cfg.kind in BOUND_KINDS:
+        return BoundSlot(tf, model, loss_fn(keras), x, y, b, cfg.jit, feed=cfg.kind)
     return FitSlot(keras, tf, model, x, y, cfg.batch_size(b, k))

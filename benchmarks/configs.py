@@ -42,7 +42,8 @@ HOST_LABEL = {
 
 # model.fit, the summed fwd+bwd graph (its micro-batches sliced from one tensor, or read from a
 # tf.data iterator as fit and the loop read them), ga_tfx.TrainingLoop
-KINDS = ("fit", "bound", "bound_data", "loop")
+KINDS = ("fit", "bound", "bound_data", "bound_fit_data", "loop")
+BOUND_KINDS = ("bound", "bound_data", "bound_fit_data")
 WRAPPERS = ("none", "ga_tfx", "anchor", "keras3_ga")
 BN_LAYERS = ("keras", "ga_tfx", "anchor")
 
@@ -57,7 +58,9 @@ class Config:
       host: the process that measures it (``MAIN``, ``KERAS3_HOST`` or ``KERAS2_SUB``).
       kind: ``"fit"`` (``model.fit`` epochs), ``"bound"`` (one ``tf.function`` per epoch
         summing the gradients of all micro-batches: no optimizer, no host loop),
-        ``"bound_data"`` (the same, micro-batches read from a ``tf.data`` iterator) or ``"loop"``
+        ``"bound_data"`` (the same, micro-batches read from a ``tf.data`` iterator),
+        ``"bound_fit_data"`` (the same, read from the iterator of the data handler that ``fit``
+        builds for ``(x, y)``, made before the timed call as ``fit`` makes it) or ``"loop"``
         (``ga_tfx.TrainingLoop``, the custom-loop runner, ``run`` one epoch at a time).
       wrapper: ``"none"`` (plain Keras), ``"ga_tfx"`` (``ga_tfx.wrap_model``), ``"anchor"``
         (gradient-accumulator's ``GradientAccumulateModel``) or ``"keras3_ga"`` (Keras 3's
@@ -123,7 +126,7 @@ class Config:
 
     def updates_per_epoch(self, n: int, b: int, k: int) -> int:
         """Optimizer updates in one epoch of ``n`` samples (0 for the bound: no optimizer)."""
-        if self.kind in ("bound", "bound_data"):
+        if self.kind in BOUND_KINDS:
             return 0
         accumulates = self.wrapper != "none" or self.big_batch or self.kind == "loop"
         return n // (b * k) if accumulates else n // b
@@ -164,6 +167,11 @@ def _declare():
             "bound_data",
             "bound, its micro-batches from a tf.data iterator (as fit and the loop get them)",
             kind="bound_data",
+        ),
+        Config(
+            "bound_fit_data",
+            "bound, its micro-batches from fit's own data pipeline for (x, y)",
+            kind="bound_fit_data",
         ),
         Config("loop_1dev", "ga_tfx.TrainingLoop @ (b, K), 1 device", kind="loop"),
         Config(
@@ -236,6 +244,12 @@ PAIRS = (
     ("bound", "plain_b", "bound vs plain Keras @ b"),
     ("ga_tfx", "bound_data", "ga_tfx vs the bound with micro-batches from a tf.data iterator"),
     ("bound_data", "bound", "the bound: tf.data iterator vs sliced tensor"),
+    ("bound_fit_data", "bound", "the bound: fit's data pipeline vs sliced tensor"),
+    (
+        "ga_tfx_spe_epoch",
+        "bound_fit_data",
+        "ga_tfx, steps_per_execution = an epoch, vs the bound fed by fit's data pipeline",
+    ),
     ("ga_tfx", "plain_b_spe", "ga_tfx vs plain Keras @ b, steps_per_execution=K"),
     (
         "ga_tfx_spe_epoch",
