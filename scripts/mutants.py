@@ -164,6 +164,12 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_windows.py", "-k", "several_windows"),
     ),
     Mutation(
+        "engine.train_on_batch_follows_the_policy",
+        "            with loop.one_window_per_call():\n",
+        "            if True:\n",
+        ("tests/test_windows.py", "-k", "train_on_batch"),
+    ),
+    Mutation(
         "engine.data_end_leaves_the_window_pending",
         "            self._end_last_window()\n            raise",
         "            raise",

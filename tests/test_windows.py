@@ -162,19 +162,21 @@ def test_metrics_cover_every_sample_of_the_window():
     assert history.history["accuracy"][0] == pytest.approx(accuracy)
 
 
-def test_train_on_batch_treats_its_batch_as_one_window():
+@pytest.mark.parametrize("policy", ["apply", "drop", "carry"])
+def test_train_on_batch_treats_its_batch_as_one_window(policy):
     """``train_on_batch`` is one update on the whole batch: plain Keras' update (SGD with
-    momentum, weights and iterations), whatever K."""
+    momentum, weights and iterations), whatever K and whatever the partial-window policy."""
     x, y = classification_data(n=48)
     plain = mlp()
     plain.compile(keras.optimizers.SGD(0.1, momentum=0.9), sparse_ce())
-    model = ga_tfx.wrap_model(mlp(), accum_steps=K)
+    model = ga_tfx.wrap_model(mlp(), accum_steps=K, partial_window=policy)
     model.compile(keras.optimizers.SGD(0.1, momentum=0.9), sparse_ce())
     for batch in (slice(0, 24), slice(24, 48)):
         plain_loss = plain.train_on_batch(x[batch], y[batch])
         loss = model.train_on_batch(x[batch], y[batch])
         assert loss == pytest.approx(plain_loss, rel=1e-6)
     assert iterations(model.optimizer) == iterations(plain.optimizer) == 2
+    assert model.train_function.pending() == 0
     assert max_weight_diff(plain, model) <= TOLERANCE
     assert max_weight_diff(plain, mlp()) > 1e-3  # the weights moved
 

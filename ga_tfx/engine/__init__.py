@@ -238,13 +238,16 @@ class AccumulationEngine(WindowStep):
             ) from error
 
     def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
-        """``keras.Model.train_on_batch``: the batch is one micro-batch, its execution one
-        micro-batch long; with ``partial_window="apply"`` it is applied as one update."""
+        """``keras.Model.train_on_batch``: the batch is one window of one micro-batch, applied
+        as one update whatever ``partial_window`` (which is about ``fit``'s epoch ends)."""
         if not self._engine_active():
             return super().train_on_batch(*args, **kwargs)
+        self.make_train_function()
+        loop: WindowLoop = self.train_function
         internals.set_steps_per_execution(self, 1)
         try:
-            return super().train_on_batch(*args, **kwargs)
+            with loop.one_window_per_call():
+                return super().train_on_batch(*args, **kwargs)
         finally:
             internals.set_steps_per_execution(self, self._execution_steps)
 

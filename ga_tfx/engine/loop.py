@@ -34,7 +34,8 @@ the first micro-batches of the next epoch.
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 
 def xla_step(function: Callable) -> Callable:
@@ -68,16 +69,18 @@ class WindowLoop:
         self._policy = model.partial_window
         # What runs in replica context, once per micro-batch / once per window. Under
         # jit_compile each is one XLA computation, as Keras compiles its train_step.
+        # How a call's last window ends: by the policy, or "apply" inside one_window_per_call.
+        self._ending = self._policy
         self._micro_batch_step = self._xla(model._accumulate_micro_batch)
         self._apply_step = self._xla(model._apply_window)
         if self._policy == "apply":
-            self._run_window = self._trace(self._train_window_and_apply)
+            self._run_execution = self._trace(self._train_execution_and_apply)
         else:
-            self._run_window = self._trace(self._train_window)
+            self._run_execution = self._trace(self._train_execution)
         self._finish = self._trace(self._finish_window)
         self._discard = self._trace(self._discard_window)
         if not model.run_eagerly:
-            model.train_tf_function = self._run_window
+            model.train_tf_function = self._run_execution
 
     def _trace(self, function: Callable) -> Callable:
         """The host-side pieces: traced, unless the model runs eagerly (``run_eagerly``)."""
@@ -92,7 +95,7 @@ class WindowLoop:
     def __call__(self, iterator: Any) -> Any:
         model = self._model
         try:
-            logs = self._run_window(iterator)
+            logs = self._run_execution(iterator)
         except (StopIteration, tf.errors.OutOfRangeError):
             # The data ended inside this execution: its last window is the epoch's last.
             self._end_last_window()
@@ -105,6 +108,16 @@ class WindowLoop:
             logs = dict(logs, grad_norm=tracker.result())
         return logs
 
+    @contextlib.contextmanager
+    def one_window_per_call(self) -> Iterator[None]:
+        """Within it, each call's micro-batches are one whole window, applied whatever the
+        policy (``train_on_batch``: its batch is one update)."""
+        previous, self._ending = self._ending, "apply"
+        try:
+            yield
+        finally:
+            self._ending = previous
+
     def _end_last_window(self) -> None:
         """Host side, after an execution: a full pending window is applied (and the next
         execution is whole windows again); a short one is applied if the policy is ``"apply"``
@@ -114,10 +127,10 @@ class WindowLoop:
         pending = self.pending()
         if pending == 0:
             return
-        if pending >= model.accum_steps or self._policy == "apply":
+        if pending >= model.accum_steps or self._ending == "apply":
             self._finish()
             internals.set_steps_per_execution(model, model._execution_steps)
-        elif self._policy == "drop":
+        elif self._ending == "drop":
             self._discard()
         # carry: keep the partial window; CarryAlignment realigns the next epoch.
 
@@ -148,7 +161,7 @@ class WindowLoop:
             logs = self._run_micro_batch(next(iterator))
         return logs
 
-    def _train_window(self, iterator: Any) -> Any:
+    def _train_execution(self, iterator: Any) -> Any:
         """Cross-replica: one execution of ``steps_per_execution`` micro-batches.
 
         Completes the pending window, then applies each window that is complete while the
@@ -183,8 +196,8 @@ class WindowLoop:
         model.gradient_accumulator.micro_steps.assign(0)
         internals.count_train_step(model)
 
-    def _train_window_and_apply(self, iterator: Any) -> Any:
-        logs = self._train_window(iterator)
+    def _train_execution_and_apply(self, iterator: Any) -> Any:
+        logs = self._train_execution(iterator)
         with tf.control_dependencies(tf.nest.flatten(logs)):
             self._finish_window()
         return logs
