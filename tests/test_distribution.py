@@ -138,6 +138,7 @@ def test_gradients_are_all_reduced_once_per_update():
     assert int(plain_counting.executed.numpy()) == 32
 
 
+@pytest.mark.slow  # one device: test_windows.py's several-windows tests (fast tier)
 def test_several_windows_per_execution_under_mirrored_reduce_once_per_update():
     """steps_per_execution = 2K on 2 replicas: big-batch weights, one all-reduce per update
     (the in-loop updates included), the epoch's short last window applied."""

@@ -72,6 +72,7 @@ def test_partial_window_policies_match_their_big_batch_definition(policy):
     assert int(model._steps_per_execution.numpy()) == K
 
 
+@pytest.mark.slow  # a check of the policy test above, not of the engine
 def test_policies_differ_from_each_other():
     """The policy test above can tell the policies apart."""
     x, y = classification_data(n=86)
@@ -218,7 +219,8 @@ def test_several_windows_per_execution_match_their_big_batch_definition(policy):
     assert int(model._steps_per_execution.numpy()) == 2 * K
 
 
-@pytest.mark.parametrize("steps_per_execution", [K, 2 * K])
+# One window per call in the slow tier: 2K covers the data ending inside the second window.
+@pytest.mark.parametrize("steps_per_execution", [pytest.param(K, marks=pytest.mark.slow), 2 * K])
 @pytest.mark.parametrize("policy", ["apply", "drop", "carry"])
 def test_data_that_ends_inside_an_execution_ends_the_window_by_the_policy(
     policy, steps_per_execution
