@@ -147,7 +147,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.drop_policy_ignored",
-        'elif self._policy == "drop":',
+        'elif self._ending == "drop":',
         "elif False:",
         ("tests/test_windows.py", "-k", "policies"),
     ),

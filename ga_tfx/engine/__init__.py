@@ -252,7 +252,7 @@ class AccumulationEngine(WindowStep):
             internals.set_steps_per_execution(self, self._execution_steps)
 
     def make_train_function(self, force: bool = False) -> Callable[[Any], Any]:
-        """Keras' train function: a :class:`~ga_tfx.engine.loop.WindowLoop` (one window per
+        """Keras' train function: a :class:`~ga_tfx.engine.loop.WindowLoop` (whole windows per
         call), or Keras' own when the engine steps aside (``accum_steps=1`` without AGC)."""
         if self.train_function is not None and not force:
             return self.train_function
