@@ -11,6 +11,7 @@ from ga_tfx.components.trainer import checkpoints, preemption
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -143,14 +144,31 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
         np.testing.assert_array_equal(got.numpy(), want)
 
 
+def _wait_for(condition, seconds=5.0):
+    """Sleeps in short steps until ``condition()`` or ``seconds`` pass. A signal the kernel hands
+    to another thread (the full suite leaves TensorFlow and Beam threads running) reaches the
+    main thread's Python handler a moment after ``os.kill`` returns; ``time.sleep`` lets it
+    in (and a handler's exception then surfaces here)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_second_signal_is_not_held_back():
-    before = signal.getsignal(signal.SIGINT)
-    with preemption.stop_on_signals() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.signum == signal.SIGINT
-        with pytest.raises(KeyboardInterrupt):  # the previous handler runs
+    # The previous handler is Python's own (raises KeyboardInterrupt), whatever earlier tests
+    # in this process left installed.
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with preemption.stop_on_signals() as stop:
             os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) is before
+            _wait_for(lambda: stop.signum is not None)
+            assert stop.signum == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):  # the previous handler runs
+                os.kill(os.getpid(), signal.SIGINT)
+                _wait_for(lambda: False)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_interruption_is_found_through_wrapping_errors(capsys):
