@@ -22,6 +22,13 @@ AGC_CLIP_FACTOR = Spec(
     float, "adaptive gradient clipping factor (off: None)", above=0, optional=True
 )
 AGC_EPS = Spec(float, "AGC's lower bound on parameter norms", minimum=0)
+STEPS_PER_EXECUTION = Spec(
+    int,
+    "micro-batches per call of a wrapped model's train function (unset: one window); a "
+    "multiple of accum_steps, checked against the model's",
+    minimum=1,
+    optional=True,
+)
 LOG_GRAD_NORM = Spec(bool, "log each update's global gradient norm as the fit metric grad_norm")
 _POSITIVE = Spec(float, "a positive number", above=0)
 
@@ -32,6 +39,7 @@ __all__ = [
     "LOG_GRAD_NORM",
     "PARTIAL_WINDOW",
     "PARTIAL_WINDOW_POLICIES",
+    "STEPS_PER_EXECUTION",
     "SettingError",
     "check_accum_steps",
     "check_partial_window",

@@ -61,7 +61,6 @@ from ga_tfx.engine.step import (  # noqa: F401  (re-exported)
 )
 
 import inspect
-import numbers
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -195,11 +194,14 @@ class AccumulationEngine(WindowStep):
         """``steps_per_execution`` in micro-batches: ``K`` for ``None``/``1``, else a positive
         multiple of ``K`` (whole windows), or a ValueError naming the value."""
         k = self._accum_steps
-        whole = isinstance(steps, numbers.Integral) and not isinstance(steps, bool)
-        if steps is None or (whole and steps == 1):
+        try:
+            checked = _validation.STEPS_PER_EXECUTION.check("steps_per_execution", steps)
+        except _validation.SettingError:  # not an integer >= 1: the message below says why
+            checked = 0
+        if checked is None or checked == 1:
             return k
-        if whole and steps > 0 and steps % k == 0:
-            return int(steps)
+        if checked and checked % k == 0:
+            return checked
         raise ValueError(
             f"steps_per_execution={steps!r} is not supported on a gradient accumulation model "
             f"with accum_steps={k}: it counts micro-batches and must be a whole number of "
