@@ -9,6 +9,9 @@ import os
 # scripts/test.sh runs the library tier with oneDNN on, the benchmark and the pipelines keep
 # TensorFlow's default (on).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+# TensorFlow's BFC allocator on the CPU, which counts live tensor bytes (get_memory_info) for the
+# memory tests; without oneDNN the default CPU allocator keeps no statistics.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before TensorFlow)
 from ga_tfx._keras import tf  # noqa: E402
