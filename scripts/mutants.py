@@ -252,6 +252,12 @@ MUTATIONS: List[Mutation] = [
         "step = lambda function: function  # noqa: E731",
         ("tests/test_training_loop.py", "-k", "jit"),
     ),
+    Mutation(
+        "training_loop.dataset_redistributed_every_epoch",
+        "        return self._whole_epoch\n",
+        "        return self._distribute(self._dataset, 0)\n",
+        ("tests/test_training_loop.py", "-k", "in_memory"),
+    ),
     # ---- the Trainer's resume and the tuner's budget
     Mutation(
         "trainer.resume_does_not_skip_trained_data",
