@@ -139,7 +139,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             partial_window=self.partial_window,
             agc_clip_factor=values["agc_clip_factor"],
         )
-        wrapped._ga_always_use_engine = True  # every trial counts its samples the same way
+        wrapped._use_engine_always()  # every trial counts its samples the same way
         wrapped.compile_from_config(compile_config)
         if values["learning_rate"] is not None:
             learning_rate = values["learning_rate"]

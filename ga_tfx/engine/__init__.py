@@ -93,6 +93,8 @@ class AccumulationEngine(WindowStep):
         self._accum_steps = _validation.check_accum_steps(accum_steps)
         self._log_grad_norm = _validation.LOG_GRAD_NORM.check("log_grad_norm", log_grad_norm)
         self._partial_window = _validation.check_partial_window(partial_window)
+        # accum_steps=1 without AGC steps aside for plain Keras, unless _use_engine_always().
+        self._always_use_engine = False
         # Micro-batches per call of the train function: one window until compile says more.
         self._execution_steps = self._accum_steps
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
@@ -270,14 +272,15 @@ class AccumulationEngine(WindowStep):
         return self.train_function
 
     # ------------------------------------------------------------------ the engine
+    def _use_engine_always(self) -> None:
+        """Train through the engine also with ``accum_steps=1`` and no AGC (where it would
+        step aside for plain Keras): for callers inside ga_tfx that compare models by what the
+        engine counts (the tuner plugin's trials, ``samples_seen``). Call before ``fit``."""
+        self._always_use_engine = True
+
     def _engine_active(self) -> bool:
-        # accum_steps=1 without AGC is plain Keras training, unless a caller inside ga_tfx
-        # (the tuner plugin, which counts samples through the engine) asks for the engine.
-        return (
-            self._accum_steps > 1
-            or self._agc is not None
-            or getattr(self, "_ga_always_use_engine", False)
-        )
+        # accum_steps=1 without AGC is plain Keras training, unless _use_engine_always().
+        return self._accum_steps > 1 or self._agc is not None or self._always_use_engine
 
     def _build_gradient_accumulator(self) -> None:
         variables = self.trainable_variables
