@@ -1,6 +1,7 @@
 """Bad input fails early with an error naming the bad value and what is allowed."""
 
 import ga_tfx
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras
 
 import numpy as np
@@ -81,7 +82,7 @@ def test_steps_per_execution_must_be_whole_windows(bad):
 def test_steps_per_execution_counts_micro_batches_in_whole_windows(steps, expected):
     model = ga_tfx.wrap_model(mlp(), accum_steps=4)
     model.compile("sgd", "mse", steps_per_execution=steps)
-    assert int(model._steps_per_execution.numpy()) == expected
+    assert int(internals.steps_per_execution(model).numpy()) == expected
 
 
 def test_model_without_trainable_variables():

@@ -1,6 +1,7 @@
 """Window semantics: uneven micro-batches, partial windows at epoch ends, K=1, update counts."""
 
 import ga_tfx
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 
 import numpy as np
@@ -69,7 +70,7 @@ def test_partial_window_policies_match_their_big_batch_definition(policy):
     assert iterations(model.optimizer) == iterations(reference.optimizer) == len(windows)
     assert max_weight_diff(reference, model) <= TOLERANCE
     # The model is left ready for the next fit: windows of K again.
-    assert int(model._steps_per_execution.numpy()) == K
+    assert int(internals.steps_per_execution(model).numpy()) == K
 
 
 @pytest.mark.slow  # a check of the policy test above, not of the engine
@@ -216,7 +217,7 @@ def test_several_windows_per_execution_match_their_big_batch_definition(policy):
     one_window = _train_accumulating(x, y, policy, epochs=3, make_optimizer=make_optimizer)
     assert history.history["loss"] == pytest.approx(one_window.history.history["loss"], rel=1e-5)
     assert max_weight_diff(one_window, model) <= TOLERANCE
-    assert int(model._steps_per_execution.numpy()) == 2 * K
+    assert int(internals.steps_per_execution(model).numpy()) == 2 * K
 
 
 # One window per call in the slow tier: 2K covers the data ending inside the second window.
