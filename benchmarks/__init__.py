@@ -4,6 +4,9 @@ Run from the repository root (writes the Markdown report)::
 
     .venv/bin/python -m benchmarks --output benchmarks/REPORT.md
 
+``benchmarks/GOAL.md`` is the same command on the goal's configurations alone, with longer
+epochs and more rounds (its exact command is in its header).
+
 Modules, one concern each:
 
 * :mod:`benchmarks.configs`: data, the conv net, the configurations and how each is built.
