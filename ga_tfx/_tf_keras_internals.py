@@ -98,6 +98,9 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (tf_keras.layers.BatchNormalization, "_get_training_value"),
     (tf_keras.layers.BatchNormalization, "_param_dtype"),
     (tf.__internal__.tracking.AutoTrackable, "_trackable_children"),
+    (tf_keras.callbacks.Callback, "_implements_train_batch_hooks"),
+    (tf_keras.callbacks.Callback, "_implements_test_batch_hooks"),
+    (tf.distribute.StrategyExtended, "_in_multi_worker_mode"),
 )
 
 
@@ -138,6 +141,18 @@ def set_steps_per_execution(model: tf_keras.Model, steps: int) -> None:
     variable = model._steps_per_execution
     if int(variable.numpy()) != steps:
         variable.assign(steps)
+
+
+def watches_batches(callback: tf_keras.callbacks.Callback) -> bool:
+    """Whether Keras would call ``callback`` for every train or test batch (Keras' own test,
+    ``Callback._implements_*_batch_hooks``)."""
+    return callback._implements_train_batch_hooks() or callback._implements_test_batch_hooks()
+
+
+def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
+    """True when ``strategy`` spans several worker processes (``MultiWorkerMirroredStrategy``
+    with a cluster), as Keras asks it."""
+    return strategy.extended._in_multi_worker_mode()
 
 
 def count_train_step(model: tf_keras.Model) -> Any:

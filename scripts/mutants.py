@@ -258,6 +258,31 @@ MUTATIONS: List[Mutation] = [
         "        return self._distribute(self._dataset, 0)\n",
         ("tests/test_training_loop.py", "-k", "in_memory"),
     ),
+    # ---- call pacing (ga_tfx/engine/pacing.py)
+    Mutation(
+        "pacing.ignores_callbacks_that_watch_batches",
+        "        internals.watches_batches(callback)\n",
+        "        False\n",
+        ("tests/test_pacing.py",),
+    ),
+    Mutation(
+        "pacing.paces_several_workers",
+        "    if internals.in_multi_worker_mode(model.distribute_strategy):\n",
+        "    if False:\n",
+        ("tests/test_pacing.py",),
+    ),
+    Mutation(
+        "pacing.windows_not_whole",
+        "windows * model.accum_steps)",
+        "windows * model.accum_steps + 1)",
+        ("tests/test_pacing.py",),
+    ),
+    Mutation(
+        "pacing.left_on_after_fit",
+        "                self.train_function.stop_pacing()\n",
+        "                pass\n",
+        ("tests/test_pacing.py",),
+    ),
     # ---- the Trainer's resume and the tuner's budget
     Mutation(
         "trainer.resume_does_not_skip_trained_data",

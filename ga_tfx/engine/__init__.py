@@ -52,7 +52,8 @@ from ga_tfx._keras import keras
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
-from ga_tfx.engine.loop import CarryAlignment, WindowLoop
+from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowLoop
+from ga_tfx.engine.pacing import should_pace
 from ga_tfx.engine.step import (  # noqa: F401  (re-exported)
     WindowStep,
     _as_dependencies,
@@ -95,8 +96,10 @@ class AccumulationEngine(WindowStep):
         self._partial_window = _validation.check_partial_window(partial_window)
         # accum_steps=1 without AGC steps aside for plain Keras, unless _use_engine_always().
         self._always_use_engine = False
-        # Micro-batches per call of the train function: one window until compile says more.
+        # Micro-batches per call of the train function: one window until compile says more;
+        # with steps_per_execution unset, fit may pace them (ga_tfx.engine.pacing).
         self._execution_steps = self._accum_steps
+        self._pace_calls = False
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
         self._agc_settings = {
             "agc_clip_factor": agc_clip_factor,
@@ -173,7 +176,9 @@ class AccumulationEngine(WindowStep):
         ``train_step`` finds its loss, metrics and optimizer; one that also overrides ``compile``
         is refused (ValueError).
         """
-        self._execution_steps = self._check_execution_steps(kwargs.pop("steps_per_execution", None))
+        steps = kwargs.pop("steps_per_execution", None)
+        self._execution_steps = self._check_execution_steps(steps)
+        self._pace_calls = steps is None or steps == 1
         owner = self._train_step_model()
         inner = owner if owner is not None and owner is not self else None
         if inner is not None and type(inner).compile is not keras.Model.compile:
@@ -225,12 +230,17 @@ class AccumulationEngine(WindowStep):
             self.gradient_norm_metric.reset_state()
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
-        """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches."""
-        if self._engine_active() and self._partial_window == "carry":
-            callbacks = list(kwargs.pop("callbacks", None) or [])
-            kwargs["callbacks"] = [CarryAlignment(self)] + callbacks
+        """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches.
+
+        With ``steps_per_execution`` unset, a ``fit`` whose callbacks watch no batches runs as
+        many whole windows per call as take about 0.2 s (:mod:`ga_tfx.engine.pacing`).
+        """
+        arguments = inspect.signature(keras.Model.fit).bind(self, *args, **kwargs).arguments
+        arguments.pop("self")
+        if self._engine_active():
+            arguments["callbacks"] = self._engine_callbacks(arguments.get("callbacks"))
         try:
-            return super().fit(*args, **kwargs)
+            return super().fit(**arguments)
         except ValueError as error:
             if "Could not infer the size of the data" not in str(error):
                 raise
@@ -240,6 +250,20 @@ class AccumulationEngine(WindowStep):
                 "(counted in micro-batches), e.g. with a repeated dataset, or give the dataset a "
                 "length with tf.data.experimental.assert_cardinality."
             ) from error
+        finally:
+            if isinstance(self.train_function, WindowLoop):
+                self.train_function.stop_pacing()
+
+    def _engine_callbacks(self, callbacks: Any) -> list:
+        """The user's callbacks, after the engine's own for this ``fit``: carry alignment
+        (``partial_window="carry"``) and call pacing (where :func:`should_pace` allows)."""
+        callbacks = list(callbacks or [])
+        engine = []
+        if self._partial_window == "carry":
+            engine.append(CarryAlignment(self))
+        if should_pace(self, callbacks):
+            engine.append(CallPacing(self))
+        return engine + callbacks
 
     def train_on_batch(self, *args: Any, **kwargs: Any) -> Any:
         """``keras.Model.train_on_batch``: the batch is one window of one micro-batch, applied

@@ -28,14 +28,17 @@ the per-micro-batch step and the per-window update are each compiled with XLA (a
 compile fails as it does in plain Keras), while the loop around them stays a ``tf.function``.
 
 :class:`CarryAlignment` is the callback that makes ``"carry"`` complete a pending window with
-the first micro-batches of the next epoch.
+the first micro-batches of the next epoch; :class:`CallPacing` the one that, where
+:mod:`ga_tfx.engine.pacing` allows, lets each call run as many windows as take about 0.2 s.
 """
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
+from ga_tfx.engine.pacing import CallPacer
 
 import contextlib
-from typing import Any, Callable, Iterator
+import time
+from typing import Any, Callable, Iterator, Optional
 
 
 def xla_step(function: Callable) -> Callable:
@@ -79,6 +82,8 @@ class WindowLoop:
             self._run_execution = self._trace(self._train_execution)
         self._finish = self._trace(self._finish_window)
         self._discard = self._trace(self._discard_window)
+        # Set for the length of a fit by CallPacing: the windows of each call follow its pace.
+        self.pacer: Optional[CallPacer] = None
         if not model.run_eagerly:
             model.train_tf_function = self._run_execution
 
@@ -94,6 +99,10 @@ class WindowLoop:
 
     def __call__(self, iterator: Any) -> Any:
         model = self._model
+        pacer = self.pacer
+        if pacer is not None:
+            steps = int(internals.steps_per_execution(model).numpy())
+            started = time.perf_counter()
         try:
             logs = self._run_execution(iterator)
         except (StopIteration, tf.errors.OutOfRangeError):
@@ -102,6 +111,11 @@ class WindowLoop:
             raise
         if self._policy != "apply":
             self._end_last_window()
+        if pacer is not None:
+            # Whole windows; a window "carry" leaves pending at an epoch end is completed
+            # first anyway: CarryAlignment sets the epoch's first execution after this.
+            windows = pacer.next_windows(time.perf_counter() - started, steps / model.accum_steps)
+            internals.set_steps_per_execution(model, windows * model.accum_steps)
         tracker = model.gradient_norm_metric
         if tracker is not None:
             # The logs were taken at the last micro-batch, before the last update.
@@ -133,6 +147,12 @@ class WindowLoop:
         elif self._ending == "drop":
             self._discard()
         # carry: keep the partial window; CarryAlignment realigns the next epoch.
+
+    def stop_pacing(self) -> None:
+        """Back to the compiled windows per call (the end of a paced ``fit``)."""
+        if self.pacer is not None:
+            self.pacer = None
+            internals.set_steps_per_execution(self._model, self._model._execution_steps)
 
     def pending(self) -> int:
         """Micro-batches accumulated and not yet applied (host integer)."""
@@ -236,3 +256,20 @@ class CarryAlignment(keras.callbacks.Callback):
         if isinstance(model.train_function, WindowLoop):
             model.train_function.flush()
         internals.set_steps_per_execution(model, model._execution_steps)
+
+
+class CallPacing(keras.callbacks.Callback):
+    """For one ``fit``: each call of the train function runs as many whole windows as took
+    :data:`~ga_tfx.engine.pacing.CALL_SECONDS` on the previous call (see
+    :mod:`ga_tfx.engine.pacing` for when ``fit`` adds it). The train function exists from
+    ``on_train_begin`` on; ``fit`` ends the pacing (:meth:`WindowLoop.stop_pacing`) however it
+    ends."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self._ga_model = model
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        loop = self._ga_model.train_function
+        if isinstance(loop, WindowLoop):
+            loop.pacer = CallPacer()
