@@ -431,7 +431,8 @@ def interpret(throughput, checks, probes):
         return pair["cpu"] if pair else None
 
     for num, what in (
-        ("ga_tfx", "ga_tfx"),
+        ("ga_tfx", "ga_tfx (calls paced: the default where no callback watches batches)"),
+        ("ga_tfx_spe", "ga_tfx with one window per call"),
         ("ga_tfx_spe_epoch", "ga_tfx with steps_per_execution = an epoch"),
     ):
         ratio = cpu(num, "bound_fit_data")
