@@ -24,8 +24,9 @@ AGC_CLIP_FACTOR = Spec(
 AGC_EPS = Spec(float, "AGC's lower bound on parameter norms", minimum=0)
 STEPS_PER_EXECUTION = Spec(
     int,
-    "micro-batches per call of a wrapped model's train function (unset: one window); a "
-    "multiple of accum_steps, checked against the model's",
+    "micro-batches per call of a wrapped model's train function (unset: one window, paced "
+    "where no callback watches batches; the engine also takes 'auto'); a multiple of "
+    "accum_steps, checked against the model's",
     minimum=1,
     optional=True,
 )

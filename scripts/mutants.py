@@ -266,9 +266,15 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_pacing.py",),
     ),
     Mutation(
+        "pacing.auto_only_where_unwatched",
+        "    return model._pacing == ALWAYS or not any(\n",
+        "    return not any(\n",
+        ("tests/test_pacing.py",),
+    ),
+    Mutation(
         "pacing.paces_several_workers",
-        "    if internals.in_multi_worker_mode(model.distribute_strategy):\n",
-        "    if False:\n",
+        " or internals.in_multi_worker_mode(model.distribute_strategy):\n",
+        ":\n",
         ("tests/test_pacing.py",),
     ),
     Mutation(

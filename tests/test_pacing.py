@@ -98,6 +98,26 @@ def test_an_explicit_steps_per_execution_is_honoured_exactly(steps):
     assert max(calls) == steps
 
 
+def test_auto_paces_also_where_a_callback_watches_batches():
+    """compile(steps_per_execution="auto"), as Keras' own: batch-level callbacks then run once
+    per call, after its last update."""
+    ends = _BatchEnds()
+    paced, calls, history = _fit(callbacks=[ends], steps_per_execution="auto")
+    one_window, _, one_window_history = _fit(steps_per_execution=K)
+    assert max(calls) > K
+    assert ends.count == len(calls) < iterations(paced.optimizer)
+    assert max_weight_diff(one_window, paced) == 0.0
+    assert history.history["loss"] == one_window_history.history["loss"]
+    assert int(internals.steps_per_execution(paced).numpy()) == K
+
+
+@pytest.mark.parametrize("value", ["Auto", "8"])
+def test_other_strings_are_refused_naming_auto(value):
+    model = ga_tfx.wrap_model(mlp(), accum_steps=K)
+    with pytest.raises(ValueError, match=f"steps_per_execution='{value}'.*'auto'"):
+        model.compile(_make_optimizer(), sparse_ce(), steps_per_execution=value)
+
+
 def test_several_workers_run_the_compiled_windows(monkeypatch):
     """Under MultiWorkerMirroredStrategy every worker must run the same windows per call;
     timings measured apart need not agree, so fit does not pace."""

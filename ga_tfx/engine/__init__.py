@@ -22,7 +22,8 @@ So:
   ``merge_call`` ever runs inside a conditional.
 
 Between two calls the buffers are empty (except with ``partial_window="carry"``), so a
-checkpoint taken by a callback never contains a half window.
+checkpoint taken by a callback never contains a half window. Where no callback watches batches,
+``fit`` lets each call run as many windows as take about 0.2 s (:mod:`ga_tfx.engine.pacing`).
 
 The last window of an epoch may hold fewer than ``K`` micro-batches. ``partial_window``:
 
@@ -52,8 +53,8 @@ from ga_tfx._keras import keras
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import make_agc
+from ga_tfx.engine import pacing
 from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowLoop
-from ga_tfx.engine.pacing import should_pace
 from ga_tfx.engine.step import (  # noqa: F401  (re-exported)
     WindowStep,
     _as_dependencies,
@@ -99,7 +100,7 @@ class AccumulationEngine(WindowStep):
         # Micro-batches per call of the train function: one window until compile says more;
         # with steps_per_execution unset, fit may pace them (ga_tfx.engine.pacing).
         self._execution_steps = self._accum_steps
-        self._pace_calls = False
+        self._pacing: Optional[str] = None
         self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
         self._agc_settings = {
             "agc_clip_factor": agc_clip_factor,
@@ -166,10 +167,13 @@ class AccumulationEngine(WindowStep):
         number of windows.
 
         ``steps_per_execution``: ``None`` or ``1`` (default) runs one window of ``K``
-        micro-batches per call of the train function, so batch-level callbacks run once per
-        update; a multiple ``m·K`` runs ``m`` windows (``m`` updates) per call, as Keras'
-        ``steps_per_execution`` runs several steps per call: fewer host round trips, callbacks
-        every ``m`` updates. ``run_eagerly=True`` runs every micro-batch eagerly;
+        micro-batches per call of the train function where a callback watches batches, so
+        batch-level callbacks run once per update; where none does, ``fit`` paces its calls
+        (as many whole windows per call as take about 0.2 s, :mod:`ga_tfx.engine.pacing`).
+        ``"auto"`` always paces, as Keras' ``"auto"`` tunes. A multiple ``m·K`` runs ``m``
+        windows (``m`` updates) per call, as Keras' ``steps_per_execution`` runs several steps
+        per call: fewer host round trips, callbacks every ``m`` updates. The same windows in
+        the same order, however many per call: the weights do not change. ``run_eagerly=True`` runs every micro-batch eagerly;
         ``jit_compile=True`` compiles each micro-batch's step and each window's update with XLA
         (as Keras compiles its ``train_step``). A wrapped model that overrides ``train_step`` is
         compiled with the same arguments (and the same optimizer instance), so that its
@@ -178,7 +182,7 @@ class AccumulationEngine(WindowStep):
         """
         steps = kwargs.pop("steps_per_execution", None)
         self._execution_steps = self._check_execution_steps(steps)
-        self._pace_calls = steps is None or steps == 1
+        self._pacing = pacing.mode_of(steps)
         owner = self._train_step_model()
         inner = owner if owner is not None and owner is not self else None
         if inner is not None and type(inner).compile is not keras.Model.compile:
@@ -198,9 +202,12 @@ class AccumulationEngine(WindowStep):
             )
 
     def _check_execution_steps(self, steps: Any) -> int:
-        """``steps_per_execution`` in micro-batches: ``K`` for ``None``/``1``, else a positive
-        multiple of ``K`` (whole windows), or a ValueError naming the value."""
+        """``steps_per_execution`` in micro-batches: ``K`` for ``None``/``1``/``"auto"`` (paced
+        from there), else a positive multiple of ``K`` (whole windows), or a ValueError naming
+        the value."""
         k = self._accum_steps
+        if isinstance(steps, str) and steps == pacing.ALWAYS:
+            return k
         try:
             checked = _validation.STEPS_PER_EXECUTION.check("steps_per_execution", steps)
         except _validation.SettingError:  # not an integer >= 1: the message below says why
@@ -213,7 +220,7 @@ class AccumulationEngine(WindowStep):
             f"steps_per_execution={steps!r} is not supported on a gradient accumulation model "
             f"with accum_steps={k}: it counts micro-batches and must be a whole number of "
             f"windows, a multiple of {k} ({k}, {2 * k}, ...; {k} runs one update per call of the "
-            "train function), or left unset."
+            "train function), 'auto', or left unset."
         )
 
     def compile_from_config(self, config: Dict[str, Any]) -> None:
@@ -256,12 +263,12 @@ class AccumulationEngine(WindowStep):
 
     def _engine_callbacks(self, callbacks: Any) -> list:
         """The user's callbacks, after the engine's own for this ``fit``: carry alignment
-        (``partial_window="carry"``) and call pacing (where :func:`should_pace` allows)."""
+        (``partial_window="carry"``) and call pacing (where :func:`~ga_tfx.engine.pacing.should_pace` allows)."""
         callbacks = list(callbacks or [])
         engine = []
         if self._partial_window == "carry":
             engine.append(CarryAlignment(self))
-        if should_pace(self, callbacks):
+        if pacing.should_pace(self, callbacks):
             engine.append(CallPacing(self))
         return engine + callbacks
 

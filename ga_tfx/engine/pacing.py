@@ -9,13 +9,17 @@ order, give the same weights, bit for bit), so ``fit`` runs as many whole window
 take about :data:`CALL_SECONDS`, measured on the previous call. ``Ctrl-C`` and
 ``model.stop_training`` take effect within about that long; the progress bar updates as often.
 
-When ``fit`` paces (decided once per ``fit`` by :func:`should_pace`):
+When ``fit`` paces (decided once per ``fit`` by :func:`should_pace`), by ``compile``'s
+``steps_per_execution`` (:func:`mode_of`):
 
-* ``steps_per_execution`` was left unset (or 1): an explicit ``m·K`` is honoured exactly;
-* no callback implements batch hooks, train or test (Keras' progress bar and ``History``
-  aside: the bar is for people, who cannot tell 5 updates a second from 500);
-* one worker: under ``MultiWorkerMirroredStrategy`` every worker must run the same windows
-  per call (their collectives pair up), and a timing each measures alone need not agree.
+* unset (or 1): where no callback implements batch hooks, train or test (Keras' progress bar
+  and ``History`` aside: the bar is for people, who cannot tell 5 updates a second from 500);
+* ``"auto"``: always, as Keras' own ``"auto"`` does (batch-level callbacks then run after a
+  call's last update, every few updates);
+* an explicit ``m·K``: never, it is honoured exactly;
+
+and only on one worker: under ``MultiWorkerMirroredStrategy`` every worker must run the same
+windows per call (their collectives pair up), and a timing each measures alone need not agree.
 """
 
 from ga_tfx import _tf_keras_internals as internals
@@ -28,6 +32,10 @@ from typing import Any, Iterable, Optional
 CALL_SECONDS = 0.2
 # Upper limit on windows per call, whatever a (mis)measured tiny duration suggests.
 MAX_WINDOWS = 4096
+
+# When fit paces (mode_of): where no callback watches batches; always ("auto"); never: None.
+UNWATCHED = "unwatched"
+ALWAYS = "auto"
 
 # Callbacks that watch batches only to show progress to a person.
 _DISPLAY_ONLY = (keras.callbacks.ProgbarLogger, keras.callbacks.History)
@@ -55,14 +63,20 @@ class CallPacer:
         return max(1, min(self._max_windows, fitting))
 
 
+def mode_of(steps_per_execution: Any) -> Optional[str]:
+    """When ``fit`` paces, from ``compile``'s (valid) ``steps_per_execution``: ``ALWAYS`` for
+    ``"auto"``, ``UNWATCHED`` for unset or 1, ``None`` (never) for an explicit ``m·K``."""
+    if isinstance(steps_per_execution, str) and steps_per_execution == ALWAYS:
+        return ALWAYS
+    return UNWATCHED if steps_per_execution in (None, 1) else None
+
+
 def should_pace(model: Any, callbacks: Optional[Iterable[Any]]) -> bool:
-    """Whether this ``fit`` of ``model`` (a compiled accumulation model) paces its calls: see
-    the module docstring for the three conditions."""
-    if not model._pace_calls:
+    """Whether this ``fit`` of ``model`` (a compiled accumulation model) paces its calls, by
+    its mode (:func:`mode_of`), its strategy and ``callbacks``: see the module docstring."""
+    if model._pacing is None or internals.in_multi_worker_mode(model.distribute_strategy):
         return False
-    if internals.in_multi_worker_mode(model.distribute_strategy):
-        return False
-    return not any(
+    return model._pacing == ALWAYS or not any(
         internals.watches_batches(callback)
         for callback in (callbacks or [])
         if not isinstance(callback, _DISPLAY_ONLY)
