@@ -42,7 +42,8 @@ Where the code is (split along Keras' own seam, ``train_step`` vs ``make_train_f
 * :mod:`ga_tfx.engine.step`: what one micro-batch does and what the end of a window does
   (replica context, no ``tf.function``);
 * :mod:`ga_tfx.engine.loop`: how they run: the window loop (the train function), the
-  drop/carry decisions and the carry callback;
+  drop/carry decisions, the carry and pacing callbacks;
+* :mod:`ga_tfx.engine.pacing`: how many windows one call runs where nothing watches batches;
 * this module: :class:`AccumulationEngine`, the Keras-facing mixin (settings, ``compile``,
   ``fit``, ``make_train_function``).
 """
