@@ -174,9 +174,10 @@ class AccumulationEngine(WindowStep):
         ``"auto"`` always paces, as Keras' ``"auto"`` tunes. A multiple ``m·K`` runs ``m``
         windows (``m`` updates) per call, as Keras' ``steps_per_execution`` runs several steps
         per call: fewer host round trips, callbacks every ``m`` updates. The same windows in
-        the same order, however many per call: the weights do not change. ``run_eagerly=True`` runs every micro-batch eagerly;
-        ``jit_compile=True`` compiles each micro-batch's step and each window's update with XLA
-        (as Keras compiles its ``train_step``). A wrapped model that overrides ``train_step`` is
+        the same order, however many per call: the weights do not change.
+        ``run_eagerly=True`` runs every micro-batch eagerly; ``jit_compile=True`` compiles
+        each micro-batch's step and each window's update with XLA (as Keras compiles its
+        ``train_step``). A wrapped model that overrides ``train_step`` is
         compiled with the same arguments (and the same optimizer instance), so that its
         ``train_step`` finds its loss, metrics and optimizer; one that also overrides ``compile``
         is refused (ValueError).
@@ -264,7 +265,8 @@ class AccumulationEngine(WindowStep):
 
     def _engine_callbacks(self, callbacks: Any) -> list:
         """The user's callbacks, after the engine's own for this ``fit``: carry alignment
-        (``partial_window="carry"``) and call pacing (where :func:`~ga_tfx.engine.pacing.should_pace` allows)."""
+        (``partial_window="carry"``) and call pacing (where
+        :func:`~ga_tfx.engine.pacing.should_pace` allows)."""
         callbacks = list(callbacks or [])
         engine = []
         if self._partial_window == "carry":
