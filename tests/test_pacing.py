@@ -21,7 +21,7 @@ from tests.helpers import (
     sparse_ce,
     two_replica_strategy,
 )
-from tests.test_windows import MICRO, TOLERANCE, K, _train_on_windows, _windows
+from tests.test_windows import MICRO, TOLERANCE, K, _BatchEnds, _train_on_windows, _windows
 
 EPOCHS = 3
 
@@ -49,15 +49,6 @@ def _fit(policy="apply", callbacks=None, verbose=0, **compile_kwargs):
         x, y, batch_size=MICRO, epochs=EPOCHS, shuffle=False, verbose=verbose, callbacks=callbacks
     )
     return model, calls, history
-
-
-class _BatchEnds(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.count += 1
 
 
 @pytest.mark.parametrize("policy", ["apply", pytest.param("drop", marks=pytest.mark.slow), "carry"])
