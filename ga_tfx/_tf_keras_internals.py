@@ -180,6 +180,18 @@ def compile_args(model: tf_keras.Model) -> dict:
     return model._get_compile_args()
 
 
+def execution_args(model: tf_keras.Model) -> dict:
+    """How the compiled ``model`` was asked to run, which :func:`compile_args` leaves out:
+    ``steps_per_execution`` (``"auto"`` where Keras tunes it, else the count), ``jit_compile``
+    and ``run_eagerly`` (``None`` where left to Keras)."""
+    tuned = model._autotune_steps_per_execution
+    return dict(
+        steps_per_execution="auto" if tuned else int(model._steps_per_execution.numpy()),
+        jit_compile=model._jit_compile,
+        run_eagerly=model._run_eagerly,
+    )
+
+
 # --------------------------------------------------------------------------- layers, tracking
 def flatten_layers(
     layer: tf_keras.layers.Layer, include_self: bool = False

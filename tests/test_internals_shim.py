@@ -64,6 +64,13 @@ def test_fit_loop_internals_on_a_compiled_model():
     assert int(model._train_counter.numpy()) == before + 1
     assert internals.uses_parameter_server(model) is False
     assert internals.compile_args(model)["loss"] == "mse"
+    assert internals.execution_args(model) == dict(
+        steps_per_execution=5, jit_compile=None, run_eagerly=None
+    )
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution="auto", jit_compile=True)
+    assert internals.execution_args(model) == dict(
+        steps_per_execution="auto", jit_compile=True, run_eagerly=None
+    )
     with pytest.raises(ValueError, match="loss"):
         internals.validate_target_and_loss(model, None, None)  # no target: Keras' own error
 

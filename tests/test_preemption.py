@@ -20,19 +20,20 @@ from tensorflow.python.checkpoint import checkpoint_management
 K, MICRO, UPDATES = 2, 4, 7
 
 
-def _model():
+def _model(**compile_kwargs):
     keras.utils.set_random_seed(1)
     inputs = keras.Input(shape=(3,))
     hidden = ga_tfx.AccumBatchNormalization(accum_steps=K)(keras.layers.Dense(4)(inputs))
     model = ga_tfx.wrap_model(keras.Model(inputs, keras.layers.Dense(1)(hidden)), accum_steps=K)
-    model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+    model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse", **compile_kwargs)
     return model
 
 
-def _data():
+def _data(skip_windows=0):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(UPDATES * K * MICRO, 3)).astype("float32")
-    return tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(MICRO)
+    dataset = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(MICRO)
+    return dataset.skip(skip_windows * K)
 
 
 class _Saves(checkpoints.UpdateCheckpoint):
@@ -50,7 +51,8 @@ class _Saves(checkpoints.UpdateCheckpoint):
 
 
 class _Before(keras.callbacks.Callback):
-    """Runs ``action(window)`` before each window (1-based), ahead of the checkpoint callback."""
+    """Runs ``action(n)`` before the n-th call of the train function (1-based; one window per
+    call unless ``steps_per_execution`` says more), ahead of the checkpoint callback."""
 
     def __init__(self, action):
         super().__init__()
@@ -61,8 +63,15 @@ class _Before(keras.callbacks.Callback):
         self._action(self._window)
 
 
-def _fit(model, *callbacks):
-    model.fit(_data(), epochs=1, steps_per_epoch=UPDATES * K, verbose=0, callbacks=list(callbacks))
+def _fit(model, *callbacks, done=0):
+    """Trains the windows after the first ``done`` (the Trainer's resume: the data skips them)."""
+    model.fit(
+        _data(done),
+        epochs=1,
+        steps_per_epoch=(UPDATES - done) * K,
+        verbose=0,
+        callbacks=list(callbacks),
+    )
 
 
 def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
@@ -74,6 +83,55 @@ def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     assert saves.saved == [3, 6, 7]  # mid-epoch (one epoch of 7), then the final state
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-6", "ckpt-7"]
+
+
+def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
+    # compile(steps_per_execution=2K): calls of 2, 2, 2 and 1 windows (UPDATES = 7).
+    uninterrupted = _model(steps_per_execution=2 * K)
+    saves = _Saves(
+        uninterrupted,
+        str(tmp_path / "whole"),
+        total_updates=UPDATES,
+        every_updates=3,
+        every_seconds=1e9,
+    )
+    saves.restore()
+    _fit(uninterrupted, saves)
+    saves.finish()
+    assert saves.done == UPDATES == int(uninterrupted.optimizer.iterations.numpy())
+    assert saves.saved == [4, 7]  # the first call end at or past 3 updates; the end
+
+    # A stop requested as the second call (windows 3 and 4) begins takes effect at its end.
+    model, stop = _model(steps_per_execution=2 * K), preemption.StopRequest()
+    stopping = checkpoints.UpdateCheckpoint(
+        model,
+        str(tmp_path / "stopped"),
+        total_updates=UPDATES,
+        every_updates=100,
+        every_seconds=1e9,
+        stop=stop,
+    )
+    stopping.restore()
+    request = _Before(lambda call: call == 2 and stop.request(signal.SIGTERM))
+    with pytest.raises(preemption.TrainingInterrupted, match="interrupted at update 4 of 7"):
+        _fit(model, request, stopping)
+    resumed = _model(steps_per_execution=2 * K)
+    again = checkpoints.UpdateCheckpoint(
+        resumed,
+        str(tmp_path / "stopped"),
+        total_updates=UPDATES,
+        every_updates=100,
+        every_seconds=1e9,
+    )
+    done = again.restore()
+    assert done == 4 == int(resumed.optimizer.iterations.numpy())
+    _fit(resumed, again, done=done)
+    assert again.done == UPDATES == int(resumed.optimizer.iterations.numpy())
+    diff = max(
+        float(np.max(np.abs(a.numpy() - b.numpy())))
+        for a, b in zip(resumed.weights, uninterrupted.weights)
+    )
+    assert diff <= 1e-6, diff  # float32 round-off of the same operations (0 expected)
 
 
 def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):

@@ -6,6 +6,7 @@ in ``csv_example_gen``), so that is the data here (label ``tips_xf``, raw ``tips
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
 from ga_tfx.components.trainer import (
     AccumulationSettings,
@@ -16,6 +17,7 @@ from ga_tfx.components.trainer import (
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import run_fn as run_fn_lib
 from ga_tfx.components.trainer import settings as settings_lib
+from ga_tfx.engine import pacing
 
 import dataclasses
 import glob
@@ -239,6 +241,29 @@ def test_settings_reject_unknown_keys_and_apply_tuner_overrides():
     assert (
         with_agc.with_hyperparameters({"agc": True, "agc_clip_factor": 0.2}).agc_clip_factor == 0.2
     )
+
+
+def test_the_users_steps_per_execution_jit_compile_and_run_eagerly_reach_the_wrapper():
+    settings = AccumulationSettings(2, 4, "y", replace_batchnorm=False)
+
+    def wrapped(**compile_kwargs):
+        def build_model(hparams):
+            model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+            model.compile(keras.optimizers.SGD(0.1), "mse", **compile_kwargs)
+            return model
+
+        return model_lib.accumulation_model(build_model, {}, settings)
+
+    def steps(model):
+        return int(_tf_keras_internals.steps_per_execution(model).numpy())
+
+    model = wrapped(steps_per_execution=4, jit_compile=True)
+    assert (steps(model), model.jit_compile, model.run_eagerly) == (4, True, False)
+    model = wrapped(run_eagerly=True)  # steps_per_execution unset: one window (K = 2)
+    assert (steps(model), model.jit_compile, model.run_eagerly) == (2, None, True)
+    assert wrapped(steps_per_execution="auto")._pacing == pacing.ALWAYS
+    with pytest.raises(ValueError, match="steps_per_execution=3 is not supported"):
+        wrapped(steps_per_execution=3)  # not whole windows of accum_steps=2
 
 
 # ---------------------------------------------------------------------- training

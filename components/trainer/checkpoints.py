@@ -3,7 +3,8 @@
 What one checkpoint holds: the model's weights (AccumBatchNormalization's moving statistics
 included), the optimizer (slots, ``iterations``, loss scale), the gradient accumulator and the
 number of windows (optimizer updates, applied or skipped) trained. Checkpoints are written at
-window ends -- one call of the engine's train function is one window, so Keras'
+window ends -- one call of the engine's train function runs whole windows (one; several
+where ``steps_per_execution`` is a multiple of ``K`` or ``"auto"``), so Keras'
 ``on_train_batch_end`` is a window end, where the accumulation buffers are empty and the
 AccumBN window statistics have been folded into the moving ones -- which may be mid-epoch. The
 data position is the number of windows: the data order is a function of ``shuffle_seed``, so
@@ -46,7 +47,9 @@ def resume_directory(model_run_dir, identity):
 
 class UpdateCheckpoint(keras.callbacks.Callback):
     """Saves the training state every ``every_updates`` windows or ``every_seconds`` seconds
-    (whichever comes first), on a stop request, and at the end (:meth:`finish`).
+    (whichever comes first), on a stop request, and at the end (:meth:`finish`). Decided at
+    the end of each call of the train function: where a call runs several windows, a periodic
+    checkpoint comes at the first call end at or past its due count.
 
     Args:
       model: the (compiled) accumulation model.
@@ -93,6 +96,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._stop = stop or StopRequest()
         self._clock = clock
         self.done = self.saved_at = 0
+        self._accum_steps, self._seen = model.accum_steps, 0
         self._has_checkpoint = False  # (not read from the index: the same on every worker)
         self._saved_time = clock()
 
@@ -140,8 +144,14 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self.save()
         raise TrainingInterrupted(self.done, self._total, self._stop.signum or 0)
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._seen = 0  # micro-batches of this epoch trained by the calls so far
+
     def on_train_batch_end(self, batch, logs=None):
-        self.done += 1  # one call per window (one train-function execution)
+        # One call of the train function runs whole windows: one, or steps_per_execution / K
+        # of them; ``batch`` is the call's last micro-batch in the epoch.
+        self.done += (batch + 1 - self._seen) // self._accum_steps
+        self._seen = batch + 1
         stop, due = self._poll(periodic=True)
         if stop:
             self._interrupt()

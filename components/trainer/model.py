@@ -25,14 +25,19 @@ def accumulation_model(build_model, hparams, settings, base_model_dir=None, tran
     (:func:`~ga_tfx.components.trainer.user_module.call_build_model`).
 
     The user's model must be compiled; its optimizer, losses and metrics compile the
-    accumulation model (the original model is only a graph of layers afterwards).
+    accumulation model (the original model is only a graph of layers afterwards), with its
+    ``steps_per_execution``, ``jit_compile`` and ``run_eagerly``: a ``steps_per_execution``
+    that is not a multiple of ``accum_steps`` is refused there (ValueError naming it).
     """
     model = user_module.call_build_model(build_model, hparams, transform_output)
     if not isinstance(model, keras.Model) or model.optimizer is None:
         raise ValueError(
             f"build_model(hparams) must return a compiled tf.keras Model, got {model!r}."
         )
-    compile_args = _tf_keras_internals.compile_args(model)  # what clone_and_build uses
+    # What clone_and_build uses, and how the user asked the model to run (XLA, eager, calls).
+    compile_args = dict(
+        _tf_keras_internals.compile_args(model), **_tf_keras_internals.execution_args(model)
+    )
     if settings.replace_batchnorm:
         model = ga_tfx.replace_batchnorm_layers(model, settings.accum_steps)
     if base_model_dir:
