@@ -258,6 +258,13 @@ MUTATIONS: List[Mutation] = [
         "        return self._distribute(self._dataset, 0)\n",
         ("tests/test_training_loop.py", "-k", "in_memory"),
     ),
+    # ---- the Trainer's checkpoints (components/trainer/checkpoints.py)
+    Mutation(
+        "checkpoints.one_window_per_call",
+        "        self.done += (batch + 1 - self._seen) // self._accum_steps\n",
+        "        self.done += 1\n",
+        ("tests/test_preemption.py",),
+    ),
     # ---- call pacing (ga_tfx/engine/pacing.py)
     Mutation(
         "pacing.ignores_callbacks_that_watch_batches",
