@@ -74,6 +74,13 @@ def _fit(model, *callbacks, done=0):
     )
 
 
+def _checkpoint(model, directory, kind=checkpoints.UpdateCheckpoint, **kwargs):
+    """``kind(model, directory, ...)`` for this module's training: no periodic checkpoint
+    unless ``kwargs`` ask for one."""
+    kwargs = dict(dict(total_updates=UPDATES, every_updates=100, every_seconds=1e9), **kwargs)
+    return kind(model, str(directory), **kwargs)
+
+
 def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     model = _model()
     saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3, every_seconds=1e9)
@@ -88,13 +95,7 @@ def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
 def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     # compile(steps_per_execution=2K): calls of 2, 2, 2 and 1 windows (UPDATES = 7).
     uninterrupted = _model(steps_per_execution=2 * K)
-    saves = _Saves(
-        uninterrupted,
-        str(tmp_path / "whole"),
-        total_updates=UPDATES,
-        every_updates=3,
-        every_seconds=1e9,
-    )
+    saves = _checkpoint(uninterrupted, tmp_path / "whole", _Saves, every_updates=3)
     saves.restore()
     _fit(uninterrupted, saves)
     saves.finish()
@@ -103,26 +104,13 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
 
     # A stop requested as the second call (windows 3 and 4) begins takes effect at its end.
     model, stop = _model(steps_per_execution=2 * K), preemption.StopRequest()
-    stopping = checkpoints.UpdateCheckpoint(
-        model,
-        str(tmp_path / "stopped"),
-        total_updates=UPDATES,
-        every_updates=100,
-        every_seconds=1e9,
-        stop=stop,
-    )
+    stopping = _checkpoint(model, tmp_path / "stopped", stop=stop)
     stopping.restore()
     request = _Before(lambda call: call == 2 and stop.request(signal.SIGTERM))
     with pytest.raises(preemption.TrainingInterrupted, match="interrupted at update 4 of 7"):
         _fit(model, request, stopping)
     resumed = _model(steps_per_execution=2 * K)
-    again = checkpoints.UpdateCheckpoint(
-        resumed,
-        str(tmp_path / "stopped"),
-        total_updates=UPDATES,
-        every_updates=100,
-        every_seconds=1e9,
-    )
+    again = _checkpoint(resumed, tmp_path / "stopped")
     done = again.restore()
     assert done == 4 == int(resumed.optimizer.iterations.numpy())
     _fit(resumed, again, done=done)
@@ -171,14 +159,7 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
     model = _model()
     with preemption.stop_on_signals() as stop:
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        saves = _Saves(
-            model,
-            str(tmp_path),
-            total_updates=UPDATES,
-            every_updates=100,
-            every_seconds=1e9,
-            stop=stop,
-        )
+        saves = _checkpoint(model, tmp_path, _Saves, stop=stop)
         saves.restore()
         kill = _Before(lambda window: window == 4 and os.kill(os.getpid(), signal.SIGTERM))
         with pytest.raises(preemption.TrainingInterrupted) as raised:
@@ -194,9 +175,7 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
     weights = [w.numpy() for w in model.weights]
 
     resumed = _model()
-    again = checkpoints.UpdateCheckpoint(
-        resumed, str(tmp_path), total_updates=UPDATES, every_updates=100, every_seconds=1e9
-    )
+    again = _checkpoint(resumed, tmp_path)
     assert again.restore() == 4
     for got, want in zip(resumed.weights, weights):  # weights and AccumBN statistics
         np.testing.assert_array_equal(got.numpy(), want)
