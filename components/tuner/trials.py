@@ -48,7 +48,8 @@ def trial_seed(search_seed: Optional[int], trial_id: str) -> int:
 
 
 class _UpdateProgress(keras.callbacks.Callback):
-    """Reports each optimizer update of a trial (one train-function call = one window)."""
+    """Reports a trial's progress after each call of the train function (one window, or
+    several where the model's ``steps_per_execution`` says so), by optimizer updates."""
 
     def __init__(self, label: str, total_updates: int):
         super().__init__()
