@@ -56,11 +56,11 @@ class _Before(keras.callbacks.Callback):
 
     def __init__(self, action):
         super().__init__()
-        self._action, self._window = action, 0
+        self._action, self._calls = action, 0
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._window += 1
-        self._action(self._window)
+        self._calls += 1
+        self._action(self._calls)
 
 
 def _fit(model, *callbacks, done=0):
@@ -161,7 +161,7 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
         saves = _checkpoint(model, tmp_path, _Saves, stop=stop)
         saves.restore()
-        kill = _Before(lambda window: window == 4 and os.kill(os.getpid(), signal.SIGTERM))
+        kill = _Before(lambda call: call == 4 and os.kill(os.getpid(), signal.SIGTERM))
         with pytest.raises(preemption.TrainingInterrupted) as raised:
             _fit(model, kill, saves)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
