@@ -1,49 +1,64 @@
 """Seeded bugs: applies hand-kept one-line mutations, one at a time, to a COPY of the tree and
-runs a targeted subset of the fast test tier against each; reports which were killed.
+runs a targeted subset of the test suite against each; reports which were killed.
 
 Usage (from the project root, with the project's venv)::
 
-    .venv/bin/python scripts/mutants.py                 # every mutation
+    .venv/bin/python scripts/mutants.py --slow          # the whole list, one command
+    .venv/bin/python scripts/mutants.py                 # the mutations the fast tier kills
     .venv/bin/python scripts/mutants.py -k agc -k bn    # mutations whose name contains a word
+    .venv/bin/python scripts/mutants.py --sample 3      # 3 of them, drawn from the commit
+    .venv/bin/python scripts/mutants.py --check         # every anchor in place; nothing run
     .venv/bin/python scripts/mutants.py --list          # the list, nothing run
+    .venv/bin/python scripts/mutants.py --slow --commit HEAD --summary /tmp/mutants.md
 
 How it works:
 
 * The tree (without ``.git``, virtual environments, build and pipeline outputs) is copied once
-  to a temporary directory. ``ga_tfx.components`` and ``ga_tfx.pipelines`` are installed from
-  ``components/`` and ``pipelines/`` (setup.py ``package_dir``) by an editable install pointing
-  at the original checkout; in the copy, ``ga_tfx/components`` and ``ga_tfx/pipelines`` are
-  links to the copy's own folders, and pytest runs from the copy with ``PYTHONPATH`` = the copy
-  and ``-p no:cacheprovider``, so every ``ga_tfx`` module comes from the copy. A check before
-  the first mutant fails if any of them is imported from elsewhere. The original tree is never
-  written.
-* A mutation names code *text* (not line numbers: files are being split and moved), a
-  replacement and the tests to run. The text is searched in ``ga_tfx/``, ``components/`` and
-  ``pipelines/`` (or the files the mutation names) and replaced wherever it occurs; a mutation
-  whose text is found nowhere is an error (exit status 2), never a silent pass.
-* The unmutated copy must pass every selected test first (baseline); then each mutant runs its
-  tests with ``-x -m "not slow"``. Killed: pytest reports a failure (exit status 1). Survived:
-  all its tests pass. Anything else (collection error, timeout) is reported as such.
+  to a temporary directory: the working tree, or with ``--commit REV`` that commit
+  (``git archive``), so that a recorded run names exactly what it ran on. ``ga_tfx.components``
+  and ``ga_tfx.pipelines`` are installed from ``components/`` and ``pipelines/`` (setup.py
+  ``package_dir``) by an editable install pointing at the original checkout; in the copy,
+  ``ga_tfx/components`` and ``ga_tfx/pipelines`` are links to the copy's own folders, and
+  pytest runs from the copy with ``PYTHONPATH`` = the copy and ``-p no:cacheprovider``, so every
+  ``ga_tfx`` module comes from the copy. A check before the first mutant fails if any of them is
+  imported from elsewhere. The original tree is never written.
+* A mutation is anchored: it names ONE file (``path``), the code *text* it replaces there
+  (``find``, not line numbers: files are being split and moved), how many times that text
+  occurs in that file (``count``, default 1; every occurrence is replaced), the bug
+  (``replace``) and the tests that must kill it. Before anything runs, every chosen mutation is
+  checked against the copy: the file exists, the text occurs exactly ``count`` times, the
+  mutated file still compiles. A refactor that moves, rewrites or duplicates a site is an error
+  (exit status 2) naming the mutation, never a silent pass; ``tests/test_mutants.py`` runs the
+  same check on the checkout in the fast tier.
+* The unmutated copy must pass every selected test first (baseline, one pytest run per tier);
+  then each mutant runs its tests with ``-x`` (and ``-m "not slow"`` unless it is a slow-tier
+  mutation). Killed: pytest reports a failure (exit status 1). Survived: all its tests pass.
+  Anything else (collection error, timeout, no test selected) is reported as such.
+* ``--sample N`` runs N of the chosen mutations, drawn with ``--seed`` (default: the commit the
+  run is on, so each commit draws its own deterministic subset); CI runs such a sample
+  (``.ci/run``). ``--summary FILE`` writes the result as Markdown, with the commit it ran on.
 
 Exit status: 0 when every mutant was killed, 1 when some survived (or errored), 2 when a
-mutation's target text is missing or the baseline fails.
+mutation's anchor is broken or the baseline fails.
 """
 
 import argparse
 import dataclasses
+import datetime
 import fnmatch
-import glob
+import io
 import os
+import random
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
-SOURCE_DIRS = ("ga_tfx", "components", "pipelines")
 EXCLUDE = (
     ".git",
     ".venv",
@@ -62,59 +77,63 @@ TIMEOUT_S = 900  # per pytest run
 class Mutation:
     """One seeded bug.
 
-    name: short id (``area.what``); find: code text replaced (all occurrences); replace: the
-    bug; tests: pytest arguments (files, node ids, ``-k`` expressions) that should kill it;
-    files: globs (relative to the root) to search instead of the source folders; slow: its
-    tests are in the slow tier (run only with ``--slow``, without ``-m "not slow"``).
+    name: unique id (``area.what``); path: the one file (relative to the root) holding the
+    site; find: code text replaced there (every occurrence); replace: the bug; tests: pytest
+    arguments (files, node ids, ``-k`` expressions) that must kill it; count: how many times
+    ``find`` occurs in ``path`` (anything else is a broken anchor); slow: its tests are in the
+    slow tier (run only with ``--slow``, without ``-m "not slow"``).
     """
 
     name: str
+    path: str
     find: str
     replace: str
     tests: Tuple[str, ...]
-    files: Tuple[str, ...] = ()
+    count: int = 1
     slow: bool = False
 
 
 MIXED_FLOAT16 = ("tests/test_mixed_precision.py", "-k", "matches_float32 and float16")
+STEP, LOOP, ENGINE = "ga_tfx/engine/step.py", "ga_tfx/engine/loop.py", "ga_tfx/engine/__init__.py"
+PACING, ACCUMULATOR = "ga_tfx/engine/pacing.py", "ga_tfx/accumulator.py"
+PREEMPTION = "components/trainer/preemption.py"
+COMPAT = "ga_tfx/compat/gradient_accumulator/accumulators.py"
 
 MUTATIONS: List[Mutation] = [
-    # ---- the engine (ga_tfx/engine): mixed precision, weighting, replicas, windows
+    # ---- the engine (ga_tfx/engine): mixed precision, weighting, windows
     Mutation(
         "engine.unscale_missing",
+        STEP,
         "grads = optimizer.get_unscaled_gradients(grads)",
         "grads = grads",
         MIXED_FLOAT16,
-        ("ga_tfx/engine/*.py",),
+        count=2,
     ),
     Mutation(
         "engine.unscale_twice",
+        STEP,
         "grads = optimizer.get_unscaled_gradients(grads)",
         "grads = optimizer.get_unscaled_gradients(optimizer.get_unscaled_gradients(grads))",
         MIXED_FLOAT16,
-        ("ga_tfx/engine/*.py",),
+        count=2,
     ),
     Mutation(
         "engine.skipped_window_counted",
+        STEP,
         "optimizer.iterations.assign_sub(1 - tf.cast(finite, tf.int64))",
         "optimizer.iterations.assign_sub(0 * tf.cast(finite, tf.int64))",
         ("tests/test_mixed_precision.py", "-k", "non_finite_window"),
     ),
     Mutation(
         "engine.micro_batches_weighted_equally",
+        STEP,
         "return tf.cast(tf.shape(first)[0], tf.float32)",
         "return tf.constant(1.0)",
         ("tests/test_windows.py", "-k", "uneven"),
-        ("ga_tfx/engine/*.py",),
-    ),
-    Mutation(
-        "engine.replica_factor_dropped",
-        "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
-        "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
-        ("tests/test_distribution.py", "-k", "match_single_device"),
     ),
     Mutation(
         "engine.buffers_not_reset",
+        STEP,
         "return acc.reset()",
         "return tf.no_op()",
         (
@@ -123,88 +142,131 @@ MUTATIONS: List[Mutation] = [
             "-k",
             "every_optimizer and sgd_momentum or train_on_batch",
         ),
-        ("ga_tfx/engine/*.py",),
     ),
     Mutation(
         "engine.accum_steps_1_agc_ignored",
-        "self._accum_steps > 1\n            or self._agc is not None\n",
-        "self._accum_steps > 1\n",
+        ENGINE,
+        "self._accum_steps > 1 or self._agc is not None or self._always_use_engine",
+        "self._accum_steps > 1 or self._always_use_engine",
         ("tests/test_agc.py", "-k", "accum_steps_one"),
     ),
     Mutation(
         "engine.parameter_server_accepted",
+        "ga_tfx/_tf_keras_internals.py",
         'return bool(getattr(model, "_cluster_coordinator", None))',
         "return False",
         ("tests/test_validation.py", "-k", "parameter_server"),
     ),
     Mutation(
         "engine.ema_per_micro_batch",
+        STEP,
         "grads = tape.gradient(loss_to_differentiate, variables)",
         "grads = tape.gradient(loss_to_differentiate, variables); "
         "optimizer._update_model_variables_moving_average(variables)",
         ("tests/test_equivalence.py", "-k", "ema"),
-        ("ga_tfx/engine/*.py",),
     ),
     Mutation(
         "engine.drop_policy_ignored",
+        LOOP,
         'elif self._ending == "drop":',
         "elif False:",
         ("tests/test_windows.py", "-k", "policies"),
     ),
     Mutation(
         "engine.carry_not_realigned",
+        LOOP,
         "model, model.accum_steps - pending if pending else model._execution_steps",
         "model, model._execution_steps",
         ("tests/test_windows.py", "-k", "policies or whole_window"),
     ),
     Mutation(
         "engine.windows_inside_an_execution_not_applied",
+        LOOP,
         "                self._finish_window()\n",
         "                pass\n",
         ("tests/test_windows.py", "-k", "several_windows"),
     ),
     Mutation(
         "engine.train_on_batch_follows_the_policy",
+        ENGINE,
         "            with loop.one_window_per_call():\n",
         "            if True:\n",
         ("tests/test_windows.py", "-k", "train_on_batch"),
     ),
     Mutation(
         "engine.data_end_leaves_the_window_pending",
+        LOOP,
         "            self._end_last_window()\n            raise",
         "            raise",
         ("tests/test_windows.py", "-k", "ends_inside"),
     ),
-    # ---- the accumulator and the optimizer wrapper
+    Mutation(
+        "engine.grad_norm_logged_before_the_update",
+        LOOP,
+        "            logs = dict(logs, grad_norm=tracker.result())",
+        "            pass",
+        ("tests/test_grad_norm_metric.py",),
+    ),
+    Mutation(
+        "engine.grad_norm_counts_skipped_windows",
+        STEP,
+        "tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)",
+        "norm",
+        ("tests/test_grad_norm_metric.py", "-k", "skipped"),
+    ),
+    # ---- the accumulator (its replica factor: every strategy, the Trainer's too)
+    Mutation(
+        "accumulator.replica_factor_dropped",
+        ACCUMULATOR,
+        "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
+        "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
+        (
+            "tests/test_distribution.py",
+            "tests/test_trainer_component.py",
+            "-k",
+            "match_single_device or big_batch_weights and sgd",
+        ),
+    ),
     Mutation(
         "accumulator.count_micro_batches_not_samples",
+        ACCUMULATOR,
         "ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))",
         "ops.append(self.sample_count.assign_add(tf.constant(1.0)))",
         ("tests/test_equivalence.py", "-k", "every_optimizer and sgd_momentum"),
     ),
+    # ---- the optimizer wrapper
     Mutation(
         "optimizer.window_one_too_long",
+        "ga_tfx/optimizer.py",
         "            steps >= self.accum_steps,\n            lambda: self._apply_everywhere",
         "            steps > self.accum_steps,\n            lambda: self._apply_everywhere",
         ("tests/test_optimizer_api.py", "-k", "custom_loop_matches_big_batch"),
-        ("ga_tfx/optimizer.py",),
     ),
     Mutation(
         "optimizer.sample_count_ignored",
+        "ga_tfx/optimizer.py",
         "weight = 1.0 if sample_count is None else sample_count",
         "weight = 1.0",
         ("tests/test_optimizer_api.py",),
-        ("ga_tfx/optimizer.py",),
+    ),
+    Mutation(
+        "optimizer.loss_scale_not_unscaled",
+        "ga_tfx/optimizer.py",
+        "unscaled = self.optimizer.get_unscaled_gradients([g for g, _ in grads_and_vars])",
+        "unscaled = [g for g, _ in grads_and_vars]",
+        ("tests/test_optimizer_api.py", "-k", "loss_scale"),
     ),
     # ---- AccumBatchNormalization
     Mutation(
         "bn.between_micro_batch_variance_dropped",
+        "ga_tfx/batchnorm.py",
         "between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)",
         "between = 0.0 * delta",
         ("tests/test_batchnorm.py", "-k", "window_statistics"),
     ),
     Mutation(
         "bn.biased_variance",
+        "ga_tfx/batchnorm.py",
         "divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count",
         "divisor = count",
         ("tests/test_batchnorm.py", "-k", "window_statistics or keras_batchnorm"),
@@ -212,93 +274,123 @@ MUTATIONS: List[Mutation] = [
     # ---- AGC
     Mutation(
         "agc.comparison_flipped",
+        "ga_tfx/agc.py",
         "tf.where(grad_norm > max_norm, clipped, g)",
         "tf.where(grad_norm < max_norm, clipped, g)",
         ("tests/test_agc.py",),
     ),
     Mutation(
         "agc.eps_floor_dropped",
+        "ga_tfx/agc.py",
         "param_norm = tf.maximum(unitwise_norm(p, axes), tf.cast(eps, compute_dtype))",
         "param_norm = unitwise_norm(p, axes)",
         ("tests/test_agc.py", "-k", "zero_parameters"),
     ),
     Mutation(
         "agc.rank_6_accepted",
+        "ga_tfx/agc.py",
         "if rank > MAX_SUPPORTED_RANK:",
         "if rank > 6:",
         ("tests/test_agc.py", "-k", "rank"),
     ),
     Mutation(
         "agc.kernel_norm_over_all_axes",
+        "ga_tfx/agc.py",
         "return tuple(range(rank - 1))",
         "return tuple(range(rank))",
         ("tests/test_agc.py",),
     ),
-    Mutation(
-        "engine.grad_norm_logged_before_the_update",
-        "            logs = dict(logs, grad_norm=tracker.result())",
-        "            pass",
-        ("tests/test_grad_norm_metric.py",),
-    ),
-    Mutation(
-        "engine.grad_norm_counts_skipped_windows",
-        "tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)",
-        "norm",
-        ("tests/test_grad_norm_metric.py", "-k", "skipped"),
-    ),
+    # ---- TrainingLoop
     Mutation(
         "training_loop.jit_compile_ignored",
+        "ga_tfx/training_loop.py",
         "step = xla_step if self.jit_compile else (lambda function: function)",
         "step = lambda function: function  # noqa: E731",
         ("tests/test_training_loop.py", "-k", "jit"),
     ),
     Mutation(
         "training_loop.dataset_redistributed_every_epoch",
+        "ga_tfx/training_loop.py",
         "        return self._whole_epoch\n",
         "        return self._distribute(self._dataset, 0)\n",
         ("tests/test_training_loop.py", "-k", "in_memory"),
     ),
-    # ---- the Trainer's checkpoints (components/trainer/checkpoints.py)
-    Mutation(
-        "checkpoints.one_window_per_call",
-        "        self.done += (batch + 1 - self._seen) // self._accum_steps\n",
-        "        self.done += 1\n",
-        ("tests/test_preemption.py",),
-    ),
     # ---- call pacing (ga_tfx/engine/pacing.py)
     Mutation(
         "pacing.ignores_callbacks_that_watch_batches",
+        PACING,
         "        internals.watches_batches(callback)\n",
         "        False\n",
         ("tests/test_pacing.py",),
     ),
     Mutation(
         "pacing.auto_only_where_unwatched",
+        PACING,
         "    return model._pacing == ALWAYS or not any(\n",
         "    return not any(\n",
         ("tests/test_pacing.py",),
     ),
     Mutation(
         "pacing.paces_several_workers",
+        PACING,
         " or internals.in_multi_worker_mode(model.distribute_strategy):\n",
         ":\n",
         ("tests/test_pacing.py",),
     ),
     Mutation(
         "pacing.windows_not_whole",
+        LOOP,
         "windows * model.accum_steps)",
         "windows * model.accum_steps + 1)",
         ("tests/test_pacing.py",),
     ),
     Mutation(
         "pacing.left_on_after_fit",
+        ENGINE,
         "                self.train_function.stop_pacing()\n",
         "                pass\n",
         ("tests/test_pacing.py",),
     ),
-    # ---- the Trainer's resume and the tuner's budget
+    # ---- the Trainer: checkpoints, stop on a signal, resume, warm start, export
+    Mutation(
+        "checkpoints.one_window_per_call",
+        "components/trainer/checkpoints.py",
+        "        self.done += (batch + 1 - self._seen) // self._accum_steps\n",
+        "        self.done += 1\n",
+        ("tests/test_preemption.py",),
+    ),
+    Mutation(
+        "preemption.signal_ends_the_process",
+        PREEMPTION,
+        "        signal.signal(signum, handle)\n",
+        "        pass\n",
+        ("tests/test_preemption.py", "-k", "sigterm"),
+    ),
+    Mutation(
+        "preemption.signal_not_recorded",
+        PREEMPTION,
+        "            stop.request(signum)\n            return\n",
+        "            return\n",
+        ("tests/test_preemption.py", "-k", "sigterm or second_signal"),
+    ),
+    Mutation(
+        "preemption.second_signal_held_back",
+        PREEMPTION,
+        "        if not stop.requested:\n",
+        "        if True:\n",
+        ("tests/test_preemption.py", "-k", "second_signal"),
+    ),
+    Mutation(
+        "preemption.handlers_not_restored",
+        PREEMPTION,
+        "        for signum, old in previous.items():\n"
+        "            signal.signal(signum, old if old is not None else signal.SIG_DFL)\n",
+        "        for signum, old in previous.items():\n            pass\n",
+        ("tests/test_preemption.py", "-k", "sigterm or second_signal"),
+    ),
     Mutation(
         "trainer.resume_does_not_skip_trained_data",
+        "components/trainer/run_fn.py",
         ".skip(skip * settings.accum_steps)",
         ".skip(0)",
         ("tests/test_trainer_component.py", "-k", "killed"),
@@ -306,6 +398,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "trainer.base_model_ignored",
+        "components/trainer/model.py",
         "    if base_model_dir:\n        warm_start(model, base_model_dir)",
         "    if base_model_dir:\n        pass",
         ("tests/test_trainer_component.py", "-k", "warm_starts"),
@@ -313,38 +406,67 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "trainer.stock_route_settings_ignored",
+        "components/trainer/run_fn.py",
         "settings = settings_lib.from_dict(config[keys.GA_TFX])",
         "settings = settings_lib.from_dict(dict(config[keys.GA_TFX], accum_steps=1))",
         ("tests/test_trainer_component.py", "-k", "stock_trainer_runs"),
         slow=True,
     ),
     Mutation(
-        "trainer.mirrored_replica_factor_dropped",
-        "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
-        "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
-        ("tests/test_trainer_component.py", "-k", "big_batch_weights and sgd"),
+        "export.serving_in_training_mode",
+        "components/trainer/export.py",
+        "        outputs = model(features)\n",
+        "        outputs = model(features, training=True)\n",
+        ("tests/test_trainer_component.py", "-k", "in_memory"),
     ),
     Mutation(
-        "trainer.multi_worker_replica_factor_dropped",
-        "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
-        "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
-        ("tests/test_multi_worker.py",),
-        slow=True,
+        "export.serving_needs_the_raw_label",
+        "components/trainer/export.py",
+        "serving_spec = {k: v for k, v in raw_spec.items() if k not in label_keys}",
+        "serving_spec = dict(raw_spec)",
+        ("tests/test_trainer_serving.py", "-k", "needs_no_raw_label"),
+    ),
+    # ---- the pipeline's data gate and the CLI
+    Mutation(
+        "data_check.empty_split_passes",
+        "pipelines/data_check.py",
+        "        if not counts[split]:\n",
+        "        if False:\n",
+        ("tests/test_bad_data.py", "-k", "empty_split"),
+    ),
+    Mutation(
+        "data_check.anomalies_pass",
+        "pipelines/data_check.py",
+        "    if problems:\n",
+        "    if False:\n",
+        ("tests/test_bad_data.py", "-k", "gate_check"),
     ),
     Mutation(
         "cli.no_cache_ignored",
+        "pipelines/cli.py",
         "enable_cache=not args.no_cache",
         "enable_cache=True",
         ("tests/test_pipeline_e2e.py", "-k", "no_cache"),
     ),
+    # ---- tuning: the library, the Tuner's tuner_fn and trials, the report
     Mutation(
         "tuning.out_of_memory_not_caught",
+        "ga_tfx/tuning.py",
         "except tf.errors.ResourceExhaustedError as error:",
         "except tf.errors.CancelledError as error:",
         ("tests/test_tuning.py", "-k", "out_of_memory"),
     ),
     Mutation(
+        "tuning.steps_per_epoch_off_by_one",
+        "ga_tfx/tuning.py",
+        'kwargs["steps_per_epoch"] = samples_per_epoch // micro',
+        'kwargs["steps_per_epoch"] = samples_per_epoch // micro + 1',
+        ("tests/test_tuner_component.py", "-k", "searches_accum_steps"),
+        slow=True,
+    ),
+    Mutation(
         "tuner.search_restarts",
+        "components/tuner/tuner_fn.py",
         "project_name=PROJECT_NAME,\n        overwrite=False,",
         "project_name=PROJECT_NAME,\n        overwrite=True,",
         ("tests/test_tuner_component.py", "-k", "resumes"),
@@ -352,33 +474,177 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "tuner.budget_from_smallest_micro_batch",
+        "ga_tfx/search_space.py",
         "return max(self.accum_steps) * max(self.micro_batch_size)",
         "return max(self.accum_steps) * min(self.micro_batch_size)",
         ("tests/test_tuner_component.py", "-k", "budget"),
     ),
     Mutation(
-        "tuning.steps_per_epoch_off_by_one",
-        'kwargs["steps_per_epoch"] = samples_per_epoch // micro',
-        'kwargs["steps_per_epoch"] = samples_per_epoch // micro + 1',
-        ("tests/test_tuner_component.py", "-k", "searches_accum_steps"),
-        slow=True,
+        "tuner.trial_seed_not_applied",
+        "components/tuner/trials.py",
+        "            keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))\n",
+        "",
+        ("tests/test_tuner_trials.py", "-k", "seeded_before"),
+    ),
+    Mutation(
+        "tuning_report.best_last",
+        "pipelines/tuning_report.py",
+        'scored.sort(key=lambda r: r["score"], reverse=maximize)',
+        'scored.sort(key=lambda r: r["score"], reverse=not maximize)',
+        ("tests/test_cli_console.py", "-k", "tuning_report"),
+    ),
+    Mutation(
+        "tuning_report.loss_maximized",
+        "pipelines/tuning_report.py",
+        'maximize = not any(word in objective for word in ("loss", "error"))',
+        "maximize = True",
+        ("tests/test_cli_console.py", "-k", "tuning_report"),
+    ),
+    Mutation(
+        "tuning_report.older_searches_mixed_in",
+        "pipelines/tuning_report.py",
+        'by_id = {r["trial_id"]: r for r in records if r.get("run") == latest}',
+        'by_id = {r["trial_id"]: r for r in records}',
+        ("tests/test_cli_console.py", "-k", "tuning_report"),
+    ),
+    # ---- ga_tfx.compat: gradient-accumulator's arguments mapped onto ga-tfx's
+    Mutation(
+        "compat.agc_alias_ignored",
+        COMPAT,
+        "        )\n    return agc\n",
+        "        )\n    return use_agc\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "agc_clips"),
+    ),
+    Mutation(
+        "compat.eps_not_passed_on",
+        COMPAT,
+        "            agc_eps=eps,\n",
+        "            agc_eps=PACKAGE_EPS,\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "agc_clips"),
+    ),
+    Mutation(
+        "compat.clip_keywords_dropped",
+        COMPAT,
+        "            _set_clipping(self.optimizer, key, value)\n",
+        "            pass\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "clipping_keywords_clip"),
+    ),
+    Mutation(
+        "compat.package_arguments_accepted",
+        "ga_tfx/compat/_arguments.py",
+        "    found = [name for name in kwargs if name in GA_TFX_EQUIVALENT]\n",
+        "    found = []\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "reject_package_arguments"),
     ),
 ]
 
 
+# ---------------------------------------------------------------------- anchors
+def list_problems(mutations: Sequence[Mutation] = MUTATIONS) -> List[str]:
+    """What is wrong with the list itself: names not unique or not ``area.what``, a bug
+    listed twice (the same file, text and replacement), a no-op, no test file named."""
+    problems = []
+    seen_names, seen_bugs = set(), {}
+    for m in mutations:
+        if m.name in seen_names:
+            problems.append(f"{m.name}: the name is listed twice")
+        seen_names.add(m.name)
+        area, _, what = m.name.partition(".")
+        if not area or not what:
+            problems.append(f"{m.name}: name it area.what")
+        bug = (m.path, m.find, m.replace)
+        if bug in seen_bugs:
+            problems.append(f"{m.name}: the same bug as {seen_bugs[bug]}")
+        seen_bugs.setdefault(bug, m.name)
+        if m.find == m.replace or not m.find:
+            problems.append(f"{m.name}: find and replace must differ, find must not be empty")
+        if m.count < 1:
+            problems.append(f"{m.name}: count must be >= 1")
+        if not any(t.startswith("tests/") for t in m.tests):
+            problems.append(f"{m.name}: names no test file")
+    return problems
+
+
+def anchor_problems(tree: str, m: Mutation) -> List[str]:
+    """Why ``m`` cannot be applied to ``tree`` as listed ([] when it can): its file is
+    missing, its text occurs other than ``count`` times there, the mutated file does not
+    compile, or a test file it names is missing."""
+    path = os.path.join(tree, m.path)
+    if not os.path.isfile(path):
+        return [f"{m.name}: {m.path} does not exist"]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    found = text.count(m.find)
+    problems = []
+    if found != m.count:
+        problems.append(
+            f"{m.name}: its text occurs {found} times in {m.path}, listed {m.count} "
+            f"(the site moved or changed: update the mutation): {m.find!r}"
+        )
+    elif m.path.endswith(".py"):
+        try:
+            compile(text.replace(m.find, m.replace), m.path, "exec")
+        except SyntaxError as error:
+            problems.append(f"{m.name}: the mutated {m.path} does not compile: {error}")
+    for test in m.tests:
+        if test.startswith("tests/") and not os.path.exists(
+            os.path.join(tree, test.split("::")[0])
+        ):
+            problems.append(f"{m.name}: test file {test} does not exist")
+    return problems
+
+
+# ---------------------------------------------------------------------- the copy
 def _ignore(directory, names):
     return {n for n in names for pattern in EXCLUDE if fnmatch.fnmatch(n, pattern)}
+
+
+def _git(*args: str, cwd: str = ROOT) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _link_namespaces(tree: str) -> None:
+    for name in ("components", "pipelines"):
+        link = os.path.join(tree, "ga_tfx", name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join("..", name), link)
 
 
 def make_copy(destination: str, source: str = ROOT) -> str:
     """Copies the tree to ``destination/tree``; links the namespace packages into ga_tfx/."""
     tree = os.path.join(destination, "tree")
     shutil.copytree(source, tree, ignore=_ignore, symlinks=True)
-    for name in ("components", "pipelines"):
-        link = os.path.join(tree, "ga_tfx", name)
-        if not os.path.lexists(link):
-            os.symlink(os.path.join("..", name), link)
+    _link_namespaces(tree)
     return tree
+
+
+def export_commit(destination: str, commit: str) -> str:
+    """The files of ``commit`` (``git archive``) in ``destination/tree``, namespaces linked."""
+    tree = os.path.join(destination, "tree")
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tree)
+    _link_namespaces(tree)
+    return tree
+
+
+def describe_source(source: str, commit: Optional[str]) -> Tuple[str, str]:
+    """(commit hash, words saying what was run: the commit, or the working tree on it)."""
+    if commit:
+        full = _git("rev-parse", "--verify", f"{commit}^{{commit}}")
+        return full, f"commit {full[:10]}"
+    try:
+        full = _git("rev-parse", "HEAD", cwd=source)
+        dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=source)
+    except (subprocess.CalledProcessError, OSError):
+        return "unknown", f"the tree at {source} (no git history)"
+    if dirty:
+        return full, f"the working tree on {full[:10]} (with uncommitted changes)"
+    return full, f"commit {full[:10]} (clean working tree)"
 
 
 def environment(tree: str) -> dict:
@@ -413,20 +679,10 @@ def check_imports(tree: str) -> None:
             f"import check failed (exit {out.returncode}); modules outside the "
             f"copy: {outside}\n{out.stderr[-2000:]}"
         )
-    print(f"import check: {len(files)} ga_tfx modules, all from {tree}")
+    print(f"import check: {len(files)} ga_tfx modules, all from {tree}", flush=True)
 
 
-def targets(tree: str, mutation: Mutation) -> List[str]:
-    patterns = mutation.files or tuple(f"{d}/**/*.py" for d in SOURCE_DIRS)
-    found = set()
-    for pattern in patterns:
-        found.update(glob.glob(os.path.join(tree, pattern), recursive=True))
-    # The links ga_tfx/components and ga_tfx/pipelines would list those files twice.
-    return sorted(
-        {os.path.realpath(p) for p in found if mutation.find in open(p, encoding="utf-8").read()}
-    )
-
-
+# ---------------------------------------------------------------------- running
 def baseline_selection(selections) -> List[str]:
     """One pytest argument list selecting (a superset of) the union of ``selections``.
 
@@ -476,6 +732,37 @@ def run_pytest(tree: str, args, timeout=TIMEOUT_S, slow=False) -> Tuple[Optional
     return out.returncode, time.monotonic() - start, " ".join([summary] + failed[:1])
 
 
+def draw_sample(chosen: Sequence[Mutation], size: int, seed: str) -> List[Mutation]:
+    """``size`` of ``chosen``, drawn by ``seed`` (the same seed, the same draw), list order."""
+    if size >= len(chosen):
+        return list(chosen)
+    names = set(random.Random(seed).sample(sorted(m.name for m in chosen), size))
+    return [m for m in chosen if m.name in names]
+
+
+def write_summary(path: str, command: str, what: str, results, baselines, seconds: float) -> str:
+    """The run as Markdown (returned, and written to ``path`` if given)."""
+    killed = sum(verdict == "killed" for _, verdict, _ in results)
+    others = [f"{name} {verdict}" for name, verdict, _ in results if verdict != "killed"]
+    date = datetime.date.today().isoformat()
+    lines = [
+        f"`{command}` on {what}, {date}, {seconds / 60:.0f} min: "
+        f"**{killed} of {len(results)} killed**"
+        + (f" (not killed: {', '.join(others)})" if others else "")
+        + "".join(f"; baseline, {tier}: {summary}" for tier, summary in baselines)
+        + ".",
+        "",
+        "| mutation | verdict | seconds |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| `{name}` | {verdict} | {secs:.0f} |" for name, verdict, secs in results]
+    text = "\n".join(lines) + "\n"
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return text
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -486,7 +773,29 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the list and every chosen mutation's anchor in the source tree; run nothing",
+    )
+    parser.add_argument(
         "--slow", action="store_true", help="also the mutations whose tests are in the slow tier"
+    )
+    parser.add_argument(
+        "--sample", type=int, default=0, metavar="N", help="run N of the chosen mutations"
+    )
+    parser.add_argument(
+        "--seed",
+        default=None,
+        help="the seed of --sample (default: the commit the run is on)",
+    )
+    parser.add_argument(
+        "--commit",
+        default=None,
+        metavar="REV",
+        help="run on this commit of the checkout (git archive), not on the working tree",
+    )
+    parser.add_argument(
+        "--summary", default=None, metavar="FILE", help="write the result as Markdown to FILE"
     )
     parser.add_argument("--keep", action="store_true", help="keep the copy (path printed)")
     parser.add_argument(
@@ -498,10 +807,13 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--source",
         default=ROOT,
-        help="the tree to copy (default: this checkout), e.g. an export of "
-        "a commit: git archive HEAD | tar -x -C DIR",
+        help="the tree to copy (default: this checkout's working tree)",
     )
     args = parser.parse_args(argv)
+    problems = list_problems()
+    if problems:
+        print("ERROR: the mutation list:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
     chosen = [
         m
         for m in MUTATIONS
@@ -509,58 +821,74 @@ def main(argv=None) -> int:
     ]
     if args.list:
         for m in chosen:
-            print(f"{m.name:48s} {' '.join(m.tests)}")
+            print(f"{m.name:48s} {m.path:44s} {' '.join(m.tests)}")
         return 0
+    source = os.path.abspath(args.source)
+    if args.check:
+        broken = [p for m in chosen for p in anchor_problems(source, m)]
+        for line in broken:
+            print(f"ERROR: {line}", file=sys.stderr)
+        print(
+            f"{len(chosen) - len({b.split(':')[0] for b in broken})}/{len(chosen)} anchors in place"
+        )
+        return 2 if broken else 0
 
+    started = time.monotonic()
+    commit, what = describe_source(source, args.commit)
+    if args.sample:
+        seed = args.seed if args.seed is not None else commit
+        chosen = draw_sample(chosen, args.sample, seed)
+        print(f"sample of {len(chosen)} (seed {seed!r}): {', '.join(m.name for m in chosen)}")
     work = tempfile.mkdtemp(prefix="ga_tfx_mutants_")
     try:
-        tree = make_copy(work, os.path.abspath(args.source))
-        missing = [m.name for m in chosen if not targets(tree, m)]
-        if missing:
+        tree = export_commit(work, commit) if args.commit else make_copy(work, source)
+        print(f"running on {what}", flush=True)
+        broken = [p for m in chosen for p in anchor_problems(tree, m)]
+        if broken:
             print(
-                f"ERROR: target text not found for {missing}: update the mutation list",
+                "ERROR: broken anchors (update the mutation list):\n  " + "\n  ".join(broken),
                 file=sys.stderr,
             )
             return 2
         check_imports(tree)
         # Baseline: the unmutated copy passes every selected test (one pytest run per tier).
+        baselines = []
         for slow in sorted({m.slow for m in chosen} if not args.no_baseline else ()):
             selection = baseline_selection([m.tests for m in chosen if m.slow == slow])
             code, seconds, summary = run_pytest(tree, selection, slow=slow)
-            print(
-                f"baseline   {'(slow tier)' if slow else '(fast tier)':48s} {seconds:5.0f}s  "
-                f"{summary}",
-                flush=True,
-            )
+            tier = "slow tier" if slow else "fast tier"
+            baselines.append((tier, summary))
+            print(f"baseline   {'(' + tier + ')':48s} {seconds:5.0f}s  {summary}", flush=True)
             if code != 0:
                 print("ERROR: the unmutated copy fails selected tests", file=sys.stderr)
                 return 2
 
         results = []
         for m in chosen:
-            paths = targets(tree, m)
-            saved = {p: open(p, encoding="utf-8").read() for p in paths}
+            path = os.path.join(tree, m.path)
+            with open(path, encoding="utf-8") as f:
+                saved = f.read()
             try:
-                for p, text in saved.items():
-                    with open(p, "w", encoding="utf-8") as f:
-                        f.write(text.replace(m.find, m.replace))
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(saved.replace(m.find, m.replace))
                 code, seconds, summary = run_pytest(tree, m.tests, slow=m.slow)
             finally:
-                for p, text in saved.items():
-                    with open(p, "w", encoding="utf-8") as f:
-                        f.write(text)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(saved)
             verdict = {0: "SURVIVED", 1: "killed"}.get(code, f"error (exit {code})")
-            where = ", ".join(
-                f"{os.path.relpath(p, os.path.realpath(tree))}x{saved[p].count(m.find)}"
-                for p in paths
-            )
-            results.append((m.name, verdict))
-            print(f"{verdict:10s} {m.name:48s} {seconds:5.0f}s  [{where}]  {summary}", flush=True)
-        killed = sum(v == "killed" for _, v in results)
+            results.append((m.name, verdict, seconds))
+            print(f"{verdict:10s} {m.name:48s} {seconds:5.0f}s  [{m.path}]  {summary}", flush=True)
+        killed = sum(v == "killed" for _, v, _ in results)
         print(f"\n{killed}/{len(results)} mutants killed")
-        for name, verdict in results:
+        for name, verdict, _ in results:
             if verdict != "killed":
                 print(f"  {verdict}: {name}")
+        command = "scripts/mutants.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        text = write_summary(
+            args.summary, command.strip(), what, results, baselines, time.monotonic() - started
+        )
+        if args.summary:
+            print(f"summary written to {args.summary}:\n{text.splitlines()[0]}")
         return 0 if killed == len(results) else 1
     finally:
         if args.keep:

@@ -139,6 +139,67 @@ def test_gate_lines_name_the_column_what_was_found_and_what_is_allowed():
     ]
 
 
+def _gate_inputs(tmp_path, examples, anomalies=None):
+    """The DataCheck gate's input artifacts: the curated schema, statistics of ``examples``
+    {split: number of examples} (None: a split whose statistics hold no dataset) and
+    ExampleValidator's anomalies ({split: Anomalies proto}, none by default)."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+    from tfx.types import artifact_utils, standard_artifacts
+
+    schema_dir = tmp_path / "schema"
+    schema_dir.mkdir()
+    (schema_dir / data_check.SCHEMA_FILE_NAME).write_text(open(digits.SCHEMA_FILE).read())
+    statistics = standard_artifacts.ExampleStatistics()
+    statistics.uri = str(tmp_path / "statistics")
+    found = standard_artifacts.ExampleAnomalies()
+    found.uri = str(tmp_path / "anomalies")
+    for artifact in (statistics, found):
+        artifact.split_names = artifact_utils.encode_split_names(sorted(examples))
+    for split, count in examples.items():
+        stats = statistics_pb2.DatasetFeatureStatisticsList()
+        if count is not None:
+            stats.datasets.add(num_examples=count)
+        for artifact, name, proto in (
+            (statistics, "FeatureStats.pb", stats),
+            (found, "SchemaDiff.pb", (anomalies or {}).get(split, anomalies_pb2.Anomalies())),
+        ):
+            split_dir = artifact_utils.get_split_uri([artifact], split)
+            os.makedirs(split_dir)
+            with open(os.path.join(split_dir, name), "wb") as f:
+                f.write(proto.SerializeToString())
+    return str(schema_dir), statistics, found
+
+
+def test_gate_check_passes_good_data_on_with_its_schema(tmp_path):
+    schema_dir, statistics, anomalies = _gate_inputs(tmp_path, {"train": 120, "eval": 30})
+    assert data_check.check(schema_dir, statistics, anomalies) == os.path.join(
+        schema_dir, data_check.SCHEMA_FILE_NAME
+    )
+
+
+def test_gate_check_fails_on_anomalies_naming_the_split_and_column(tmp_path):
+    anomalies = anomalies_pb2.Anomalies()
+    anomalies.anomaly_info["pixel_07"].reason.add(description="Expected INT but got STRING")
+    inputs = _gate_inputs(tmp_path, {"train": 120, "eval": 30}, {"eval": anomalies})
+    with pytest.raises(data_check.DataError) as raised:
+        data_check.check(*inputs)
+    assert str(raised.value) == (
+        "bad data, stopped before Transform and training: split 'eval', column 'pixel_07': "
+        "Expected INT but got STRING (allowed: integers 0..16, one in every row)"
+    )
+
+
+@pytest.mark.parametrize("empty", [0, None], ids=["no_examples", "no_dataset"])
+def test_gate_check_fails_on_an_empty_split(tmp_path, empty):
+    inputs = _gate_inputs(tmp_path, {"train": 120, "eval": empty})
+    with pytest.raises(data_check.DataError) as raised:
+        data_check.check(*inputs)
+    assert str(raised.value) == (
+        "bad data, stopped before Transform and training: split 'eval' is empty (no examples): "
+        "give the data more rows"
+    )
+
+
 @pytest.mark.slow  # a TFX run (ExampleGen, StatisticsGen, ExampleValidator): minutes
 def test_the_pipeline_gate_stops_bad_data_and_a_fixed_rerun_passes(tmp_path):
     from ml_metadata import metadata_store

@@ -1,11 +1,15 @@
 """Tuner trials are seeded from the search's seed and the trial id, and recorded (failed ones
 too): a repeated search scores and ranks its trials the same."""
 
+from ga_tfx import keras, tf
 from ga_tfx.components.tuner import trials
 
 import json
 import os
+import random
+import types
 
+import numpy as np
 import pytest
 
 from tests import taxi
@@ -67,3 +71,38 @@ def test_trial_seeds_depend_on_the_search_seed_and_the_trial_id_only():
         len({trials.trial_seed(6, "00"), trials.trial_seed(6, "01"), trials.trial_seed(7, "00")})
         == 3
     )
+
+
+def test_each_trial_is_seeded_before_it_runs_from_the_search_seed_and_its_id():
+    # A Tuner base whose trial only draws from Python's, NumPy's and TensorFlow's generators:
+    # what a trial's model initialisation and dropout draw from.
+    class Draws:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run_trial(self, trial, *args, **kwargs):
+            return random.random(), float(np.random.random()), float(tf.random.uniform([]))
+
+    tuner = trials.recording_tuner(Draws)(search_seed=6)
+
+    def run(trial_id):
+        values = {"accum_steps": 2, "micro_batch_size": 4}
+        trial = types.SimpleNamespace(
+            trial_id=trial_id, hyperparameters=types.SimpleNamespace(values=values)
+        )
+        return tuner.run_trial(trial)
+
+    keras.utils.set_random_seed(123)  # whatever ran before in the process
+    first = run("01")
+    other = run("00")
+    # The reference: each generator seeded with the trial's seed, independently.
+    seed = trials.trial_seed(6, "01")
+    tf.random.set_seed(seed)
+    expected = (
+        random.Random(seed).random(),
+        float(np.random.RandomState(seed).random_sample()),
+        float(tf.random.uniform([])),
+    )
+    assert first == expected
+    assert run("01") == first  # after another trial: the same draws again
+    assert all(a != b for a, b in zip(first, other))  # another trial id, other draws
