@@ -21,18 +21,20 @@ __version__ = "0.1.0"
 # name -> module defining it (loaded on first access, PEP 562).
 _PUBLIC = {
     "AccumBatchNormalization": "ga_tfx.batchnorm",
+    "AccumulationConfig": "ga_tfx.config",
     "AccumulatingModel": "ga_tfx.models",
     "AdaptiveGradientClipping": "ga_tfx.agc",
     "GradientAccumulateModel": "ga_tfx.models",
     "GradientAccumulateOptimizer": "ga_tfx.optimizer",
     "GradientAccumulator": "ga_tfx.accumulator",
     "KerasVersionError": "ga_tfx._keras",
-    "NonFiniteGradientError": "ga_tfx.training_loop",
+    "NonFiniteGradientError": "ga_tfx.window",
     "TrainingLoop": "ga_tfx.training_loop",
     "UpdateCallback": "ga_tfx.training_loop",
     "adaptive_clip_gradients": "ga_tfx.agc",
     "replace_batchnorm_layers": "ga_tfx.conversion",
     "unwrap_model": "ga_tfx.models",
+    "WindowEnd": "ga_tfx.window",
     "wrap_model": "ga_tfx.models",
     "keras": "ga_tfx._keras",
     "tf": "ga_tfx._keras",
@@ -64,7 +66,9 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx.accumulator import GradientAccumulator  # noqa: F401
     from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients  # noqa: F401
     from ga_tfx.batchnorm import AccumBatchNormalization  # noqa: F401
+    from ga_tfx.config import AccumulationConfig  # noqa: F401
     from ga_tfx.conversion import replace_batchnorm_layers  # noqa: F401
     from ga_tfx.models import AccumulatingModel, GradientAccumulateModel, unwrap_model, wrap_model  # noqa: F401
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401
-    from ga_tfx.training_loop import NonFiniteGradientError, TrainingLoop, UpdateCallback  # noqa: F401
+    from ga_tfx.training_loop import TrainingLoop, UpdateCallback  # noqa: F401
+    from ga_tfx.window import NonFiniteGradientError, WindowEnd  # noqa: F401

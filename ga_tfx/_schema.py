@@ -44,7 +44,9 @@ class Spec:
       maximum: inclusive upper bound of a number.
       choices: the allowed values.
       optional: ``None`` is allowed (meaning "unset" or "off", said in ``help``).
-      many: the value is a non-empty list of such values (returned as a tuple).
+      many: the value is a non-empty list of such values (returned as a tuple); a single
+        string is a list of one for ``str`` settings.
+      empty: with ``many``, the empty list is allowed too.
       rule: an extra check of the whole (checked) value, returning what is wrong or ``None``
         (e.g. ``min <= max`` of a range); its text is part of the error.
       tunable: a Tuner's best hyperparameters may override it (Trainer settings).
@@ -60,6 +62,7 @@ class Spec:
     choices: Optional[Tuple[Any, ...]] = None
     optional: bool = False
     many: bool = False
+    empty: bool = False
     rule: Optional[Callable[[Any], Optional[str]]] = None
     tunable: bool = False
     flag: Optional[str] = None
@@ -109,8 +112,12 @@ class Spec:
                 return None
             raise self._error(name, value, typed=True)
         if self.many:
+            if isinstance(value, str) and self.kind is str:
+                value = (value,)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
                 raise self._error(name, value, typed=True)
+            if not value and self.empty:
+                return ()
             if not value:
                 raise SettingError(
                     f"{name} must list at least one value ({self.allowed()}), got an empty list."

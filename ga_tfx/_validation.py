@@ -31,12 +31,23 @@ STEPS_PER_EXECUTION = Spec(
     optional=True,
 )
 LOG_GRAD_NORM = Spec(bool, "log each update's global gradient norm as the fit metric grad_norm")
+# Counts of the training loop, each with its own meaning in errors (optional: None is "off").
+UPDATES = Spec(int, "a number of optimizer updates", minimum=1, optional=True)
+WINDOWS = Spec(int, "a number of windows", minimum=1)
+EPOCHS = Spec(int, "the number of epochs to train, counted from the start", minimum=1)
+MICRO_BATCHES = Spec(int, "a number of micro-batches", minimum=1, optional=True)
+CHECKPOINTS_KEPT = Spec(int, "the number of checkpoints kept", minimum=1)
 _POSITIVE = Spec(float, "a positive number", above=0)
 
 __all__ = [
     "ACCUM_STEPS",
     "AGC_CLIP_FACTOR",
     "AGC_EPS",
+    "CHECKPOINTS_KEPT",
+    "EPOCHS",
+    "MICRO_BATCHES",
+    "UPDATES",
+    "WINDOWS",
     "LOG_GRAD_NORM",
     "PARTIAL_WINDOW",
     "PARTIAL_WINDOW_POLICIES",

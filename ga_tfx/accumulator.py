@@ -7,7 +7,7 @@ so that ``tf.train.Checkpoint`` (and Keras' ``BackupAndRestore``) save it: a run
 mid-window resumes with what it had accumulated.
 
 Under ``tf.distribute`` the buffers are replica-local (``ON_READ``) variables: adding a
-micro-batch's gradient never communicates, and :meth:`reduce_window` sums all replicas' buffers
+micro-batch's gradient never communicates, and :meth:`window_mean` sums all replicas' buffers
 with one batched all-reduce per optimizer update.
 """
 
@@ -40,6 +40,8 @@ class GradientAccumulator(tf.Module):
       sums: list of buffers, one per variable, same shape, float32 (float64 for float64
         variables). Replica-local under a multi-replica strategy.
       sample_count: float32 scalar, ``Σ_i w_i`` of the current window on this replica.
+      loss_sum: float32 scalar, ``Σ_i w_i · loss_i`` of the current window on this replica,
+        for the micro-batches added with a loss (the window's mean loss, as the gradient).
       micro_steps: int64 scalar, micro-steps in the current window (replica-independent).
       samples_seen: float64 scalar holding a whole number, the sum of all weights ever added,
         each rounded to a whole number (never reset): the number of training samples for the
@@ -71,6 +73,13 @@ class GradientAccumulator(tf.Module):
                 synchronization=_ON_READ,
                 aggregation=_SUM,
                 name="sample_count",
+            )
+            self.loss_sum = tf.Variable(
+                0.0,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=_SUM,
+                name="loss_sum",
             )
             self.samples_seen = tf.Variable(
                 0.0,
@@ -113,7 +122,7 @@ class GradientAccumulator(tf.Module):
         """True if this accumulator was built for exactly ``variables`` (same order)."""
         return [v.ref() for v in variables] == self._variable_refs
 
-    def add(self, gradients: Sequence[Any], weight: Any) -> Any:
+    def add(self, gradients: Sequence[Any], weight: Any, loss: Any = None) -> Any:
         """Adds ``weight · g`` for each gradient (replica context). ``None`` gradients are skipped.
 
         Args:
@@ -121,6 +130,8 @@ class GradientAccumulator(tf.Module):
             ``tf.IndexedSlices`` (added with a scatter, never densified) or ``None``.
           weight: scalar, the weight of this micro-batch in the window mean: its number of
             samples for mean-reduced losses.
+          loss: the scalar loss whose gradient ``gradients`` are (same scaling), or ``None``:
+            ``weight · loss`` is added to ``loss_sum``.
         """
         ops = []
         for buffer, grad in zip(self.sums, gradients):
@@ -138,6 +149,10 @@ class GradientAccumulator(tf.Module):
             else:
                 ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
         ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))
+        if loss is not None:
+            ops.append(
+                self.loss_sum.assign_add(tf.cast(loss, tf.float32) * tf.cast(weight, tf.float32))
+            )
         ops.append(self.samples_seen.assign_add(tf.round(tf.cast(weight, tf.float64))))
         return tf.group(ops)
 
@@ -149,44 +164,50 @@ class GradientAccumulator(tf.Module):
         """
         return int(round(float(self.samples_seen.numpy())))
 
-    def reduce_window(self) -> Tuple[List[Any], Any]:
-        """Returns ``(sums, count)`` summed over all replicas (replica context).
+    def window_mean(self, extra: Sequence[Any] = ()) -> Tuple[List[Any], Any, Any, List[Any]]:
+        """The window's means over all replicas (replica context, one batched all-reduce).
 
-        One batched all-reduce for the whole window; nothing is communicated when there is a
-        single replica.
-        """
-        sums = [b.read_value() for b in self.sums]
-        count = self.sample_count.read_value()
-        ctx = tf.distribute.get_replica_context()
-        if ctx is not None and ctx.num_replicas_in_sync > 1:
-            reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, sums + [count])
-            sums, count = list(reduced[:-1]), reduced[-1]
-        return sums, count
-
-    def window_gradients(self) -> List[Tuple[Any, Any]]:
-        """The window's gradient, ``[(g, variable)]`` (replica context, one all-reduce).
-
-        ``g = R · Σ_replicas sums / Σ_replicas sample_count`` in the variable's dtype, for the
-        connected variables only (:meth:`connected_only`), where ``R`` is the number of replicas.
         Both callers add ``w · g`` and ``w`` on every replica, with gradients that sum (not
         average) over replicas: the model engine adds each replica's own sample count with
-        Keras' per-replica loss (``local mean / R``); the optimizer wrapper adds the global
-        micro-batch count with ``compute_average_loss(global_batch_size=n)``. Either way the
-        result is ``Σ_i n_i ḡ_i / Σ_i n_i``, the mean gradient over all samples of the window.
+        Keras' per-replica loss (``local mean / R``, ``R`` replicas); the optimizer wrapper adds
+        the global micro-batch count with ``compute_average_loss(global_batch_size=n)``. Either
+        way ``R · Σ_replicas sums / Σ_replicas sample_count`` is ``Σ_i n_i ḡ_i / Σ_i n_i``, the
+        mean gradient over all samples of the window; the same holds for the loss.
+
+        Args:
+          extra: further replica-local scalars to sum over replicas in the same all-reduce.
+
+        Returns:
+          ``(grads_and_vars, samples, loss, extra_sums)``: the window gradient
+          ``[(g, variable)]`` in each variable's dtype, for the connected variables only
+          (:meth:`connected_only`); the window's samples (all replicas, float32); its mean loss
+          (0 when no loss was added); ``extra`` summed over replicas.
         """
-        sums, count = self.reduce_window()
+        values = [b.read_value() for b in self.sums]
+        values += [self.sample_count.read_value(), self.loss_sum.read_value()] + list(extra)
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+        if replicas > 1:
+            values = list(ctx.all_reduce(tf.distribute.ReduceOp.SUM, values))
+        count = values[len(self.sums)]
+        loss_sum = values[len(self.sums) + 1]
         grads_and_vars = []
-        for grad_sum, variable in zip(sums, self.accumulated_variables):
+        for grad_sum, variable in zip(values[: len(self.sums)], self.accumulated_variables):
             scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)
             grads_and_vars.append((tf.cast(grad_sum * scale, variable.dtype), variable))
-        return self.connected_only(grads_and_vars)
+        loss = tf.math.divide_no_nan(loss_sum * float(replicas), count)
+        return (
+            self.connected_only(grads_and_vars),
+            count,
+            loss,
+            values[len(self.sums) + 2 :],
+        )
 
     def reset(self) -> Any:
         """Zeroes the buffers and the sample count (replica context)."""
         ops = [b.assign(tf.zeros_like(b)) for b in self.sums]
         ops.append(self.sample_count.assign(0.0))
+        ops.append(self.loss_sum.assign(0.0))
         return tf.group(ops)
 
 

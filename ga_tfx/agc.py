@@ -25,6 +25,7 @@ Ranks above 5 are rejected. In ga-tfx AGC runs once per optimizer update on the 
 
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
+from ga_tfx.config import DEFAULTS
 
 import fnmatch
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, cast
@@ -68,7 +69,7 @@ def clip_gradient(
     gradient: Any,
     parameter: Any,
     clip_factor: float,
-    eps: float = 1e-3,
+    eps: float = DEFAULTS["agc_eps"],
     name: Optional[str] = None,
 ) -> Any:
     """AGC for one parameter. ``gradient`` may be dense or ``tf.IndexedSlices`` (densified)."""
@@ -99,7 +100,10 @@ class AdaptiveGradientClipping:
     """
 
     def __init__(
-        self, clip_factor: float, eps: float = 1e-3, exclude: Union[str, Iterable[str]] = ()
+        self,
+        clip_factor: float,
+        eps: float = DEFAULTS["agc_eps"],
+        exclude: Union[str, Iterable[str]] = (),
     ) -> None:
         # Without allow_none the checks never return None.
         self.clip_factor = cast(float, check_positive_float(clip_factor, "agc_clip_factor"))
@@ -140,7 +144,7 @@ class AdaptiveGradientClipping:
 def adaptive_clip_gradients(
     grads_and_vars: Iterable[Tuple[Any, Any]],
     clip_factor: float,
-    eps: float = 1e-3,
+    eps: float = DEFAULTS["agc_eps"],
     exclude: Union[str, Iterable[str]] = (),
 ) -> List[Tuple[Any, Any]]:
     """Standalone AGC: ``[(g, v), ...] -> [(clipped g, v), ...]``."""
@@ -148,7 +152,9 @@ def adaptive_clip_gradients(
 
 
 def make_agc(
-    clip_factor: Optional[float], eps: float = 1e-3, exclude: Union[str, Iterable[str]] = ()
+    clip_factor: Optional[float],
+    eps: float = DEFAULTS["agc_eps"],
+    exclude: Union[str, Iterable[str]] = (),
 ) -> Optional[AdaptiveGradientClipping]:
     """``None`` when AGC is off (``clip_factor`` is ``None``), else
     :class:`AdaptiveGradientClipping`."""

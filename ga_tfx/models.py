@@ -11,21 +11,21 @@
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras
-from ga_tfx.compat._arguments import reject_package_arguments
+from ga_tfx.config import FIELDS, MIGRATION_HINTS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.engine import AccumulationEngine
 from ga_tfx.engine.step import overrides_train_step
+from ga_tfx.transforms import Member
 
 import copy
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-_ACCUMULATION_KEYS = (
-    "accum_steps",
-    "partial_window",
-    "agc_clip_factor",
-    "agc_eps",
-    "agc_exclude",
-    "log_grad_norm",
-)
+
+def _split_settings(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(accumulation settings, the rest)`` of a model constructor's keyword arguments (a
+    gradient-accumulator argument counts as a setting: :func:`~ga_tfx.config.resolve` answers
+    it with the ga-tfx way)."""
+    settings = {k: v for k, v in kwargs.items() if k in FIELDS or k in MIGRATION_HINTS}
+    return settings, {k: v for k, v in kwargs.items() if k not in settings}
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
@@ -35,34 +35,28 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
     Args:
       accum_steps: ``K``, micro-batches per optimizer update (int >= 1). The effective batch
         size is ``K`` times the micro-batch size that ``fit`` receives (``batch_size=`` or the
-        batches of a dataset).
-      partial_window: ``"apply"`` (default), ``"drop"`` or ``"carry"``: what happens to an
-        epoch's last window when it has fewer than ``K`` micro-batches (see ``ga_tfx.engine``).
-      agc_clip_factor: adaptive gradient clipping factor ``λ`` (> 0), applied once per update to
-        the accumulated gradient; ``None`` (default) turns AGC off.
-      agc_eps: AGC's lower bound on parameter norms (default 1e-3).
-      agc_exclude: glob patterns of variable names AGC leaves alone (e.g. the classifier).
-      log_grad_norm: ``True`` adds the metric ``grad_norm`` to ``fit``'s logs and history: the
-        global L2 norm of each update's gradient (the window mean, all replicas; before AGC and
-        the optimizer's clipping), averaged over the epoch's updates as Keras averages
-        ``loss``. Default ``False`` (it costs one norm per update).
+        batches of a dataset). It and the other settings of :class:`~ga_tfx.AccumulationConfig`
+        (``partial_window``, ``agc_clip_factor``, ``agc_eps``, ``agc_exclude``,
+        ``clip_global_norm``, ``nonfinite_policy``, ``max_consecutive_skips``,
+        ``log_grad_norm``, ``log_noise_scale``, ``noise_scale_decay``) are keyword arguments,
+        or one ``config=AccumulationConfig(...)`` (not both).
+      config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
+      transforms: gradient transforms run once per update after the config's
+        (:class:`ga_tfx.transforms.GradientTransform` or ``(name, callable)`` pairs); not part
+        of ``get_config``.
       inputs, outputs, name, ...: as ``keras.Model``.
     """
 
     def __init__(
         self,
         *args: Any,
-        accum_steps: int,
-        partial_window: str = AccumulationEngine.DEFAULT_PARTIAL_WINDOW,
-        agc_clip_factor: Optional[float] = None,
-        agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
-        agc_exclude: Sequence[str] = (),
-        log_grad_norm: bool = False,
+        config: Optional[AccumulationConfig] = None,
+        transforms: Sequence[Member] = (),
         **kwargs: Any,
     ) -> None:
-        reject_package_arguments(kwargs, "ga_tfx.GradientAccumulateModel")
+        settings, kwargs = _split_settings(kwargs)
         self._configure_accumulation(
-            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude, log_grad_norm
+            resolve("ga_tfx.GradientAccumulateModel", config, settings), transforms
         )
         super().__init__(*args, **kwargs)
 
@@ -79,7 +73,7 @@ class GradientAccumulateModel(AccumulationEngine, keras.Model):
     @classmethod
     def from_config(cls, config: dict, custom_objects: Optional[dict] = None) -> keras.Model:
         config = dict(config)
-        accumulation = {k: config.pop(k) for k in _ACCUMULATION_KEYS if k in config}
+        accumulation = {k: config.pop(k) for k in FIELDS if k in config}
         inputs, outputs, layers = internals.reconstruct_from_config(config, custom_objects)
         model = cls(inputs=inputs, outputs=outputs, name=config.get("name"), **accumulation)
         internals.connect_ancillary_layers(model, layers)
@@ -96,26 +90,21 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
 
     Args:
       model: the ``keras.Model`` to train with accumulation (``.model`` afterwards).
-      accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude, log_grad_norm: as
-        :class:`GradientAccumulateModel`.
+      accum_steps, ..., config, transforms: as :class:`GradientAccumulateModel`.
     """
 
     def __init__(
         self,
         model: keras.Model,
         *,
-        accum_steps: int,
-        partial_window: str = AccumulationEngine.DEFAULT_PARTIAL_WINDOW,
-        agc_clip_factor: Optional[float] = None,
-        agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
-        agc_exclude: Sequence[str] = (),
-        log_grad_norm: bool = False,
+        config: Optional[AccumulationConfig] = None,
+        transforms: Sequence[Member] = (),
         **kwargs: Any,
     ) -> None:
-        reject_package_arguments(kwargs, "ga_tfx.AccumulatingModel")
+        settings, kwargs = _split_settings(kwargs)
         _check_is_model(model)
         self._configure_accumulation(
-            accum_steps, partial_window, agc_clip_factor, agc_eps, agc_exclude, log_grad_norm
+            resolve("ga_tfx.AccumulatingModel", config, settings), transforms
         )
         kwargs.setdefault("name", f"{model.name}_accumulating")
         super().__init__(**kwargs)
@@ -182,15 +171,17 @@ def _is_functional(model: Any) -> bool:
 
 def wrap_model(
     model: keras.Model,
-    accum_steps: int,
-    partial_window: str = AccumulationEngine.DEFAULT_PARTIAL_WINDOW,
-    agc_clip_factor: Optional[float] = None,
-    agc_eps: float = AccumulationEngine.DEFAULT_AGC_EPS,
-    agc_exclude: Sequence[str] = (),
-    log_grad_norm: bool = False,
-    **unsupported: Any,
+    accum_steps: int = NOT_GIVEN,
+    *,
+    config: Optional[AccumulationConfig] = None,
+    transforms: Sequence[Member] = (),
+    **settings: Any,
 ) -> Union["GradientAccumulateModel", "AccumulatingModel"]:
     """Returns an accumulation model training ``model``'s own variables (no copy, no rebuild).
+
+    ``accum_steps`` and the other settings of :class:`~ga_tfx.AccumulationConfig` are keyword
+    arguments (``wrap_model(model, 8, agc_clip_factor=0.01)``), or one
+    ``config=AccumulationConfig(...)``; ``transforms`` as :class:`GradientAccumulateModel`.
 
     Functional and built Sequential models become a :class:`GradientAccumulateModel` over the
     same graph of layers (inputs, outputs and output names preserved); other models
@@ -206,28 +197,22 @@ def wrap_model(
     (``agc=True``, ``mixed_precision=True``, ...) raise ``TypeError`` naming the ga-tfx way
     (see :mod:`ga_tfx.compat`).
     """
-    reject_package_arguments(unsupported, "ga_tfx.wrap_model")
-    if unsupported:
-        raise TypeError(f"wrap_model() got unexpected keyword arguments {sorted(unsupported)}.")
+    resolved = resolve("ga_tfx.wrap_model", config, dict(settings, accum_steps=accum_steps))
     _check_is_model(model)
     if isinstance(model, AccumulationEngine):
         raise ValueError(
             f"Model {model.name!r} is already a gradient accumulation model "
             f"(accum_steps={model.accum_steps}); wrap the plain model instead."
         )
-    settings: Dict[str, Any] = dict(
-        accum_steps=accum_steps,
-        partial_window=partial_window,
-        agc_clip_factor=agc_clip_factor,
-        agc_eps=agc_eps,
-        agc_exclude=agc_exclude,
-        log_grad_norm=log_grad_norm,
-    )
     if _is_functional(model) and not overrides_train_step(model):
         return GradientAccumulateModel(
-            inputs=model.inputs, outputs=model.outputs, name=model.name, **settings
+            inputs=model.inputs,
+            outputs=model.outputs,
+            name=model.name,
+            config=resolved,
+            transforms=transforms,
         )
-    return AccumulatingModel(model, **settings)
+    return AccumulatingModel(model, config=resolved, transforms=transforms)
 
 
 def unwrap_model(model: keras.Model) -> keras.Model:

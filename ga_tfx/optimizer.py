@@ -18,21 +18,27 @@ global_batch_size=<global micro-batch>)``, which is also what ``fit`` does). How
   crosses devices on a micro-step;
 * then one unconditional ``merge_call``: in cross-replica context the micro-step counter (one
   mirrored variable) advances and a ``tf.cond`` on it decides, for all replicas at once, whether
-  the window is complete; only its true branch enters the replicas again
-  (``call_for_each_replica``), all-reduces the buffers in one batched all-reduce, applies AGC and
-  the wrapped optimizer once (its ``clipnorm``/``global_clipnorm`` then see the all-reduced
-  window gradient) and clears the buffers.
+  the window is complete; only its true branch ends the window through the window core
+  (:meth:`ga_tfx.window.WindowCore.finish`, shared with ``fit`` and ``TrainingLoop``): one
+  batched all-reduce of the buffers, the gradient chain (non-finite guard,
+  ``clip_global_norm``, AGC, ``transforms``), the wrapped optimizer once (its
+  ``clipnorm``/``global_clipnorm`` then see the all-reduced window gradient) or a skip, and
+  the buffers cleared.
+
+:meth:`GradientAccumulateOptimizer.window_events` returns, host side, one
+:class:`~ga_tfx.window.WindowEnd` per window finished since the last call.
 
 No ``merge_call`` or collective ever runs inside a replica-context conditional, and gradients
 cross devices once per update. (tf-keras' own ``LossScaleOptimizer`` decides its conditional
 update the same way.)
 """
 
-from ga_tfx import _tf_keras_internals, _validation
+from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
 from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.agc import make_agc
-from ga_tfx.engine.step import apply_window_gradients, is_loss_scale_optimizer
+from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
+from ga_tfx.transforms import Member
+from ga_tfx.window import WindowCore, WindowEnd, is_loss_scale_optimizer
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
@@ -46,10 +52,15 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     Args:
       optimizer: the optimizer that performs the updates: a tf-keras optimizer instance
         (``tf.keras.optimizers.*`` or ``.legacy.*``, a ``LossScaleOptimizer`` included).
-      accum_steps: ``K``, micro-steps per update (int >= 1).
-      agc_clip_factor, agc_eps, agc_exclude: adaptive gradient clipping of the accumulated
-        gradient, once per update (off when ``agc_clip_factor`` is ``None``); see
-        :mod:`ga_tfx.agc`.
+      accum_steps: ``K``, micro-steps per update (int >= 1). It and the other settings of
+        :class:`~ga_tfx.AccumulationConfig` (``agc_clip_factor``, ``agc_eps``,
+        ``agc_exclude``, ``clip_global_norm``, ``nonfinite_policy``,
+        ``max_consecutive_skips``, ``log_noise_scale``, ...) are keyword arguments, or one
+        ``config=AccumulationConfig(...)``. ``partial_window`` must stay ``"apply"``: the
+        wrapper has no epochs, :meth:`flush` applies a partial window.
+      config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
+      transforms: gradient transforms run once per update after the config's (not part of
+        ``get_config``).
       name: the wrapper's name.
 
     ``iterations`` and ``learning_rate`` are the wrapped optimizer's: ``iterations`` counts
@@ -57,23 +68,24 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     when training under a strategy.
 
     State (checkpointed with the wrapper): the wrapped optimizer (``.optimizer``) and a
-    :class:`~ga_tfx.accumulator.GradientAccumulator` (``.accumulator``), created on the first
-    ``apply_gradients`` (or by :meth:`build`). ``model.save("model.keras")`` and
-    ``load_model`` keep it. A SavedModel (``model.save(dir)``) holds it as well, but tf-keras'
-    ``load_model(dir)`` compiles a new optimizer from the training config (as for any Keras
-    optimizer); restore the saved state into it with
-    ``loaded.load_weights(os.path.join(dir, "variables", "variables"))`` (pending window
-    included).
+    :class:`~ga_tfx.window.WindowCore` (``.core``: the accumulator, the gradient chain's
+    state, the window counters), created on the first ``apply_gradients`` (or by
+    :meth:`build`). ``model.save("model.keras")`` and ``load_model`` keep it. A SavedModel
+    (``model.save(dir)``) holds it as well, but tf-keras' ``load_model(dir)`` compiles a new
+    optimizer from the training config (as for any Keras optimizer); restore the saved state
+    into it with ``loaded.load_weights(os.path.join(dir, "variables", "variables"))``
+    (pending window included).
     """
 
     def __init__(
         self,
         optimizer: Any,
-        accum_steps: int,
-        agc_clip_factor: Optional[float] = None,
-        agc_eps: float = 1e-3,
-        agc_exclude: Sequence[str] = (),
+        accum_steps: int = NOT_GIVEN,
+        *,
+        config: Optional[AccumulationConfig] = None,
+        transforms: Sequence[Member] = (),
         name: str = "gradient_accumulate_optimizer",
+        **settings: Any,
     ):
         super().__init__(name=name, jit_compile=False)
         if not isinstance(optimizer, _OPTIMIZER_TYPES):
@@ -86,10 +98,19 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 "optimizer is already a GradientAccumulateOptimizer; wrap the plain "
                 "optimizer once, with the accum_steps you want."
             )
+        self._accumulation = resolve(
+            "ga_tfx.GradientAccumulateOptimizer", config, dict(settings, accum_steps=accum_steps)
+        )
+        if self._accumulation.partial_window != "apply":
+            raise ValueError(
+                f"GradientAccumulateOptimizer has no epochs: partial_window must be 'apply', "
+                f"got {self._accumulation.partial_window!r}; call flush() to apply a partial "
+                "window (or drop it by not calling it)."
+            )
         self.optimizer = optimizer
-        self.accum_steps = _validation.check_accum_steps(accum_steps)
-        self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
-        self.accumulator: Optional[GradientAccumulator] = None
+        self.accum_steps = self._accumulation.accum_steps
+        self._transforms = tuple(transforms)
+        self.core: Optional[WindowCore] = None
 
     # ------------------------------------------------------------ the wrapped optimizer's state
     def _create_iteration_variable(self) -> None:
@@ -115,21 +136,39 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self.optimizer.learning_rate = learning_rate
 
     @property
+    def accumulation(self) -> AccumulationConfig:
+        """The :class:`~ga_tfx.AccumulationConfig` of the wrapper."""
+        return self._accumulation
+
+    @property
+    def accumulator(self) -> Optional[GradientAccumulator]:
+        """The core's :class:`~ga_tfx.accumulator.GradientAccumulator` (``None`` before the
+        first ``apply_gradients``)."""
+        return None if self.core is None else self.core.accumulator
+
+    @property
     def micro_steps(self) -> Any:
         """Micro-steps accumulated in the current window (``0 .. K-1`` between calls)."""
-        return self.accumulator.micro_steps if self.accumulator is not None else 0
+        return self.core.micro_steps if self.core is not None else 0
+
+    def window_events(self) -> List[WindowEnd]:
+        """Host side: one :class:`~ga_tfx.window.WindowEnd` per window finished since the last
+        call (applied or skipped, with its figures: samples, grad norms, the noise scale with
+        ``log_noise_scale``); raises :class:`~ga_tfx.NonFiniteGradientError` once
+        ``max_consecutive_skips`` windows in a row were skipped."""
+        if self.core is None:
+            return []
+        events = self.core.poll()
+        self.core.check_skips()
+        return events
 
     @property
     def variables(self) -> Any:
-        """The wrapped optimizer's variables, then the accumulator's (buffers and counters)."""
+        """The wrapped optimizer's variables, then the core's (buffers, chain state,
+        counters)."""
         inner = self.optimizer.variables
         inner = list(inner() if callable(inner) and not isinstance(inner, list) else inner)
-        acc = self.accumulator
-        own: List[Any] = (
-            []
-            if acc is None
-            else (list(acc.sums) + [acc.sample_count, acc.samples_seen, acc.micro_steps])
-        )
+        own: List[Any] = [] if self.core is None else list(self.core.variables)
         return (
             type(self.optimizer.variables)(inner + own)
             if isinstance(self.optimizer, keras.optimizers.Optimizer)
@@ -161,7 +200,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 self._build(var_list)
 
     def _build(self, var_list: Sequence[tf.Variable]) -> None:
-        self._accumulator_for(list(var_list))
+        self._core_for(list(var_list))
         if isinstance(self.optimizer, keras.optimizers.Optimizer):
             self.optimizer.build(var_list)
 
@@ -171,27 +210,20 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             self.optimizer.finalize_variable_values(var_list)
 
     def get_config(self) -> Dict[str, Any]:
-        config = {
+        return {
             "name": self.name,
-            "accum_steps": self.accum_steps,
             "optimizer": keras.optimizers.serialize(self.optimizer),
-            "agc_clip_factor": None,
-            "agc_eps": 1e-3,
-            "agc_exclude": [],
+            **self._accumulation.to_dict(),
         }
-        if self._agc is not None:
-            config.update(self._agc.get_config())
-        return config
 
     @classmethod
     def from_config(
         cls, config: Dict[str, Any], custom_objects: Optional[Dict[str, Any]] = None
     ) -> "GradientAccumulateOptimizer":
         config = dict(config)
-        config["optimizer"] = keras.optimizers.deserialize(
-            config["optimizer"], custom_objects=custom_objects
-        )
-        return cls(**config)
+        optimizer = keras.optimizers.deserialize(config.pop("optimizer"), custom_objects=custom_objects)
+        settings = {k: config.pop(k) for k in FIELDS if k in config}
+        return cls(optimizer, **config, **settings)
 
     # ------------------------------------------------------------------ micro-steps
     def compute_gradients(
@@ -254,7 +286,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 "skip_gradients_aggregation, experimental_aggregate_gradients."
             )
         ctx = self._replica_context("apply_gradients")
-        if self.accumulator is not None and (
+        if self.core is not None and (
             tf.distribute.get_strategy() is not self._accumulation_strategy
         ):
             raise RuntimeError(
@@ -274,11 +306,11 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             )
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
-        variables = [v for _, v in grads_and_vars]
-        acc = self._accumulator_for(variables)
-        acc.record_connected(variables, grads)
+        core = self._core_for([v for _, v in grads_and_vars])
         weight = 1.0 if sample_count is None else sample_count
-        with tf.control_dependencies([acc.add(grads, weight)]):
+        # The replica's own samples (for the noise scale): an even share of the global count.
+        local = tf.cast(weight, tf.float32) / float(ctx.num_replicas_in_sync)
+        with tf.control_dependencies([core.add(grads, weight, local_samples=local)]):
             return ctx.merge_call(self._end_micro_step)
 
     def flush(self) -> tf.Tensor:
@@ -288,7 +320,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         strategy), or in cross-replica context. Returns a bool scalar tensor: whether an update
         happened.
         """
-        if self.accumulator is None:
+        if self.core is None:
             return tf.constant(False)
         strategy = self._accumulation_strategy
         if tf.distribute.get_replica_context() is None or not tf.distribute.has_strategy():
@@ -301,48 +333,34 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
 
     # ------------------------------------------------------------------ cross-replica decision
     def _end_micro_step(self, strategy: Any) -> Any:
-        """Cross-replica, once per micro-step: count it; apply when the window is full."""
-        steps = cast(GradientAccumulator, self.accumulator).micro_steps.assign_add(1)
+        """Cross-replica, once per micro-step: count it; end the window when it is full."""
+        core = cast(WindowCore, self.core)
+        steps = core.micro_steps.assign_add(1)
         return tf.cond(
             steps >= self.accum_steps,
-            lambda: self._apply_everywhere(strategy),
+            lambda: core.finish(strategy, self.optimizer),
             lambda: tf.constant(False),
         )
 
     def _flush_cross_replica(self, strategy: Any) -> Any:
+        core = cast(WindowCore, self.core)
         return tf.cond(
-            cast(GradientAccumulator, self.accumulator).micro_steps > 0,
-            lambda: self._apply_everywhere(strategy),
+            core.micro_steps > 0,
+            lambda: core.finish(strategy, self.optimizer),
             lambda: tf.constant(False),
         )
 
-    def _apply_everywhere(self, strategy: Any) -> Any:
-        """Cross-replica: the window's update on every replica, then the counter is reset."""
-        done = strategy.extended.call_for_each_replica(self._apply_window)
-        with tf.control_dependencies(strategy.experimental_local_results(done)):
-            acc = cast(GradientAccumulator, self.accumulator)
-            with tf.control_dependencies([acc.micro_steps.assign(0)]):
-                return tf.constant(True)
-
-    def _apply_window(self) -> Any:
-        """Replica context: one all-reduce, AGC, one wrapped-optimizer update; clears."""
-        acc = cast(GradientAccumulator, self.accumulator)
-        with tf.control_dependencies(apply_window_gradients(self.optimizer, acc, self._agc)):
-            return acc.reset()
-
     # ------------------------------------------------------------------ helpers
-    def _accumulator_for(self, variables: List[Any]) -> GradientAccumulator:
-        if self.accumulator is None:
-            if self._agc is not None:
-                self._agc.check_variables(variables)
-            self.accumulator = GradientAccumulator(variables)
+    def _core_for(self, variables: List[Any]) -> WindowCore:
+        if self.core is None:
+            self.core = WindowCore(variables, self._accumulation, self._transforms)
             self._accumulation_strategy = tf.distribute.get_strategy()
-        elif not self.accumulator.matches(variables):
+        elif not self.core.matches(variables):
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients must receive the same variables in "
                 "the same order on every call."
             )
-        return self.accumulator
+        return self.core
 
     @staticmethod
     def _replica_context(method: str) -> Any:

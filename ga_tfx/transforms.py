@@ -34,11 +34,11 @@ user name                :class:`FunctionTransform`: any callable
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
 from ga_tfx.agc import AdaptiveGradientClipping
+from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES
 
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-NONFINITE_POLICIES = ("skip", "zero")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 GradsAndVars = List[Tuple[tf.Tensor, tf.Variable]]
@@ -50,6 +50,10 @@ class GradientTransform(tf.Module):
     Args:
       name: the member's name in a chain, its checkpoint key: a Python identifier.
     """
+
+    # Whether the member may veto an update (return ``apply`` other than ``None``): the core
+    # then decides the update in cross-replica context, once for all replicas.
+    may_skip = False
 
     def __init__(self, name: str):
         _check_name(name)
@@ -90,6 +94,7 @@ class NonFiniteGuard(GradientTransform):
                 f"nonfinite_policy must be one of {NONFINITE_POLICIES}, got {policy!r}."
             )
         self.policy = policy
+        self.may_skip = policy == "skip"
         # int64 scalar variables, created by build().
         self.nonfinite_windows: Any = None
         self.consecutive_nonfinite: Any = None
@@ -170,7 +175,11 @@ class AdaptiveClipping(GradientTransform):
     """
 
     def __init__(
-        self, clip_factor: float, eps: float = 1e-3, exclude: Iterable[str] = (), name: str = "agc"
+        self,
+        clip_factor: float,
+        eps: float = DEFAULTS["agc_eps"],
+        exclude: Iterable[str] = (),
+        name: str = "agc",
     ):
         super().__init__(name=name)
         self.agc = AdaptiveGradientClipping(clip_factor, eps, exclude)
@@ -233,6 +242,7 @@ class GradientChain(tf.Module):
             )
         self.members = {m.name: m for m in built}
         self.order = tuple(names)
+        self.may_skip = any(m.may_skip for m in built)
 
     def build(self, variables: Sequence[tf.Variable]) -> None:
         for name in self.order:
@@ -286,14 +296,18 @@ def global_norm(grads_and_vars: GradsAndVars) -> tf.Tensor:
 
 
 def make_chain(
-    nonfinite_policy: str = "skip",
+    nonfinite_policy: Optional[str] = "skip",
     clip_global_norm: Optional[float] = None,
     transforms: Sequence[Member] = (),
+    agc: Optional[AdaptiveGradientClipping] = None,
 ) -> GradientChain:
-    """The training loop's chain, in its documented order: non-finite guard, global-norm
-    clipping (if ``clip_global_norm`` is not ``None``), then ``transforms`` in order."""
-    members: list = [NonFiniteGuard(nonfinite_policy)]
+    """The chain in its documented order: non-finite guard (unless ``nonfinite_policy`` is
+    ``None``), global-norm clipping (if ``clip_global_norm`` is not ``None``), AGC (if
+    ``agc`` is given), then ``transforms`` in order."""
+    members: list = [] if nonfinite_policy is None else [NonFiniteGuard(nonfinite_policy)]
     if clip_global_norm is not None:
         members.append(ClipGlobalNorm(clip_global_norm))
+    if agc is not None:
+        members.append(AdaptiveClipping(agc.clip_factor, agc.eps, agc.exclude))
     members.extend(transforms)
     return GradientChain(members)

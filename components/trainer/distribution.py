@@ -1,11 +1,11 @@
-"""Distribution: the tf.distribute strategy, the chief, where each worker writes."""
+"""Distribution: the Trainer's tf.distribute strategy. Who writes (the chief, each worker's
+write directory) is the library's decision, :mod:`ga_tfx.distribution`, re-exported here."""
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
+from ga_tfx.distribution import is_chief, remove_worker_dir, worker_write_dir
 
-import os
-import shutil
-import tempfile
+__all__ = ["is_chief", "make_strategy", "remove_worker_dir", "worker_write_dir"]
 
 
 def make_strategy(choice):
@@ -35,46 +35,3 @@ def make_strategy(choice):
     if choice == "auto" and len(gpus) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
-
-
-def is_chief(strategy=None):
-    """Whether this process writes the Trainer's outputs.
-
-    The task comes from the strategy's cluster resolver (MultiWorkerMirroredStrategy), else
-    from ``TF_CONFIG``: the ``chief`` task, or worker 0 of a cluster without one (the
-    convention of MultiWorkerMirroredStrategy and Keras). True outside a cluster.
-    """
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None:
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    task_type, task_id = resolver.task_type, resolver.task_id
-    if not task_type:
-        return True
-    if task_type == "chief":
-        return True
-    return (
-        task_type == "worker" and not task_id and "chief" not in resolver.cluster_spec().as_dict()
-    )
-
-
-def worker_write_dir(path, strategy=None):
-    """The directory this process writes ``path``'s content to.
-
-    ``path`` itself on the chief (and outside a cluster). Every other worker gets a new local
-    temporary directory (``<tmp>/ga_tfx_worker_*/<basename>``), outside the Trainer's outputs:
-    under MultiWorkerMirroredStrategy all workers must still save models and checkpoints
-    (saving reads distributed variables, which may run collective ops), as in the Keras
-    multi-worker guide, but only the chief's copy is kept. Remove it with
-    :func:`remove_worker_dir`.
-    """
-    if is_chief(strategy):
-        return path
-    return os.path.join(
-        tempfile.mkdtemp(prefix="ga_tfx_worker_"), os.path.basename(os.path.normpath(path))
-    )
-
-
-def remove_worker_dir(write_dir, path):
-    """Removes what :func:`worker_write_dir` created for ``path`` (nothing on the chief)."""
-    if write_dir != path:
-        shutil.rmtree(os.path.dirname(write_dir), ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The windowed accumulation engine for ``Model.fit``.
+"""The windowed accumulation engine for ``Model.fit``: the Keras front-end of the window core.
 
 How it works
 ------------
@@ -8,10 +8,11 @@ yields micro-batches). The engine compiles the model with ``steps_per_execution=
 train function one *window* of up to ``K`` micro-batches (or ``m`` windows). Inside one
 ``tf.function`` a window is a ``tf.while_loop`` (``parallel_iterations=1``: one micro-batch's
 activations are alive at a time) that, per micro-batch ``i`` of ``n_i`` samples, computes the
-gradient ``g_i`` of the compiled loss and adds ``n_i · g_i`` to replica-local float32 buffers.
-After the window the buffers are all-reduced once, divided by ``N = Σ n_i`` (all replicas),
-optionally clipped with AGC, and applied with one unconditional ``optimizer.apply_gradients``.
-So:
+gradient ``g_i`` of the compiled loss and adds ``n_i · g_i`` to the window. The window core
+(:mod:`ga_tfx.window`, shared with the optimizer wrapper and ``TrainingLoop``) then ends the
+window: one all-reduce, the mean over ``N = Σ n_i`` samples (all replicas), the gradient chain
+(non-finite guard, ``clip_global_norm``, AGC, ``transforms``) and one
+``optimizer.apply_gradients``, or a skip. So:
 
 * the update is the gradient of the mean loss over all ``N`` samples of the window (sample and
   class weights included, regularisation counted once): big-batch training, also for uneven
@@ -19,11 +20,15 @@ So:
 * ``optimizer.iterations``, learning-rate schedules, ``clipnorm``/``global_clipnorm``, weight
   decay and loss scaling see one step per window;
 * under ``tf.distribute.MirroredStrategy`` gradients are all-reduced once per update, and no
-  ``merge_call`` ever runs inside a conditional.
+  ``merge_call`` ever runs inside a conditional;
+* a window whose gradient holds NaN or inf is skipped whole (``nonfinite_policy="skip"``, the
+  default; a dynamic ``LossScaleOptimizer`` skips it itself and lowers its loss scale).
 
 Between two calls the buffers are empty (except with ``partial_window="carry"``), so a
 checkpoint taken by a callback never contains a half window. Where no callback watches batches,
 ``fit`` lets each call run as many windows as take about 0.2 s (:mod:`ga_tfx.engine.pacing`).
+After each call, callbacks with ``on_window_end(event)`` receive each finished window's
+:class:`~ga_tfx.window.WindowEnd`.
 
 The last window of an epoch may hold fewer than ``K`` micro-batches. ``partial_window``:
 
@@ -32,17 +37,19 @@ The last window of an epoch may hold fewer than ``K`` micro-batches. ``partial_w
 * ``"carry"``: keep it and complete the window with the first micro-batches of the next epoch;
   what is still pending when ``fit`` returns is applied then, so no data is lost.
 
-``accum_steps=1`` without AGC is plain Keras training (the engine steps aside).
+``accum_steps=1`` without a gradient transform (AGC, ``clip_global_norm``, ``transforms``) or
+the noise scale is plain Keras training (the engine steps aside, and with it the non-finite
+guard).
 
 BatchNormalization layers normalise each micro-batch with its own statistics (ghost batch
 norm); use :class:`ga_tfx.AccumBatchNormalization` for moving statistics of whole windows.
 
 Where the code is (split along Keras' own seam, ``train_step`` vs ``make_train_function``):
 
-* :mod:`ga_tfx.engine.step`: what one micro-batch does and what the end of a window does
-  (replica context, no ``tf.function``);
+* :mod:`ga_tfx.engine.step`: what one micro-batch does (replica context, no ``tf.function``);
+* :mod:`ga_tfx.window`: what a window is and how it ends (the core of every front-end);
 * :mod:`ga_tfx.engine.loop`: how they run: the window loop (the train function), the
-  drop/carry decisions, the carry and pacing callbacks;
+  drop/carry decisions, the carry and pacing callbacks, the figures ``fit`` logs;
 * :mod:`ga_tfx.engine.pacing`: how many windows one call runs where nothing watches batches;
 * this module: :class:`AccumulationEngine`, the Keras-facing mixin (settings, ``compile``,
   ``fit``, ``make_train_function``).
@@ -53,21 +60,16 @@ from ga_tfx import _validation
 from ga_tfx._keras import keras
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.agc import make_agc
+from ga_tfx.agc import AdaptiveGradientClipping, make_agc
+from ga_tfx.config import AccumulationConfig
 from ga_tfx.engine import pacing
-from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowLoop
-from ga_tfx.engine.step import (  # noqa: F401  (re-exported)
-    WindowStep,
-    _as_dependencies,
-    apply_aggregated_gradients,
-    train_step_error,
-)
+from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowFigures, WindowLoop
+from ga_tfx.engine.step import WindowStep, train_step_error
+from ga_tfx.transforms import Member
+from ga_tfx.window import WindowCore
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
-
-if TYPE_CHECKING:
-    from ga_tfx.agc import AdaptiveGradientClipping
+from typing import Any, Callable, Dict, Optional, Sequence
 
 
 class AccumulationEngine(WindowStep):
@@ -79,70 +81,67 @@ class AccumulationEngine(WindowStep):
 
     train_function: Any  # Keras' attribute (set by make_train_function)
 
-    # The defaults of the accumulation settings, declared once: the model classes and
-    # ga_tfx.wrap_model take them from here.
-    DEFAULT_PARTIAL_WINDOW = "apply"  # a short last window is applied as a smaller batch
-    DEFAULT_AGC_EPS = 1e-3  # AGC's lower bound on parameter norms (NFNets' value)
-
     def _configure_accumulation(
-        self,
-        accum_steps: int,
-        partial_window: str,
-        agc_clip_factor: Optional[float],
-        agc_eps: float,
-        agc_exclude: Sequence[str],
-        log_grad_norm: bool,
+        self, config: AccumulationConfig, transforms: Sequence[Member] = ()
     ) -> None:
-        self._accum_steps = _validation.check_accum_steps(accum_steps)
-        self._log_grad_norm = _validation.LOG_GRAD_NORM.check("log_grad_norm", log_grad_norm)
-        self._partial_window = _validation.check_partial_window(partial_window)
-        # accum_steps=1 without AGC steps aside for plain Keras, unless _use_engine_always().
+        self._accumulation_config = config
+        self._transforms = Untracked(tuple(transforms))
+        # accum_steps=1 without a gradient transform steps aside for plain Keras, unless
+        # _use_engine_always().
         self._always_use_engine = False
         # Micro-batches per call of the train function: one window until compile says more;
         # with steps_per_execution unset, fit may pace them (ga_tfx.engine.pacing).
-        self._execution_steps = self._accum_steps
+        self._execution_steps = config.accum_steps
         self._pacing: Optional[str] = None
-        self._agc = make_agc(agc_clip_factor, agc_eps, agc_exclude)
-        self._agc_settings = {
-            "agc_clip_factor": agc_clip_factor,
-            "agc_eps": agc_eps,
-            "agc_exclude": list(agc_exclude),
-        }
         # Held outside Keras' attribute tracking, so the buffers never appear in
-        # `model.weights` / `get_weights()`; checkpoints still see them (see _set_accumulator).
-        self._accumulator_holder = Untracked()
-        # The grad_norm mean (log_grad_norm): not a weight, not checkpointed, not an
-        # evaluate() metric; reset with the model's metrics at each epoch.
-        self._grad_norm_holder = Untracked()
+        # `model.weights` / `get_weights()`; checkpoints still see them (see _set_core).
+        self._core_holder = Untracked()
+        # fit's logged figures (grad_norm, noise_scale), from the window events.
+        self._figures = WindowFigures(config.log_grad_norm, config.log_noise_scale)
 
     # ------------------------------------------------------------------ public properties
     @property
+    def accumulation(self) -> AccumulationConfig:
+        """The :class:`~ga_tfx.AccumulationConfig` this model trains with."""
+        return self._accumulation_config
+
+    @property
     def accum_steps(self) -> int:
         """Micro-batches per optimizer update (``K``)."""
-        return self._accum_steps
+        return self._accumulation_config.accum_steps
 
     @property
     def partial_window(self) -> str:
         """What happens to a window of fewer than ``K`` micro-batches: apply, drop or carry."""
-        return self._partial_window
+        return self._accumulation_config.partial_window
 
     @property
-    def agc(self) -> Optional["AdaptiveGradientClipping"]:
+    def agc(self) -> Optional[AdaptiveGradientClipping]:
         """The :class:`~ga_tfx.agc.AdaptiveGradientClipping` in use, or ``None``."""
-        return self._agc
+        config = self._accumulation_config
+        return make_agc(config.agc_clip_factor, config.agc_eps, config.agc_exclude)
+
+    @property
+    def window_core(self) -> Optional[WindowCore]:
+        """The :class:`~ga_tfx.window.WindowCore` (``None`` until ``fit``)."""
+        return self._core_holder.value
 
     @property
     def gradient_accumulator(self) -> Optional[GradientAccumulator]:
         """The :class:`~ga_tfx.accumulator.GradientAccumulator` (``None`` until ``fit``)."""
-        return self._accumulator_holder.value
+        core = self.window_core
+        return None if core is None else core.accumulator
 
     @property
     def gradient_norm_metric(self) -> Optional[Any]:
-        """With ``log_grad_norm=True``: the ``keras.metrics.Mean`` of the global L2 norm of each
-        update's window gradient (after the all-reduce, before AGC and the optimizer's own
-        clipping), reported by ``fit`` as ``grad_norm`` (the epoch's mean, as Keras reports
-        ``loss``). ``None`` otherwise, or before the first ``fit``."""
-        return self._grad_norm_holder.value
+        """With ``log_grad_norm=True``: the mean of the global L2 norm of each update's window
+        gradient (after the all-reduce, before the gradient chain and the optimizer's own
+        clipping) over the epoch so far, reported by ``fit`` as ``grad_norm`` (the epoch's
+        mean, as Keras reports ``loss``; ``.result()``). ``None`` otherwise, or before the
+        first ``fit``."""
+        if not self._accumulation_config.log_grad_norm or self.window_core is None:
+            return None
+        return self._figures
 
     @property
     def samples_seen(self) -> int:
@@ -150,17 +149,12 @@ class AccumulationEngine(WindowStep):
         acc = self.gradient_accumulator
         return 0 if acc is None else acc.samples_seen_count()
 
-    def _set_accumulator(self, accumulator: GradientAccumulator) -> None:
-        attach_state(self, self._accumulator_holder, accumulator, "ga_gradient_accumulator")
+    def _set_core(self, core: WindowCore) -> None:
+        attach_state(self, self._core_holder, core, "ga_window")
 
     def accumulation_config(self) -> Dict[str, Any]:
         """The accumulation settings as constructor keyword arguments (for ``get_config``)."""
-        return {
-            "accum_steps": self._accum_steps,
-            "partial_window": self._partial_window,
-            **self._agc_settings,
-            "log_grad_norm": self._log_grad_norm,
-        }
+        return self._accumulation_config.to_dict()
 
     # ------------------------------------------------------------------ Keras overrides
     def compile(self, *args: Any, **kwargs: Any) -> None:
@@ -207,7 +201,7 @@ class AccumulationEngine(WindowStep):
         """``steps_per_execution`` in micro-batches: ``K`` for ``None``/``1``/``"auto"`` (paced
         from there), else a positive multiple of ``K`` (whole windows), or a ValueError naming
         the value."""
-        k = self._accum_steps
+        k = self.accum_steps
         if isinstance(steps, str) and steps == pacing.ALWAYS:
             return k
         try:
@@ -235,8 +229,7 @@ class AccumulationEngine(WindowStep):
     def reset_metrics(self) -> None:
         """``keras.Model.reset_metrics``, and the ``grad_norm`` mean (``log_grad_norm``)."""
         super().reset_metrics()
-        if self.gradient_norm_metric is not None:
-            self.gradient_norm_metric.reset_state()
+        self._figures.reset_state()
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
         """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches.
@@ -255,21 +248,23 @@ class AccumulationEngine(WindowStep):
                 raise
             raise ValueError(
                 f"The training data has no known length, so Keras cannot form windows of "
-                f"accum_steps={self._accum_steps} micro-batches over it. Pass steps_per_epoch "
+                f"accum_steps={self.accum_steps} micro-batches over it. Pass steps_per_epoch "
                 "(counted in micro-batches), e.g. with a repeated dataset, or give the dataset a "
                 "length with tf.data.experimental.assert_cardinality."
             ) from error
         finally:
             if isinstance(self.train_function, WindowLoop):
                 self.train_function.stop_pacing()
+                self.train_function.listeners = ()
 
     def _engine_callbacks(self, callbacks: Any) -> list:
-        """The user's callbacks, after the engine's own for this ``fit``: carry alignment
-        (``partial_window="carry"``) and call pacing (where
-        :func:`~ga_tfx.engine.pacing.should_pace` allows)."""
+        """The user's callbacks, after the engine's own for this ``fit``: the window events'
+        dispatch, carry alignment (``partial_window="carry"``) and call pacing (where
+        :func:`~ga_tfx.engine.pacing.should_pace` allows). Callbacks with
+        ``on_window_end(event)`` get each window's :class:`~ga_tfx.window.WindowEnd`."""
         callbacks = list(callbacks or [])
-        engine = []
-        if self._partial_window == "carry":
+        engine: list = [_WindowEvents(self, [c for c in callbacks if hasattr(c, "on_window_end")])]
+        if self.partial_window == "carry":
             engine.append(CarryAlignment(self))
         if pacing.should_pace(self, callbacks):
             engine.append(CallPacing(self))
@@ -313,22 +308,47 @@ class AccumulationEngine(WindowStep):
         self._always_use_engine = True
 
     def _engine_active(self) -> bool:
-        # accum_steps=1 without AGC is plain Keras training, unless _use_engine_always().
-        return self._accum_steps > 1 or self._agc is not None or self._always_use_engine
+        # accum_steps=1 without a gradient transform (clipping, AGC, the user's) is plain Keras
+        # training (no non-finite guard either), unless _use_engine_always().
+        config = self._accumulation_config
+        return (
+            config.accum_steps > 1
+            or config.agc_clip_factor is not None
+            or config.clip_global_norm is not None
+            or bool(self._transforms.value)
+            or config.log_noise_scale
+            or self._always_use_engine
+        )
 
     def _build_gradient_accumulator(self) -> None:
         variables = self.trainable_variables
         if not variables:
             raise ValueError("The model has no trainable variables to accumulate gradients for.")
-        acc = self.gradient_accumulator
-        if acc is None or not acc.matches(variables):
-            if self._agc is not None:
-                self._agc.check_variables(variables)
+        core = self.window_core
+        if core is None or not core.matches(variables):
             with self.distribute_strategy.scope():
-                self._set_accumulator(GradientAccumulator(variables))
-        if self._log_grad_norm and self._grad_norm_holder.value is None:
-            with self.distribute_strategy.scope():
-                self._grad_norm_holder.value = keras.metrics.Mean(name="grad_norm")
-        for layer in self._window_layers():
-            if hasattr(layer, "ga_attach_to_engine"):
-                layer.ga_attach_to_engine(self._accum_steps)
+                self._set_core(
+                    WindowCore(
+                        variables,
+                        self._accumulation_config,
+                        self._transforms.value,
+                        window_layers=self._window_layers(),
+                    )
+                )
+
+
+class _WindowEvents(keras.callbacks.Callback):
+    """For one ``fit``: the window events go to ``listeners`` (callbacks with
+    ``on_window_end``), from the first window this ``fit`` finishes on."""
+
+    def __init__(self, model: Any, listeners: Sequence[Any]) -> None:
+        super().__init__()
+        self._ga_model = model
+        self._listeners = tuple(listeners)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        model = self._ga_model
+        loop = model.train_function
+        if isinstance(loop, WindowLoop):
+            model.window_core.start_events()
+            loop.listeners = self._listeners

@@ -15,7 +15,14 @@ windows). Per call it
 * decides what to do with the execution's last window (``partial_window``): ``"apply"``
   always applies it, in the same traced function; ``"drop"`` and ``"carry"`` read its size on
   the host and apply a full window, discard a short one (drop) or keep it pending (carry);
-* counts each update in Keras' train counter after it is applied.
+* ends every window through the window core (:meth:`~ga_tfx.window.WindowCore.finish`: one
+  all-reduce, the gradient chain, one update or a skip) and counts it in Keras' train
+  counter;
+* after the call, hands each window's :class:`~ga_tfx.window.WindowEnd` event to the
+  callbacks of the ``fit`` that implement ``on_window_end(event)`` (checkpoints, logs, the
+  ``grad_norm`` and ``noise_scale`` logs), and stops the run with
+  :class:`~ga_tfx.window.NonFiniteGradientError` after ``max_consecutive_skips`` skipped
+  windows in a row.
 
 Data that ends inside an execution (``steps_per_epoch`` larger than the data) raises from
 ``next`` as in Keras; the micro-batches before it are in the buffers and counted, and the call
@@ -35,25 +42,12 @@ the first micro-batches of the next epoch; :class:`CallPacing` the one that, whe
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 from ga_tfx.engine.pacing import CallPacer
+from ga_tfx.window import WindowEnd, xla_step
 
 import contextlib
+import math
 import time
-from typing import Any, Callable, Iterator, Optional
-
-
-def xla_step(function: Callable) -> Callable:
-    """``function`` (a replica-context step) as one XLA computation, as Keras compiles its
-    ``train_step`` under ``jit_compile``: an op XLA cannot compile raises when it is traced.
-
-    A ``tf.function`` returns tensors, not ops: a step that returns an op (``tf.group`` of its
-    updates) returns ``None`` instead, and its updates run as the function's stateful ops.
-    """
-
-    def step(*args: Any) -> Any:
-        outputs = function(*args)
-        return None if isinstance(outputs, tf.Operation) else outputs
-
-    return tf.function(step, jit_compile=True, reduce_retracing=True)
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 
 class WindowLoop:
@@ -65,6 +59,10 @@ class WindowLoop:
 
     Calling it with the data iterator runs one window and returns the logs of its last
     micro-batch (Keras' ``train_function`` contract). :meth:`flush` applies a pending window.
+
+    Attributes:
+      listeners: objects with ``on_window_end(event)``, called after each call for each
+        window it finished (set by ``fit`` for its length).
     """
 
     def __init__(self, model: Any) -> None:
@@ -75,7 +73,6 @@ class WindowLoop:
         # How a call's last window ends: by the policy, or "apply" inside one_window_per_call.
         self._ending = self._policy
         self._micro_batch_step = self._xla(model._accumulate_micro_batch)
-        self._apply_step = self._xla(model._apply_window)
         if self._policy == "apply":
             self._run_execution = self._trace(self._train_execution_and_apply)
         else:
@@ -84,6 +81,7 @@ class WindowLoop:
         self._discard = self._trace(self._discard_window)
         # Set for the length of a fit by CallPacing: the windows of each call follow its pace.
         self.pacer: Optional[CallPacer] = None
+        self.listeners: Sequence[Any] = ()
         if not model.run_eagerly:
             model.train_tf_function = self._run_execution
 
@@ -116,11 +114,19 @@ class WindowLoop:
             # first anyway: CarryAlignment sets the epoch's first execution after this.
             windows = pacer.next_windows(time.perf_counter() - started, steps / model.accum_steps)
             internals.set_steps_per_execution(model, windows * model.accum_steps)
-        tracker = model.gradient_norm_metric
-        if tracker is not None:
-            # The logs were taken at the last micro-batch, before the last update.
-            logs = dict(logs, grad_norm=tracker.result())
-        return logs
+        return self._window_ends(logs)
+
+    def _window_ends(self, logs: Any) -> Any:
+        """Host side, after a call: the events of its windows go to the listeners; the logs
+        get ``grad_norm`` (the epoch's mean so far) and ``noise_scale`` (the latest)."""
+        model = self._model
+        core = model.window_core
+        events = core.poll()
+        for event in events:
+            for listener in (model._figures, *self.listeners):
+                listener.on_window_end(event)
+        core.check_skips()
+        return model._figures.logs(logs)
 
     @contextlib.contextmanager
     def one_window_per_call(self) -> Iterator[None]:
@@ -156,12 +162,13 @@ class WindowLoop:
 
     def pending(self) -> int:
         """Micro-batches accumulated and not yet applied (host integer)."""
-        return int(self._model.gradient_accumulator.micro_steps.numpy())
+        return int(self._model.window_core.micro_steps.numpy())
 
     def flush(self) -> None:
         """Applies the pending window now (no-op when there is none)."""
         if self.pending() > 0:
             self._finish()
+            self._window_ends({})
 
     # ------------------------------------------------------------------ traced pieces
     def _run_micro_batch(self, data: Any) -> Any:
@@ -171,7 +178,7 @@ class WindowLoop:
         outputs = strategy.run(self._micro_batch_step, args=(data,))
         logs = internals.reduce_per_replica(outputs, strategy, model.distribute_reduction_method)
         with tf.control_dependencies(tf.nest.flatten(logs)):
-            model.gradient_accumulator.micro_steps.assign_add(1)
+            model.window_core.micro_steps.assign_add(1)
         return logs
 
     def _fill(self, iterator: Any, count: Any, logs: Any) -> Any:
@@ -189,7 +196,7 @@ class WindowLoop:
         (complete or not) pending. Returns the logs of the last micro-batch.
         """
         model = self._model
-        steps = model.gradient_accumulator.micro_steps
+        steps = model.window_core.micro_steps
         window = tf.constant(model.accum_steps, tf.int64)
         execution = tf.cast(internals.steps_per_execution(model), tf.int64)
         # The first micro-batch outside the loops: an exhausted iterator ends the epoch here,
@@ -210,10 +217,12 @@ class WindowLoop:
         return logs
 
     def _finish_window(self) -> None:
-        """Cross-replica: apply, then count the update."""
+        """Cross-replica: the window core ends the window (an update, or a skip); Keras'
+        train counter counts it."""
         model = self._model
-        model.distribute_strategy.run(self._apply_step)
-        model.gradient_accumulator.micro_steps.assign(0)
+        model.window_core.finish(
+            model.distribute_strategy, model.optimizer, jit_compile=bool(model.jit_compile)
+        )
         internals.count_train_step(model)
 
     def _train_execution_and_apply(self, iterator: Any) -> Any:
@@ -224,8 +233,7 @@ class WindowLoop:
 
     def _discard_window(self) -> None:
         model = self._model
-        model.distribute_strategy.run(model._discard_window)
-        model.gradient_accumulator.micro_steps.assign(0)
+        model.window_core.discard(model.distribute_strategy)
 
 
 class CarryAlignment(keras.callbacks.Callback):
@@ -241,8 +249,8 @@ class CarryAlignment(keras.callbacks.Callback):
         self._ga_model = model
 
     def _pending(self) -> int:
-        acc = self._ga_model.gradient_accumulator
-        return 0 if acc is None else int(acc.micro_steps.numpy())
+        core = self._ga_model.window_core
+        return 0 if core is None else int(core.micro_steps.numpy())
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         model = self._ga_model
@@ -273,3 +281,46 @@ class CallPacing(keras.callbacks.Callback):
         loop = self._ga_model.train_function
         if isinstance(loop, WindowLoop):
             loop.pacer = CallPacer()
+
+
+class WindowFigures:
+    """The figures ``fit`` adds to its logs, from the window events (host side).
+
+    ``grad_norm`` (``log_grad_norm``): the mean, over the epoch's applied updates so far, of
+    each update's global gradient norm (before the chain), as Keras averages ``loss``; a
+    window skipped as non-finite is left out. ``noise_scale`` (``log_noise_scale``): the
+    latest smoothed estimate ``B_simple`` (:mod:`ga_tfx.window`), with ``noise_trace`` and
+    ``noise_grad_sq``, the moving averages it is the ratio of.
+    """
+
+    def __init__(self, log_grad_norm: bool, log_noise_scale: bool) -> None:
+        self._grad_norm = log_grad_norm
+        self._noise = log_noise_scale
+        self._norms: List[float] = []
+        self._latest: Optional[WindowEnd] = None
+
+    def result(self) -> float:
+        """The epoch's mean ``grad_norm`` so far (0.0 before the first update)."""
+        return float(sum(self._norms) / len(self._norms)) if self._norms else 0.0
+
+    def reset_state(self) -> None:
+        self._norms = []
+
+    def on_window_end(self, event: WindowEnd) -> None:
+        if event.applied and math.isfinite(event.grad_norm):
+            self._norms.append(event.grad_norm)
+        if not math.isnan(event.noise_scale):
+            self._latest = event
+
+    def logs(self, logs: Any) -> Any:
+        extra = {}
+        if self._grad_norm:
+            extra["grad_norm"] = self.result()
+        if self._noise and self._latest is not None:
+            latest = self._latest
+            extra.update(
+                noise_scale=latest.noise_scale,
+                noise_trace=latest.noise_trace,
+                noise_grad_sq=latest.noise_grad_sq,
+            )
+        return dict(logs, **extra) if extra else logs

@@ -1,78 +1,25 @@
-"""The step: what one micro-batch does, and what the end of a window does.
+"""The per-micro-batch step of the model engine: what one micro-batch does.
 
-This is the engine's counterpart of Keras' ``train_step``: the math of one micro-batch and of one
-update, in replica context, with no ``tf.function`` and no loop. *How* these run (traced or
-eager, XLA or not, how many micro-batches per window, when to apply) is decided by
-:mod:`ga_tfx.engine.loop`, as Keras' ``make_train_function`` decides for ``train_step``.
+This is the engine's counterpart of Keras' ``train_step``: the math of one micro-batch, in
+replica context, with no ``tf.function`` and no loop. What a window is (its state, the update,
+the gradient chain, the bookkeeping) is the window core's (:mod:`ga_tfx.window`), shared with
+the optimizer wrapper and ``TrainingLoop``; *how* steps run (traced or eager, XLA or not, how
+many micro-batches per window, when a window ends) is decided by :mod:`ga_tfx.engine.loop`, as
+Keras' ``make_train_function`` decides for ``train_step``.
 
 * :meth:`WindowStep._accumulate_micro_batch`: forward, loss, backward on one micro-batch of
-  ``n`` samples; adds ``n · g`` to the replica-local buffers of the model's
-  :class:`~ga_tfx.accumulator.GradientAccumulator`; returns the micro-batch's logs.
-* :meth:`WindowStep._apply_window`: all-reduces the buffers once, divides by the window's
-  sample count, applies AGC (if on) and one ``optimizer.apply_gradients``, ends the window of
-  the layers that keep window state (:class:`~ga_tfx.AccumBatchNormalization`), clears the
-  buffers.
-* :meth:`WindowStep._discard_window`: clears the window without an update.
+  ``n`` samples; adds ``n · g`` and ``n · loss`` to the window
+  (:meth:`~ga_tfx.window.WindowCore.add`); returns the micro-batch's logs. A model with its
+  own ``train_step`` runs it, its ``optimizer.apply_gradients`` adding to the window.
+* :meth:`WindowStep._window_layers`: the layers that keep window state, ended by the core.
 """
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
-from ga_tfx.transforms import global_norm
+from ga_tfx.window import is_loss_scale_optimizer
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Tuple
-
-_LossScaleOptimizers = (keras.mixed_precision.LossScaleOptimizer,)
-
-
-def is_loss_scale_optimizer(optimizer: Any) -> bool:
-    """True for a Keras ``LossScaleOptimizer`` (new or legacy), which scales the loss."""
-    return isinstance(optimizer, _LossScaleOptimizers) or hasattr(optimizer, "get_scaled_loss")
-
-
-def apply_aggregated_gradients(
-    optimizer: Any, grads_and_vars: List[Tuple[Any, tf.Variable]]
-) -> Any:
-    """``optimizer.apply_gradients`` for gradients that are already summed over replicas.
-
-    Under a dynamic ``LossScaleOptimizer`` a non-finite window is skipped as one unit (no weight
-    or slot changes, the loss scale decreases once) and, unlike Keras' own skipped steps, does
-    not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
-    applied updates only.
-    """
-    if isinstance(optimizer, keras.optimizers.Optimizer):
-        result = optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
-    else:
-        result = optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
-    if is_loss_scale_optimizer(optimizer) and getattr(optimizer, "dynamic", False):
-        # The same decision the LossScaleOptimizer takes: all gradients finite.
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in grads_and_vars])
-        with tf.control_dependencies(_as_dependencies(result)):
-            result = optimizer.iterations.assign_sub(1 - tf.cast(finite, tf.int64))
-    return result
-
-
-def apply_window_gradients(
-    optimizer: Any, accumulator: Any, agc: Any, observe: Optional[Callable] = None
-) -> list:
-    """One update with the window's mean gradient (replica context), for the model engine and
-    the optimizer wrapper alike: ``accumulator.window_gradients()`` (one all-reduce), then AGC
-    (``agc``, or ``None``), then :func:`apply_aggregated_gradients`. ``observe(grads_and_vars)``,
-    if given, sees the window gradient before AGC; its op is one of the returned dependencies.
-
-    Returns:
-      The update as a list of control dependencies (empty when there is nothing to wait for).
-    """
-    grads_and_vars = accumulator.window_gradients()
-    observed = [] if observe is None else [observe(grads_and_vars)]
-    if agc is not None:
-        grads_and_vars = agc(grads_and_vars)
-    return observed + _as_dependencies(apply_aggregated_gradients(optimizer, grads_and_vars))
-
-
-def _as_dependencies(result: Any) -> list:
-    # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
-    return [] if result is None else [result]
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
 
 
 def batch_size(x: Any) -> tf.Tensor:
@@ -92,8 +39,8 @@ _ModelBase: Any = keras.Model if TYPE_CHECKING else object
 class WindowStep(_ModelBase):
     """Mixin of :class:`~ga_tfx.engine.AccumulationEngine`: the replica-context step functions.
 
-    Expects ``self.gradient_accumulator`` (built by the engine before the loop runs),
-    ``self.optimizer`` and the accumulation settings of the engine (``self.agc``).
+    Expects ``self.window_core`` (built by the engine before the loop runs) and
+    ``self.optimizer``.
     """
 
     def _accumulate_micro_batch(self, data: Any) -> Any:
@@ -126,10 +73,9 @@ class WindowStep(_ModelBase):
                 loss_to_differentiate = loss
         internals.validate_target_and_loss(self, y, loss)
         grads = tape.gradient(loss_to_differentiate, variables)
-        self.gradient_accumulator.record_connected(variables, grads)
         if is_loss_scale_optimizer(optimizer):
             grads = optimizer.get_unscaled_gradients(grads)
-        with tf.control_dependencies([self.gradient_accumulator.add(grads, batch_size(x))]):
+        with tf.control_dependencies([self.window_core.add(grads, batch_size(x), loss)]):
             return self.compute_metrics(x, y, y_pred, sample_weight)
 
     def _train_step_model(self) -> Optional[keras.Model]:
@@ -145,7 +91,7 @@ class WindowStep(_ModelBase):
         """Runs ``owner.train_step(data)`` with ``owner.optimizer`` standing in for the window:
         its one ``apply_gradients``/``minimize`` call adds ``n · g`` to the buffers."""
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        sink = _WindowGradientSink(owner, self.optimizer, self.gradient_accumulator, batch_size(x))
+        sink = _WindowGradientSink(owner, self.optimizer, self.window_core, batch_size(x))
         with sink.installed():
             logs = owner.train_step(data)
         sink.check_applied_once()
@@ -154,49 +100,10 @@ class WindowStep(_ModelBase):
                 lambda value: tf.identity(value) if tf.is_tensor(value) else value, logs
             )
 
-    def _apply_window(self) -> tf.Operation:
-        """Replica context: one optimizer update with the window-mean gradient; resets.
-
-        The applied gradient is ``Σ_i n_i g_i / N`` over the window's micro-batches on all
-        replicas (``N = Σ n_i``); one batched all-reduce.
-        """
-        acc = self.gradient_accumulator
-        # Keras divides each replica's loss by the number of replicas; window_gradients undoes
-        # that factor.
-        update = apply_window_gradients(
-            self.optimizer, acc, self.agc, observe=self._observe_gradient_norm()
-        )
-        with tf.control_dependencies(update):
-            ends = [layer.ga_window_end(apply=True) for layer in self._window_layers()]
-            with tf.control_dependencies(ends):
-                return acc.reset()
-
-    def _observe_gradient_norm(self) -> Optional[Callable]:
-        """With ``log_grad_norm``: adds the window gradient's global norm (before AGC and the
-        optimizer's clipping) to the ``grad_norm`` mean; a non-finite norm (a window a
-        ``LossScaleOptimizer`` skips) is left out."""
-        tracker = self.gradient_norm_metric
-        if tracker is None:
-            return None
-
-        def observe(grads_and_vars: Any) -> Any:
-            norm = global_norm(grads_and_vars)
-            finite = tf.math.is_finite(norm)
-            return tracker.update_state(
-                tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)
-            )
-
-        return observe
-
-    def _discard_window(self) -> tf.Operation:
-        """Replica context: clears the window (buffers and window layers), no update."""
-        ends = [layer.ga_window_end(apply=False) for layer in self._window_layers()]
-        with tf.control_dependencies(ends):
-            return self.gradient_accumulator.reset()
-
     def _window_layers(self) -> list:
         """Layers that keep per-window state (``AccumBatchNormalization``): they implement
-        ``ga_window_end(apply)``, called in replica context once per window."""
+        ``ga_window_end(apply)``, which the window core calls in replica context once per
+        window."""
         return [
             layer for layer in internals.flatten_layers(self) if hasattr(layer, "ga_window_end")
         ]
@@ -231,10 +138,10 @@ class _WindowGradientSink:
     as soon as ``train_step`` returns.
     """
 
-    def __init__(self, owner: keras.Model, optimizer: Any, accumulator: Any, weight: Any) -> None:
+    def __init__(self, owner: keras.Model, optimizer: Any, core: Any, weight: Any) -> None:
         self._owner = owner
         self._optimizer = optimizer
-        self._accumulator = accumulator
+        self._core = core
         self._weight = weight
         self.ops: List[Any] = []
 
@@ -264,8 +171,7 @@ class _WindowGradientSink:
                 "for one batch (e.g. two networks updated in turn), so the gradients of a later "
                 "call depend on the update of an earlier one within the batch.",
             )
-        acc = self._accumulator
-        variables = acc.accumulated_variables
+        variables = self._core.accumulator.accumulated_variables
         known = {v.ref() for v in variables}
         given = {}
         for grad, variable in grads_and_vars:
@@ -277,8 +183,7 @@ class _WindowGradientSink:
                 )
             given[variable.ref()] = grad
         grads = [given.get(v.ref()) for v in variables]
-        acc.record_connected(variables, grads)
-        self.ops.append(acc.add(grads, self._weight))
+        self.ops.append(self._core.add(grads, self._weight))
         return self.ops[-1]
 
     def minimize(

@@ -11,6 +11,7 @@ from ga_tfx import _validation
 from ga_tfx._keras import keras
 from ga_tfx._schema import Spec
 from ga_tfx.compat._arguments import PACKAGE_CLIP_FACTOR, PACKAGE_EPS, PACKAGE_REDUCTION
+from ga_tfx.config import FIELDS
 
 from typing import Any, Dict, Optional, Sequence, Union, cast
 
@@ -145,7 +146,7 @@ class GradientAccumulateModel(ga_tfx.GradientAccumulateModel):
         cls, config: Dict[str, Any], custom_objects: Optional[Dict[str, Any]] = None
     ) -> "GradientAccumulateModel":
         config = dict(config)
-        settings = {key: config.pop(key) for key in _MODEL_SETTINGS if key in config}
+        settings = {key: config.pop(key) for key in (*_MODEL_SETTINGS, *FIELDS) if key in config}
         # ga-tfx rebuilds the functional graph; this class then wraps the same layers.
         graph = ga_tfx.GradientAccumulateModel.from_config(
             dict(config, accum_steps=settings.get("accum_steps", 1)), custom_objects
@@ -209,9 +210,11 @@ class GradientAccumulateOptimizer(ga_tfx.GradientAccumulateOptimizer):
 
     def get_config(self) -> Dict[str, Any]:
         config = super().get_config()
-        # The package's wrapper has no AGC: its config keys are the package's.
-        for key in ("agc_clip_factor", "agc_eps", "agc_exclude"):
-            config.pop(key, None)
+        # The package's wrapper has none of ga-tfx's settings but accum_steps: its config keys
+        # are the package's.
+        for key in FIELDS:
+            if key != "accum_steps":
+                config.pop(key, None)
         config["reduction"] = self.reduction
         return config
 

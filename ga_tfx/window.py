@@ -1,0 +1,631 @@
+"""The window core: what one accumulation window is, for every front-end.
+
+A *window* is the micro-batches of one optimizer step. :class:`WindowCore` owns everything a
+window is, once, for the three front-ends that run windows:
+
+* ``fit`` on an accumulation model and the TFX Trainer (:mod:`ga_tfx.engine`),
+* the optimizer wrapper for custom loops and ``compile`` (:mod:`ga_tfx.optimizer`),
+* :class:`ga_tfx.TrainingLoop` (:mod:`ga_tfx.training_loop`).
+
+They differ only in how micro-batches reach the core and who runs the host loop (Keras' data
+handler, the user's own loop, ``TrainingLoop.run``), as tf-keras' ``make_train_function``
+differs from ``train_step``. The core, in order:
+
+1. :meth:`WindowCore.add` (replica context, once per micro-batch and replica): adds
+   ``w · g`` (and ``w · loss``) to replica-local float32 buffers of a
+   :class:`~ga_tfx.accumulator.GradientAccumulator`; nothing crosses devices. With
+   ``log_noise_scale`` it also adds the micro-batch gradient's squared norm (below).
+2. :meth:`WindowCore.finish` (cross-replica context, once per window): one batched
+   all-reduce of the buffers; the window gradient ``Σ_i n_i g_i / Σ_i n_i`` over all replicas
+   (plus, for ``TrainingLoop``, the regularisation gradient once); the gradient chain
+   (:mod:`ga_tfx.transforms`: non-finite guard, ``clip_global_norm``, AGC, the user's
+   transforms, in that order); one ``optimizer.apply_gradients``, or none when the chain
+   vetoes it (decided in cross-replica context, the same on every replica, so no
+   ``merge_call`` ever runs inside a replica-context conditional); the end of the window for
+   layers that keep window state (:class:`~ga_tfx.AccumBatchNormalization`: the window's
+   statistics are folded in when it is applied, dropped when it is skipped); the buffers
+   cleared; the window counted (``windows``; ``updates`` when applied); its figures written to
+   a record.
+3. :meth:`WindowCore.discard`: clears a window without an update (``partial_window="drop"``).
+4. Host side, :meth:`WindowCore.poll` returns one :class:`WindowEnd` per window finished since
+   the last poll: *the* event "a window ended" (applied as an update, or skipped), which
+   checkpoints, logs, progress and the noise scale subscribe to, whichever front-end ran it.
+
+Counting, in every front-end and in every name: an **update** is an applied optimizer step
+(``optimizer.iterations`` moves; learning-rate schedules see it); a **window** is a finished
+window, applied or skipped (non-finite gradient). ``windows - updates`` windows were skipped.
+Data positions count windows; "every N updates" counts updates.
+
+The gradient noise scale (``log_noise_scale``; McCandlish et al. 2018, "An Empirical Model of
+Large-Batch Training", appendix A.1). Per window, from the ``m = micro-batches × replicas``
+replica micro-batch gradients ``ĝ_j`` of ``b_j`` samples (the gradient of each replica's own
+mean loss) and the window gradient ``G`` of ``B = Σ b_j`` samples: with
+``|g_small|² = Σ_j (b_j / B)·|ĝ_j|²`` (expected ``|G_true|² + m·tr(Σ)/B``, uneven micro-batches
+included) and ``|g_big|² = |G|²`` (expected ``|G_true|² + tr(Σ)/B``), the unbiased estimates are
+``tr(Σ) ≈ S = B·(|g_small|² - |g_big|²)/(m - 1)`` and
+``|G_true|² ≈ G² = (m·|g_big|² - |g_small|²)/(m - 1)``. Each is smoothed by an exponential
+moving average (``noise_scale_decay``) and the noise scale is the ratio of the two averages,
+``B_simple = EMA(S) / EMA(G²)``, as the paper does (a ratio of averages: the ratio of one
+window's noisy estimates is heavily biased). ``B_small = B / m`` is the replica's
+micro-batch: under ``R`` replicas each window gives ``K·R`` small gradients, so the estimate
+exists from ``K = 1`` on with two replicas or more; on one device it needs ``K >= 2``.
+"""
+
+from ga_tfx._keras import keras, tf
+from ga_tfx._state import Untracked
+from ga_tfx.accumulator import GradientAccumulator
+from ga_tfx.agc import make_agc
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.transforms import GradientChain, Member, NonFiniteGuard, global_norm, make_chain
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+
+_FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
+_ON_READ = tf.VariableSynchronization.ON_READ
+_SUM = tf.VariableAggregation.SUM
+
+# The figures of one finished window, in record order (float64 in the record).
+RECORD_FIELDS = (
+    "window",  # windows finished so far, this one included (1-based index)
+    "update",  # updates applied so far, this one included when applied
+    "applied",  # 1: applied as an update; 0: skipped
+    "samples",  # samples in the window, all replicas
+    "micro_batches",  # micro-batches in the window (per replica)
+    "loss",  # the window's mean loss (NaN where the front-end has no loss: the wrapper)
+    "grad_norm",  # global L2 norm of the window gradient, before the chain
+    "grad_norm_clipped",  # ... after the chain (what the optimizer was given)
+    "noise_scale",  # B_simple = EMA(S) / EMA(G²) (NaN: log_noise_scale off or no estimate yet)
+    "noise_trace",  # EMA(S): the smoothed estimate of tr(Σ), the per-sample gradient covariance
+    "noise_grad_sq",  # EMA(G²): the smoothed estimate of |G_true|²
+    "noise_small_batch",  # B_small = B / m: the samples of one replica micro-batch
+)
+# Windows whose records one poll can return: enough for the most windows one call of the
+# engine's train function runs (ga_tfx.engine.pacing caps it here).
+RECORD_CAPACITY = 256
+
+
+class NonFiniteGradientError(RuntimeError):
+    """Raised when ``max_consecutive_skips`` windows in a row had a non-finite gradient."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowEnd:
+    """The event "a window ended", one per finished window (:meth:`WindowCore.poll`).
+
+    Attributes: those of :data:`RECORD_FIELDS`; ``window``, ``update`` and ``micro_batches``
+    are ints, ``applied`` a bool, the others floats (NaN where not measured).
+    """
+
+    window: int
+    update: int
+    applied: bool
+    samples: float
+    micro_batches: int
+    loss: float
+    grad_norm: float
+    grad_norm_clipped: float
+    noise_scale: float
+    noise_trace: float
+    noise_grad_sq: float
+    noise_small_batch: float
+
+    @classmethod
+    def from_row(cls, row: Sequence[float]) -> "WindowEnd":
+        values = dict(zip(RECORD_FIELDS, (float(v) for v in row)))
+        return cls(
+            **{
+                **values,
+                "window": int(values["window"]),
+                "update": int(values["update"]),
+                "applied": bool(values["applied"]),
+                "micro_batches": int(values["micro_batches"]),
+            }
+        )
+
+    def figures(self) -> Dict[str, float]:
+        """The measured figures as ``{name: float}`` (NaN ones left out)."""
+        return {
+            name: float(value)
+            for name, value in dataclasses.asdict(self).items()
+            if not (isinstance(value, float) and math.isnan(value))
+        }
+
+
+class WindowState(tf.Module):
+    """The core's counters and noise-scale averages, checkpointed with the front-end.
+
+    Attributes (int64 unless stated; ``ONLY_FIRST_REPLICA``: the same on every replica):
+      windows: windows finished (applied or skipped).
+      updates: windows applied as an optimizer update.
+      noise_trace_ema, noise_grad_sq_ema: float64, the moving averages of the noise-scale
+        estimates ``S`` and ``G²`` (without bias correction; their ratio needs none).
+      noise_windows: windows that gave a noise-scale estimate.
+
+    The records of the last windows (:data:`RECORD_CAPACITY` rows of :data:`RECORD_FIELDS`)
+    and the count of records written are process-local: not in checkpoints.
+
+    Front-ends may derive from it to checkpoint counters of their own beside these
+    (``TrainingLoop``: the epoch and the data position).
+    """
+
+    def __init__(self, name: str = "window_state") -> None:
+        super().__init__(name=name)
+        with tf.name_scope(name):
+            self.windows = _scalar(0, tf.int64, "windows")
+            self.updates = _scalar(0, tf.int64, "updates")
+            self.noise_trace_ema = _scalar(0.0, tf.float64, "noise_trace_ema")
+            self.noise_grad_sq_ema = _scalar(0.0, tf.float64, "noise_grad_sq_ema")
+            self.noise_windows = _scalar(0, tf.int64, "noise_windows")
+            self._log = Untracked(
+                (
+                    tf.Variable(
+                        tf.zeros([RECORD_CAPACITY, len(RECORD_FIELDS)], tf.float64),
+                        trainable=False,
+                        aggregation=_FIRST,
+                        name="records",
+                    ),
+                    _scalar(0, tf.int64, "records_written"),
+                )
+            )
+
+    @property
+    def records(self) -> tf.Variable:
+        return self._log.value[0]
+
+    @property
+    def records_written(self) -> tf.Variable:
+        return self._log.value[1]
+
+
+def _scalar(value: Any, dtype: Any, name: str) -> tf.Variable:
+    return tf.Variable(value, dtype=dtype, trainable=False, aggregation=_FIRST, name=name)
+
+
+def xla_step(function: Callable) -> Callable:
+    """``function`` (a replica-context step) as one XLA computation, as Keras compiles its
+    ``train_step`` under ``jit_compile``: an op XLA cannot compile raises when it is traced.
+
+    A ``tf.function`` returns tensors, not ops: a step that returns an op (``tf.group`` of its
+    updates) returns ``None`` instead, and its updates run as the function's stateful ops.
+    """
+
+    def step(*args: Any) -> Any:
+        outputs = function(*args)
+        return None if isinstance(outputs, tf.Operation) else outputs
+
+    return tf.function(step, jit_compile=True, reduce_retracing=True)
+
+
+_LossScaleOptimizers = (keras.mixed_precision.LossScaleOptimizer,)
+
+
+def is_loss_scale_optimizer(optimizer: Any) -> bool:
+    """True for a Keras ``LossScaleOptimizer`` (new or legacy), which scales the loss."""
+    return isinstance(optimizer, _LossScaleOptimizers) or hasattr(optimizer, "get_scaled_loss")
+
+
+def skips_nonfinite_itself(optimizer: Any) -> bool:
+    """True for a dynamic ``LossScaleOptimizer``: it skips a non-finite update itself (and
+    lowers its loss scale), so the core applies every window and reads its decision."""
+    return is_loss_scale_optimizer(optimizer) and bool(getattr(optimizer, "dynamic", False))
+
+
+def apply_aggregated_gradients(
+    optimizer: Any, grads_and_vars: List[Tuple[Any, tf.Variable]]
+) -> Any:
+    """``optimizer.apply_gradients`` for gradients that are already summed over replicas.
+
+    Under a dynamic ``LossScaleOptimizer`` a non-finite window is skipped as one unit (no weight
+    or slot changes, the loss scale decreases once) and, unlike Keras' own skipped steps, does
+    not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
+    applied updates only.
+    """
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        result = optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+    else:
+        result = optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
+    if skips_nonfinite_itself(optimizer):
+        # The same decision the LossScaleOptimizer takes: all gradients finite.
+        with tf.control_dependencies(_as_dependencies(result)):
+            result = optimizer.iterations.assign_sub(
+                1 - tf.cast(all_finite(grads_and_vars), tf.int64)
+            )
+    return result
+
+
+def all_finite(grads_and_vars: Sequence[Tuple[Any, Any]]) -> tf.Tensor:
+    """A scalar bool: every gradient entry is finite."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in grads_and_vars])
+
+
+def _as_dependencies(result: Any) -> list:
+    # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
+    return [] if result is None else [result]
+
+
+class WindowCore(tf.Module):
+    """The accumulation state and the steps of one window (see the module docstring).
+
+    Args:
+      variables: the trainable variables whose gradients are accumulated (fully defined
+        shapes). Create the core under the strategy's scope, outside ``tf.function``.
+      config: the :class:`~ga_tfx.AccumulationConfig` (accumulation, chain, logging).
+      transforms: further gradient transforms, run after the config's members
+        (:class:`~ga_tfx.transforms.GradientTransform` or ``(name, callable)`` pairs).
+      window_layers: layers that keep window state (``ga_window_end(apply)``, e.g.
+        :class:`~ga_tfx.AccumBatchNormalization`); attached to the core's windows here.
+      state: the counters' module (default a new :class:`WindowState`).
+
+    Attributes (checkpoint children): ``accumulator``, ``chain``, ``state``, ``noise_sums``
+    (the window's replica-local noise-scale sums).
+    """
+
+    def __init__(
+        self,
+        variables: Sequence[tf.Variable],
+        config: AccumulationConfig,
+        transforms: Sequence[Member] = (),
+        window_layers: Sequence[Any] = (),
+        state: Optional[WindowState] = None,
+        name: str = "window_core",
+    ) -> None:
+        super().__init__(name=name)
+        variables = list(variables)
+        self._config = Untracked(config)
+        self.chain: GradientChain = make_chain(
+            config.nonfinite_policy,
+            config.clip_global_norm,
+            transforms,
+            agc=make_agc(config.agc_clip_factor, config.agc_eps, config.agc_exclude),
+        )
+        self.chain.build(variables)  # unsupported variables fail here, not while tracing
+        self.accumulator = GradientAccumulator(variables)
+        self.state = state if state is not None else WindowState()
+        with tf.init_scope(), tf.name_scope(name):
+            # Replica-local window sums of the noise scale's micro-batch terms: Σ b·|ĝ|², Σ b.
+            self.noise_sums = [
+                tf.Variable(
+                    0.0, trainable=False, synchronization=_ON_READ, aggregation=_SUM, name=n
+                )
+                for n in ("noise_sq_sum", "noise_samples")
+            ]
+        self._layers = Untracked(list(window_layers))
+        for layer in window_layers:
+            if hasattr(layer, "ga_attach_to_engine"):
+                layer.ga_attach_to_engine(config.accum_steps)
+        # Python state, not checkpoint dependencies: the replica steps per (optimizer,
+        # jit_compile, extra gradient), and the variables the chain returned (trace time).
+        self._steps = Untracked({})
+        self._applied_variables = Untracked([])
+        self._events_seen = 0  # host: records returned by poll() so far
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def config(self) -> AccumulationConfig:
+        return self._config.value
+
+    @property
+    def micro_steps(self) -> tf.Variable:
+        """Micro-batches in the current window (int64, the same on every replica)."""
+        return self.accumulator.micro_steps
+
+    @property
+    def guard(self) -> Optional[NonFiniteGuard]:
+        """The chain's non-finite guard (``None`` with ``nonfinite_policy=None``)."""
+        return cast(Optional[NonFiniteGuard], self.chain.member(NonFiniteGuard))
+
+    @property
+    def windows(self) -> int:
+        """Windows finished, applied or skipped (host)."""
+        return int(self.state.windows.numpy())
+
+    @property
+    def updates(self) -> int:
+        """Windows applied as optimizer updates (host)."""
+        return int(self.state.updates.numpy())
+
+    @property
+    def skipped_windows(self) -> int:
+        """Windows skipped as non-finite (host)."""
+        return self.windows - self.updates
+
+    def matches(self, variables: Sequence[Any]) -> bool:
+        return self.accumulator.matches(variables)
+
+    # ------------------------------------------------------------------ one micro-batch
+    def add(self, grads: Sequence[Any], weight: Any, loss: Any = None, local_samples: Any = None):
+        """Replica context: adds one micro-batch's gradients (and loss) to the window.
+
+        Args:
+          grads: this replica's gradients, aligned with the variables (``None`` for a
+            variable without one), of its share of the global loss: the replica's mean loss
+            divided by the number of replicas ``R`` (Keras' per-replica loss; on one device the
+            micro-batch's mean loss). Not loss-scaled.
+          weight: the micro-batch's weight in the window mean: the replica's samples (or any
+            weight the front-end uses consistently on every replica, see
+            :meth:`GradientAccumulator.window_mean`).
+          loss: the scalar loss ``grads`` are the gradient of, or ``None``.
+          local_samples: the replica's samples in this micro-batch, for the noise scale
+            (default ``weight``).
+
+        Returns:
+          An op to depend on.
+        """
+        acc = self.accumulator
+        acc.record_connected(acc.accumulated_variables, grads)
+        ops = [acc.add(grads, weight, loss)]
+        if self.config.log_noise_scale:
+            ops.append(self._add_noise_terms(grads, weight if local_samples is None else local_samples))
+        return tf.group(ops)
+
+    def _add_noise_terms(self, grads: Sequence[Any], samples: Any) -> Any:
+        """Adds ``b · |ĝ|²`` and ``b``: ``ĝ = R · g`` is the replica's mean-loss gradient."""
+        ctx = tf.distribute.get_replica_context()
+        replicas = float(ctx.num_replicas_in_sync if ctx is not None else 1)
+        squares = [_squared_norm(g) for g in grads if g is not None]
+        sq = tf.add_n(squares) * replicas * replicas
+        b = tf.cast(samples, tf.float32)
+        sq_sum, count = self.noise_sums
+        return tf.group(sq_sum.assign_add(b * sq), count.assign_add(b))
+
+    # ------------------------------------------------------------------ one window
+    def finish(
+        self,
+        strategy: Any,
+        optimizer: Any,
+        *,
+        jit_compile: bool = False,
+        extra_gradient: Optional[Callable[[], Tuple[Any, List[Any]]]] = None,
+    ) -> tf.Tensor:
+        """Cross-replica context: ends the window with one update (or a skip).
+
+        Args:
+          strategy: the distribution strategy the core was created under.
+          optimizer: the optimizer that applies the window gradient.
+          jit_compile: run the replica-context steps (window gradient and chain, update) as
+            XLA computations.
+          extra_gradient: replica context, ``() -> (loss, [gradient per variable])`` added once
+            to the window loss and gradient (``TrainingLoop``'s regularisation), or ``None``.
+
+        Returns:
+          A scalar bool tensor: whether the window was applied as an update.
+        """
+        if skips_nonfinite_itself(optimizer) and self.config.nonfinite_policy == "zero":
+            raise ValueError(
+                "nonfinite_policy='zero' cannot be used with a dynamic LossScaleOptimizer: it "
+                "must see a non-finite gradient to lower its loss scale. Use "
+                "nonfinite_policy='skip' (the default) or None."
+            )
+        gradient_fn, apply_fn, end_fn = self._replica_steps(optimizer, jit_compile, extra_gradient)
+        out = strategy.run(gradient_fn)
+        first = lambda value: strategy.experimental_local_results(value)[0]  # noqa: E731
+        grads = out["grads"]
+
+        def apply() -> tf.Tensor:
+            strategy.run(apply_fn, args=(grads,))
+            return tf.constant(True)
+
+        if skips_nonfinite_itself(optimizer):
+            apply()  # the LossScaleOptimizer skips a non-finite window itself
+            applied = first(out["finite"])
+        elif self.chain.may_skip:
+            applied = tf.cond(first(out["apply"]), apply, lambda: tf.constant(False))
+        else:
+            apply()
+            applied = tf.constant(True)
+        self._end_window(strategy, end_fn, applied, optimizer)
+        micro = tf.cast(self.micro_steps.read_value(), tf.float64)
+        noise = self._update_noise_averages(first(out["noise_trace"]), first(out["noise_grad_sq"]))
+        state = self.state
+        windows = state.windows.assign_add(1)
+        updates = state.updates.assign_add(tf.cast(applied, tf.int64))
+        row = [
+            windows,
+            updates,
+            applied,
+            first(out["samples"]),
+            micro,
+            first(out["loss"]),
+            first(out["grad_norm"]),
+            first(out["grad_norm_clipped"]),
+            *noise,
+            first(out["noise_small_batch"]),
+        ]
+        self._write_record(row)
+        self.micro_steps.assign(0)
+        return tf.identity(applied)
+
+    def discard(self, strategy: Any) -> None:
+        """Cross-replica context: clears the window without an update (not counted)."""
+        strategy.run(self._discard_step)
+        self.micro_steps.assign(0)
+
+    def _end_window(self, strategy: Any, end_fn: Callable, applied: Any, optimizer: Any) -> None:
+        """Ends the window layers (statistics folded in if applied) and clears the buffers."""
+        if not (self.chain.may_skip or skips_nonfinite_itself(optimizer)):
+            strategy.run(end_fn, args=(True,))
+            return
+
+        def end(apply: bool) -> Callable[[], tf.Tensor]:
+            def branch() -> tf.Tensor:
+                strategy.run(end_fn, args=(apply,))
+                return tf.constant(apply)
+
+            return branch
+
+        tf.cond(applied, end(True), end(False))
+
+    def _replica_steps(
+        self, optimizer: Any, jit_compile: bool, extra_gradient: Optional[Callable]
+    ) -> Tuple[Callable, Callable, Callable]:
+        """The replica-context steps for one optimizer, XLA-compiled under ``jit_compile``."""
+        key = (id(optimizer), bool(jit_compile), extra_gradient)
+        steps = self._steps.value
+        if key not in steps:
+            wrap = xla_step if jit_compile else (lambda function: function)
+            steps[key] = (
+                wrap(lambda: self._window_gradient(extra_gradient)),
+                wrap(lambda grads: self._apply(optimizer, grads)),
+                self._end_step,
+            )
+        return steps[key]
+
+    def _window_gradient(self, extra_gradient: Optional[Callable]) -> Dict[str, Any]:
+        """Replica context: one batched all-reduce; the window gradient; norms; the chain."""
+        acc = self.accumulator
+        noise_on = self.config.log_noise_scale
+        extra = [v.read_value() for v in self.noise_sums] if noise_on else []
+        pairs, samples, loss, extra_sums = acc.window_mean(extra)
+        data_norm = global_norm(pairs)
+        if extra_gradient is not None:
+            pairs, loss = _add_extra_gradient(pairs, loss, extra_gradient, acc)
+        norm = global_norm(pairs) if extra_gradient is not None else data_norm
+        noise = _noise_estimates(extra_sums, data_norm, acc.micro_steps) if noise_on else {}
+        finite = all_finite(pairs)
+        pairs, vote = self.chain(pairs)
+        self._applied_variables.value = [v for _, v in pairs]
+        out = {
+            "grads": [g for g, _ in pairs],
+            "apply": vote,
+            "finite": finite,
+            "samples": tf.cast(samples, tf.float64),
+            "loss": tf.cast(loss, tf.float64),
+            "grad_norm": tf.cast(norm, tf.float64),
+            "grad_norm_clipped": tf.cast(global_norm(pairs), tf.float64),
+        }
+        nan = tf.constant(math.nan, tf.float64)
+        for key in ("noise_trace", "noise_grad_sq", "noise_small_batch"):
+            out[key] = noise.get(key, nan)
+        return out
+
+    def _apply(self, optimizer: Any, grads: Sequence[Any]) -> Any:
+        """Replica context: one optimizer update with the chained window gradient."""
+        pairs = list(zip(grads, self._applied_variables.value))
+        return tf.group(_as_dependencies(apply_aggregated_gradients(optimizer, pairs)))
+
+    def _end_step(self, apply: bool) -> Any:
+        """Replica context: ends the window layers' windows, clears the buffers."""
+        ends = [layer.ga_window_end(apply=apply) for layer in self._layers.value]
+        with tf.control_dependencies(ends):
+            return self._clear()
+
+    def _discard_step(self) -> Any:
+        return self._end_step(False)
+
+    def _clear(self) -> Any:
+        return tf.group(
+            [self.accumulator.reset()] + [v.assign(0.0) for v in self.noise_sums]
+        )
+
+    def _update_noise_averages(self, trace: Any, grad_sq: Any) -> List[tf.Tensor]:
+        """Cross-replica: folds this window's estimates ``S`` and ``G²`` (if it has them) into
+        the moving averages; returns ``[EMA(S) / EMA(G²), EMA(S), EMA(G²)]`` (the averages
+        bias-corrected as Adam's moments are; NaN before the first estimate)."""
+        nan = tf.constant(math.nan, tf.float64)
+        if not self.config.log_noise_scale:
+            return [nan, nan, nan]
+        state = self.state
+        decay = tf.constant(self.config.noise_scale_decay, tf.float64)
+        have = tf.math.is_finite(trace) & tf.math.is_finite(grad_sq)
+        averages = []
+        for average, value in ((state.noise_trace_ema, trace), (state.noise_grad_sq_ema, grad_sq)):
+            folded = decay * average + (1 - decay) * tf.where(have, value, 0.0)
+            averages.append(average.assign(tf.where(have, folded, average)))
+        count = state.noise_windows.assign_add(tf.cast(have, tf.int64))
+        correction = 1 - tf.pow(decay, tf.cast(count, tf.float64))
+        trace_ema, grad_ema = (tf.where(count > 0, a / correction, nan) for a in averages)
+        return [trace_ema / grad_ema, trace_ema, grad_ema]
+
+    def _write_record(self, row: Sequence[Any]) -> None:
+        state = self.state
+        values = tf.stack([tf.cast(v, tf.float64) for v in row])
+        written = state.records_written
+        index = tf.math.floormod(written.read_value(), RECORD_CAPACITY)
+        state.records.assign(
+            tf.tensor_scatter_nd_update(state.records, [[index]], values[tf.newaxis])
+        )
+        written.assign_add(1)
+
+    # ------------------------------------------------------------------ host side
+    def start_events(self) -> None:
+        """From now on :meth:`poll` returns only windows finished after this call."""
+        self._events_seen = int(self.state.records_written.numpy())
+
+    def poll(self) -> List[WindowEnd]:
+        """Host: one :class:`WindowEnd` per window finished since the last poll, in order.
+
+        At most :data:`RECORD_CAPACITY` (the most recent) when more finished in between.
+        """
+        written = int(self.state.records_written.numpy())
+        start = max(self._events_seen, written - RECORD_CAPACITY)
+        self._events_seen = written
+        if start >= written:
+            return []
+        rows = self.state.records.numpy()
+        return [WindowEnd.from_row(rows[i % RECORD_CAPACITY]) for i in range(start, written)]
+
+    def check_skips(self) -> None:
+        """Host: raises :class:`NonFiniteGradientError` once ``max_consecutive_skips`` windows
+        in a row were non-finite (the windows so far are counted and kept)."""
+        limit = self.config.max_consecutive_skips
+        guard = self.guard
+        if limit is None or guard is None:
+            return
+        consecutive = int(guard.consecutive_nonfinite.numpy())
+        if consecutive >= limit:
+            raise NonFiniteGradientError(
+                f"{consecutive} consecutive windows had a non-finite gradient (NaN or inf), "
+                f"max_consecutive_skips={limit}; stopped at window {self.windows} after "
+                f"{self.updates} updates."
+            )
+
+
+def _squared_norm(gradient: Any) -> tf.Tensor:
+    """``|g|²`` in float32; an ``IndexedSlices`` gradient's duplicate rows are summed first."""
+    if isinstance(gradient, tf.IndexedSlices):
+        unique, positions = tf.unique(gradient.indices)
+        rows = tf.math.unsorted_segment_sum(gradient.values, positions, tf.shape(unique)[0])
+        return tf.reduce_sum(tf.square(tf.cast(rows, tf.float32)))
+    return tf.reduce_sum(tf.square(tf.cast(gradient, tf.float32)))
+
+
+def _noise_estimates(sums: Sequence[Any], big_norm: Any, micro_steps: Any) -> Dict[str, Any]:
+    """Replica context, after the all-reduce: this window's ``S``, ``G²`` and ``B_small``
+    (NaN when the window has fewer than two small gradients)."""
+    sq_sum, samples = (tf.cast(s, tf.float64) for s in sums)
+    ctx = tf.distribute.get_replica_context()
+    replicas = tf.constant(ctx.num_replicas_in_sync if ctx is not None else 1, tf.float64)
+    m = tf.cast(micro_steps.read_value(), tf.float64) * replicas
+    small_sq = sq_sum / samples
+    big_sq = tf.square(tf.cast(big_norm, tf.float64))
+    nan = tf.constant(math.nan, tf.float64)
+    enough = m >= 2
+    safe = tf.maximum(m - 1, 1.0)
+    return {
+        "noise_trace": tf.where(enough, samples * (small_sq - big_sq) / safe, nan),
+        "noise_grad_sq": tf.where(enough, (m * big_sq - small_sq) / safe, nan),
+        "noise_small_batch": samples / m,
+    }
+
+
+def _add_extra_gradient(
+    pairs: List[Tuple[Any, Any]], loss: Any, extra_gradient: Callable, acc: GradientAccumulator
+) -> Tuple[List[Tuple[Any, Any]], Any]:
+    """Adds ``extra_gradient()``'s loss and gradients once (replica context)."""
+    extra_loss, extra_grads = extra_gradient()
+    if extra_grads is None:
+        return pairs, loss
+    given = {v.ref(): g for g, v in pairs}
+    out = []
+    for variable, extra in zip(acc.accumulated_variables, extra_grads):
+        grad = given.get(variable.ref())
+        if grad is None and extra is None:
+            continue
+        if grad is None:
+            grad = tf.cast(extra, variable.dtype)
+        elif extra is not None:
+            grad = grad + tf.cast(extra, grad.dtype)
+        out.append((tf.cast(grad, variable.dtype), variable))
+    return out, loss + tf.cast(extra_loss, loss.dtype)
