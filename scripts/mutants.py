@@ -413,6 +413,13 @@ MUTATIONS: List[Mutation] = [
         slow=True,
     ),
     Mutation(
+        "trainer.trains_on_the_eval_split",
+        "components/trainer/run_fn.py",
+        "                        fn_args, fn_args.train_files, settings, schema, settings.shuffle\n",
+        "                        fn_args, fn_args.eval_files, settings, schema, settings.shuffle\n",
+        ("tests/test_trainer_component.py", "-k", "big_batch_weights and sgd"),
+    ),
+    Mutation(
         "export.serving_in_training_mode",
         "components/trainer/export.py",
         "        outputs = model(features)\n",
@@ -420,11 +427,11 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_trainer_component.py", "-k", "in_memory"),
     ),
     Mutation(
-        "export.serving_needs_the_raw_label",
+        "export.serving_default_is_the_transform",
         "components/trainer/export.py",
-        "serving_spec = {k: v for k, v in raw_spec.items() if k not in label_keys}",
-        "serving_spec = dict(raw_spec)",
-        ("tests/test_trainer_serving.py", "-k", "needs_no_raw_label"),
+        '        "serving_default": serving.get_concrete_function(),\n',
+        '        "serving_default": transform_features_fn.get_concrete_function(),\n',
+        ("tests/test_trainer_serving.py", "-k", "serving_default"),
     ),
     # ---- the pipeline's data gate and the CLI
     Mutation(

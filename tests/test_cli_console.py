@@ -95,6 +95,7 @@ def test_tuning_report_table_csv_and_plot(tmp_path):
     trials = tmp_path / "trials.jsonl"
     records = [
         _record("00", 0.5, 1, run="r1"),  # an older search: left out
+        _record("07", 0.99, 8, run="r1"),  # (a trial id the latest search does not have)
         _record("00", 0.91, 1),
         _record("01", 0.97, 4, agc=0.02),
         _record("02", None, 2, status="failed"),
@@ -112,4 +113,8 @@ def test_tuning_report_table_csv_and_plot(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     loss = tuning_report.rows(tuning_report.read_trials(str(trials)), maximize=False)
     assert [r["trial"] for r in loss] == ["00", "03", "01", "02"]  # a loss: lower first
+    # The objective names the direction: a loss (or an error) is minimised.
+    for objective in ("val_loss", "error_rate"):
+        lines = tuning_report.write(str(trials), str(tmp_path / objective), objective)["lines"]
+        assert [line.split()[0] for line in lines[1:]] == ["00", "03", "01", "02"], objective
     assert tuning_report.write(str(tmp_path / "none.jsonl"), str(tmp_path), "loss") is None

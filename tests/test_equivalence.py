@@ -9,7 +9,14 @@ from ga_tfx._keras import keras
 import numpy as np
 import pytest
 
-from tests.helpers import classification_data, iterations, max_weight_diff, mlp, train_pair
+from tests.helpers import (
+    classification_data,
+    iterations,
+    max_weight_diff,
+    mlp,
+    sparse_ce,
+    train_pair,
+)
 
 TOLERANCE = 1e-5  # the contract; measured values are ~1e-7 (float32 round-off)
 MICRO, K = 6, 4
@@ -51,9 +58,18 @@ def test_every_optimizer_matches_big_batch(name):
     "clip", [{"clipnorm": 0.05}, {"global_clipnorm": 0.05}, {"clipvalue": 0.01}]
 )
 def test_gradient_clipping_sees_the_accumulated_gradient(clip):
+    # SGD with momentum: its step is proportional to the (clipped) gradient, so clipping each
+    # micro-batch, or a window gradient of the wrong scale, shows in the weights.
     x, y = classification_data()
-    big, acc = train_pair(mlp, lambda: keras.optimizers.Adam(1e-2, **clip), x, y, MICRO, K)
+    sgd = lambda **kwargs: keras.optimizers.SGD(0.1, momentum=0.9, **kwargs)
+    big, acc = train_pair(mlp, lambda: sgd(**clip), x, y, MICRO, K)
     assert max_weight_diff(big, acc) <= TOLERANCE
+    # The thresholds are below the gradients' norms and values: clipping was active (measured
+    # 0.22 between the clipped and the unclipped big-batch weights).
+    unclipped = mlp()
+    unclipped.compile(sgd(), sparse_ce())
+    unclipped.fit(x, y, batch_size=MICRO * K, epochs=2, shuffle=False, verbose=0)
+    assert max_weight_diff(big, unclipped) > 1000 * TOLERANCE
 
 
 def test_learning_rate_schedule_advances_once_per_update():

@@ -124,6 +124,72 @@ def _saved_variables(serving_dir):
     }
 
 
+FEATURES = ("fare_xf", "trip_miles_xf", "trip_seconds_xf")  # the inputs of MODEL_MODULE
+TRANSFORM_GRAPH = os.path.join(TESTDATA, "transform", "transform_graph")
+
+
+def _train_in_memory(tmp_path, name, module_source=MODEL_MODULE, **settings):
+    """``run_fn.train_and_export`` as the executor calls it (the module's build_model and
+    make_serving_fn, if any); returns (the trained model, still in memory; fn_args)."""
+    out = str(tmp_path / name)
+    inputs, outputs = _artifacts(out)
+    props = _exec_properties(_module(tmp_path, module_source, f"{name}.py"), **settings)
+    fn_args = Executor()._GetFnArgs(inputs, outputs, props)
+    settings = settings_lib.from_dict(
+        {k: props[k] for k in settings_lib.field_names() if props.get(k) is not None}
+    )
+    namespace = {}
+    exec(textwrap.dedent(module_source), namespace)
+    live = run_fn_lib.train_and_export(
+        fn_args,
+        settings,
+        namespace["build_model"],
+        make_serving_fn=namespace.get("make_serving_fn"),
+    )
+    return live, fn_args
+
+
+def _in_memory_answer(model, examples):
+    """``model``'s answer to serialized raw examples, transformed apart from any export: a new
+    TFTransformOutput's layer on the parsed examples (the raw label left out)."""
+    transform = tft.TFTransformOutput(TRANSFORM_GRAPH)
+    spec = {k: v for k, v in transform.raw_feature_spec().items() if k != "tips"}
+    features = transform.transform_features_layer()(tf.io.parse_example(examples, spec))
+    return model({k: features[k] for k in FEATURES}, training=False)
+
+
+def _plain_keras_big_batch(hparams, batch_size, updates):
+    """The reference of the Trainer comparisons: MODEL_MODULE's model trained by plain Keras
+    ``fit`` (no ga-tfx, no TFXIO) on batches of ``batch_size``, ``updates`` of them, in the
+    order the Trainer reads the data (the transformed training split's examples in file order,
+    shuffle off). Returns the model."""
+    files = sorted(
+        glob.glob(os.path.join(TESTDATA, "transform", "transformed_examples", "Split-train", "*"))
+    )
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(batch_size * updates)
+    spec = tft.TFTransformOutput(TRANSFORM_GRAPH).transformed_feature_spec()
+    parsed = tf.io.parse_example(tf.stack(list(records)), spec)
+    x = {k: tf.reshape(parsed[k], (-1, 1)) for k in FEATURES}
+    y = parsed["tips_xf"]
+    assert y.shape[0] == batch_size * updates  # the data holds that many examples
+    namespace = {}
+    exec(textwrap.dedent(MODEL_MODULE), namespace)
+    model = namespace["build_model"](hparams)
+    model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == updates
+    return model
+
+
+def _exported_weights(serving_dir):
+    """The exported model's weights, in the order of ``get_weights()``."""
+    return keras.models.load_model(serving_dir, compile=False).get_weights()
+
+
+def _max_diff(weights_a, weights_b):
+    assert [w.shape for w in weights_a] == [w.shape for w in weights_b]
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights_a, weights_b))
+
+
 # ---------------------------------------------------------------------- construction
 def test_component_carries_settings_as_primitive_exec_properties():
     examples = tfx.types.Channel(type=standard_artifacts.Examples)
@@ -277,22 +343,12 @@ def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
     assert {"serving_default", "transform_features"} <= set(loaded.signatures)
     examples = _raw_examples()
     (served,) = loaded.signatures["serving_default"](examples=examples).values()
-
-    # The same weights in Keras, fed the transform of the raw examples computed independently.
+    assert served.shape == (20, 2)
+    # Keras loads the export (its AccumBN layers included); the values the signature gives are
+    # checked against the trained in-memory model in
+    # test_serving_signature_answers_like_the_trained_in_memory_model.
     model = keras.models.load_model(serving_dir)
     assert any(isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in model.layers)
-    transform_output = tft.TFTransformOutput(os.path.join(TESTDATA, "transform", "transform_graph"))
-    raw_spec = transform_output.raw_feature_spec()
-    raw_spec.pop("tips")
-    transformed = transform_output.transform_features_layer()(
-        tf.io.parse_example(examples, raw_spec)
-    )
-    expected = model(
-        {k: transformed[k] for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")}, training=False
-    )
-    assert served.shape == (20, 2)
-    print(f"max |served - keras| = {np.max(np.abs(served.numpy() - expected.numpy())):.3g}")
-    np.testing.assert_allclose(served.numpy(), expected.numpy(), atol=1e-5)
     features = loaded.signatures["transform_features"](examples=examples)
     assert "tips_xf" in features and "fare_xf" in features
 
@@ -305,43 +361,23 @@ def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
 
 
 def test_serving_signature_answers_like_the_trained_in_memory_model(tmp_path):
-    # train_and_export returns the model it trained and exported, still in memory.
-    out = str(tmp_path / "live")
-    inputs, outputs = _artifacts(out)
-    props = _exec_properties(_module(tmp_path), accum_steps=2, micro_batch_size=8, num_steps=3)
-    fn_args = Executor()._GetFnArgs(inputs, outputs, props)
-    settings = settings_lib.from_dict(
-        {k: props[k] for k in settings_lib.field_names() if k in props}
+    # train_and_export returns the model it trained and exported, still in memory; the
+    # serving signature must give its answers on raw examples (parsed and transformed inside
+    # the signature). MODEL_MODULE has BatchNormalization: a serving path in training mode
+    # would normalise with the batch's statistics and answer otherwise.
+    live, fn_args = _train_in_memory(
+        tmp_path, "live", accum_steps=2, micro_batch_size=8, num_steps=3
     )
-    namespace = {}
-    exec(MODEL_MODULE, namespace)
-    live = run_fn_lib.train_and_export(fn_args, settings, namespace["build_model"])
     assert not any(v.name.startswith("ga_tfx") for v in live.variables)  # plain model
-
     examples = _raw_examples()
-    served = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"](
-        examples=examples
-    )
-    (served,) = served.values()
-    features = tft.TFTransformOutput(fn_args.transform_graph_path).transform_features_layer()(
-        tf.io.parse_example(
-            examples,
-            {
-                k: v
-                for k, v in tft.TFTransformOutput(fn_args.transform_graph_path)
-                .raw_feature_spec()
-                .items()
-                if k != "tips"
-            },
-        )
-    )
-    expected = live(
-        {k: features[k] for k in ("fare_xf", "trip_miles_xf", "trip_seconds_xf")}, training=False
-    )
+    signature = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"]
+    (served,) = signature(examples=examples).values()
+    expected = _in_memory_answer(live, examples)
     diff = float(np.max(np.abs(served.numpy() - expected.numpy())))
     print(f"max |served - in-memory| = {diff:.3g}")
+    # The same float32 operations in another graph: round-off only (measured 0).
     assert diff <= 1e-6
-    assert float(np.max(np.abs(expected.numpy()))) > 0  # real predictions, not zeros
+    assert float(np.max(np.abs(expected.numpy()))) > 0.1  # real predictions, not zeros
 
 
 # float32 round-off of 3 updates (measured ~1e-7); a gradient off by any factor (e.g. the
@@ -359,36 +395,26 @@ BIG_BATCH_TOLERANCE = 1e-5
     ],
 )
 def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path, optimizer):
-    # (b=4, K=4, K coming from the Tuner's hyperparameters) vs plain big-batch training (b=16,
-    # K=1: the engine steps aside), same data order (shuffle off). SGD with and without
-    # momentum: their steps are proportional to the gradient, so a scale error shows (Adam
-    # would normalise it away). No BatchNormalization here: it normalises each micro-batch on
-    # its own.
+    # The Trainer (b=4, K=4, K coming from the Tuner's hyperparameters; and b=8 split 4+4 over
+    # MirroredStrategy's 2 replicas, K=2) against plain Keras big-batch training (b=16, no
+    # ga-tfx, the examples read apart from TFXIO in the order the Trainer reads them: shuffle
+    # off). A bug in run_fn or the data path (order, learning rate, loss set-up) shows.
+    # SGD with and without momentum: their steps are proportional to the gradient, so a scale
+    # error shows (Adam would normalise it away). No BatchNormalization here: it normalises
+    # each micro-batch on its own.
+    hparams = {"batchnorm": False, "optimizer": optimizer}
+    reference = _plain_keras_big_batch(hparams, batch_size=16, updates=3)
     accumulated, acc_run = _run(
         tmp_path,
         "acc",
         micro_batch_size=4,
         accum_steps=1,
         num_steps=3,
-        hyperparameters={"accum_steps": 4, "batchnorm": False, "optimizer": optimizer},
+        hyperparameters=dict(hparams, accum_steps=4),
     )
-    big, _ = _run(
-        tmp_path,
-        "big",
-        micro_batch_size=16,
-        accum_steps=1,
-        num_steps=3,
-        hyperparameters={"batchnorm": False, "optimizer": optimizer},
-    )
-    acc_vars, big_vars = _saved_variables(accumulated), _saved_variables(big)
-    assert set(acc_vars) == set(big_vars) and len(acc_vars) >= 4
-    diff = max(float(np.max(np.abs(acc_vars[k] - big_vars[k]))) for k in acc_vars)
-    print(f"max |w_acc - w_big| = {diff:.3g}")
-    assert diff <= BIG_BATCH_TOLERANCE, diff
     assert [
         v for _, v in _scalars(os.path.join(acc_run, "ga_tfx"))["ga_tfx/effective_batch_size"]
     ] == [16.0] * 3
-    # The same under MirroredStrategy on conftest's 2 logical CPUs (b=8 split 4+4, K=2).
     mirrored, _ = _run(
         tmp_path,
         "mirrored",
@@ -396,28 +422,19 @@ def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path, optimize
         accum_steps=2,
         num_steps=3,
         strategy="mirrored",
-        hyperparameters={"batchnorm": False, "optimizer": optimizer},
+        hyperparameters=hparams,
     )
-    mirrored_vars = _saved_variables(mirrored)
-    assert set(mirrored_vars) == set(big_vars)
-    diff = max(float(np.max(np.abs(mirrored_vars[k] - big_vars[k]))) for k in big_vars)
-    print(f"max |w_mirrored - w_big| = {diff:.3g}")
-    assert diff <= BIG_BATCH_TOLERANCE, diff
+    for name, serving_dir in (("accumulated", accumulated), ("mirrored", mirrored)):
+        diff = _max_diff(_exported_weights(serving_dir), reference.get_weights())
+        print(f"{name}: max |w_trainer - w_plain_keras| = {diff:.3g}")
+        assert diff <= BIG_BATCH_TOLERANCE, (name, diff)
     # ...and training did move the weights (the comparison is not between initial weights).
     namespace = {}
     exec(MODEL_MODULE, namespace)
-    initial = namespace["build_model"]({"batchnorm": False, "optimizer": optimizer}).get_weights()
-    big_vars = {k: v for k, v in big_vars.items() if "OPTIMIZER_SLOT" not in k}
-    assert sorted(w.size for w in initial) == sorted(v.size for v in big_vars.values())
-    moved = min(
-        float(np.max(np.abs(a - b)))
-        for a, b in zip(
-            sorted(initial, key=lambda w: (w.size, w.shape)),
-            sorted(big_vars.values(), key=lambda w: (w.size, w.shape)),
-        )
-    )
-    print(f"least max |w_trained - w_initial| over tensors = {moved:.3g}")
-    assert moved > 1e-3
+    initial = namespace["build_model"](hparams).get_weights()
+    moved = _max_diff(initial, reference.get_weights())
+    print(f"max |w_trained - w_initial| = {moved:.3g}")
+    assert moved > 100 * BIG_BATCH_TOLERANCE
 
 
 KILLED_TRAINER = """

@@ -6,11 +6,12 @@ from ga_tfx.components.trainer import export
 
 import os
 
+import numpy as np
 import pytest
 import tensorflow_transform as tft
 
 from tests import taxi
-from tests.test_trainer_component import _module, _raw_examples, _run
+from tests.test_trainer_component import _in_memory_answer, _raw_examples, _train_in_memory
 
 pytestmark = [pytest.mark.tfx]
 
@@ -50,22 +51,44 @@ def test_label_only_raw_features_come_from_the_transform_graph():
     assert export.label_only_raw_features(None, "y") == ("y",)
 
 
+# The signature and the in-memory model run the same float32 operations in two graphs:
+# round-off only (measured 0); a serving path in training mode (BatchNormalization on the
+# batch's statistics), or another model's weights, is off by > 1e-2.
+SERVING_TOLERANCE = 1e-6
+
+
+def _answers_like(model, answer, examples):
+    expected = _in_memory_answer(model, examples).numpy()
+    assert answer.shape == expected.shape == (len(examples), 2)
+    diff = float(np.max(np.abs(answer.numpy() - expected)))
+    print(f"max |served - in-memory| = {diff:.3g}")
+    assert diff <= SERVING_TOLERANCE
+    assert float(np.max(np.abs(expected))) > 0.1  # real predictions, not zeros
+
+
 def test_serving_default_returns_outputs_and_needs_no_raw_label(tmp_path):
-    serving_dir, _ = _run(
+    # raw_label_key unset: the label-only raw feature (tips) is found from the transform graph.
+    live, fn_args = _train_in_memory(
         tmp_path, "run", accum_steps=2, micro_batch_size=8, num_steps=2, raw_label_key=None
     )
-    serving = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    serving = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"]
     assert set(serving.structured_outputs) == {export.SERVING_OUTPUT_KEY}
-    answer = serving(examples=_without(_raw_examples(8), "tips"))
-    assert answer["outputs"].shape == (8, 2)
+    examples = _raw_examples(8)
+    answer = serving(examples=_without(examples, "tips"))
+    _answers_like(live, answer[export.SERVING_OUTPUT_KEY], examples)
 
 
 @pytest.mark.slow  # a Trainer run and export; the default signature stays fast
 def test_a_module_serving_function_is_used(tmp_path):
-    module = _module(tmp_path, taxi.MODEL_MODULE + SERVING_FN, name="with_serving.py")
-    serving_dir, _ = _run(
-        tmp_path, "own", module_file=module, accum_steps=2, micro_batch_size=8, num_steps=2
+    live, fn_args = _train_in_memory(
+        tmp_path,
+        "own",
+        taxi.MODEL_MODULE + SERVING_FN,
+        accum_steps=2,
+        micro_batch_size=8,
+        num_steps=2,
     )
-    serving = tf.saved_model.load(serving_dir).signatures["serving_default"]
+    serving = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"]
     assert set(serving.structured_outputs) == {"scores"}
-    assert serving(examples=_without(_raw_examples(4), "tips"))["scores"].shape == (4, 2)
+    examples = _raw_examples(4)
+    _answers_like(live, serving(examples=_without(examples, "tips"))["scores"], examples)
