@@ -5,7 +5,11 @@
 #   lib  .venv-lib/  Python 3.12, TF 2.21:          the library tier, -m "not tfx and not slow"
 # A -m expression given here is combined with "not tfx" for the library tier. GA_TFX_TEST_ENVS
 # picks the environments ("tfx lib" by default; e.g. GA_TFX_TEST_ENVS=tfx for a TFX-only file).
-# Exit status: 0 only when every run passed; a run that collects no test (pytest's 5) fails.
+# Exit status: 0 only when every run passed; a run that collects no test (pytest's 5) fails, and
+# so does a run that collects fewer tests than the committed floor (tests/collection_floor.json:
+# per environment, in all and per marker; checked when no -m, -k or test path is given here).
+# Each run prints what it collected per marker. A TFX environment in which TFX does not import
+# fails at once (tests/conftest.py), instead of leaving out the modules marked tfx.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -33,6 +37,16 @@ for arg in "$@"; do
   else lib_args+=("$arg"); fi
 done
 
+# A selection given here (a -m or -k expression, a test path or node id) runs a part of the
+# suite: the floor is then not checked, the counts are still printed.
+custom_selection=0
+for arg in "$@"; do
+  case "$arg" in
+    -m|-m?*|-k|-k?*|--deselect*|--lf|--last-failed|--ff|--failed-first|tests|tests/*|*.py|*::*)
+      custom_selection=1 ;;
+  esac
+done
+
 reports="$(mktemp -d)"
 trap 'rm -rf "$reports"' EXIT
 status=0
@@ -47,17 +61,55 @@ for name in "${envs[@]}"; do
   esac
   echo "== [$name] $("$python" -c 'import platform; print("Python", platform.python_version())') =="
   rc=0
+  run_env+=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
   env "${run_env[@]}" "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
   echo "== [$name] pytest exit status $rc$([ "$rc" = 5 ] && echo ' (no test collected)') =="
   [ "$rc" = 0 ] || status=1
 done
 
-# One closing line for both runs, from their JUnit reports.
-"$root/.venv/bin/python" - "$reports" "${envs[@]}" <<'EOF' || status=1
+# What each run collected, per marker, against the committed floor; then one closing line for
+# both runs, from their JUnit reports.
+"$root/.venv/bin/python" - "$reports" "$custom_selection" "$root/tests/collection_floor.json" \
+  "${envs[@]}" <<'EOF' || status=1
+import json
 import sys
 import xml.etree.ElementTree as ET
 
-folder, names = sys.argv[1], sys.argv[2:]
+folder, custom, floor_file, names = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4:]
+with open(floor_file) as f:
+    floors = json.load(f)
+short = False
+for name in names:
+    try:
+        with open(f"{folder}/{name}.collection.json") as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        print(f"[{name}] no collection report: pytest stopped before collecting")
+        short = True
+        continue
+    counts = dict(report["by_marker"], selected=report["selected"])
+    print(
+        f"[{name}] collected {counts['selected']} tests ({report['deselected']} deselected): "
+        f"{counts['tfx']} tfx, {counts['slow']} slow, {counts['neither']} neither"
+    )
+    if report["tfx_modules_not_collected"] and name == "tfx":
+        left_out = report["tfx_modules_not_collected"]
+        print(f"[{name}] FAILED: modules marked tfx not collected: {left_out}")
+        short = True
+    if custom:
+        print(f"[{name}] floor not checked: a selection was given")
+        continue
+    floor = floors[name]
+    below = [f"{key} {counts[key]} < {floor[key]}" for key in floor if counts[key] < floor[key]]
+    if below:
+        print(
+            f"[{name}] FAILED: fewer tests than the committed floor ({', '.join(below)}; "
+            "tests/collection_floor.json): if tests were removed on purpose, lower the floor "
+            "in the same commit"
+        )
+        short = True
+    else:
+        print(f"[{name}] floor {floor['selected']} tests: met")
 total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
 for name in names:
     try:
@@ -70,5 +122,6 @@ for name in names:
 failed = total["failures"] + total["errors"]
 passed = total["tests"] - failed - total["skipped"]
 print(f"total: {passed} passed, {failed} failed, {total['skipped']} skipped")
+sys.exit(1 if short else 0)
 EOF
 exit "$status"

@@ -17,6 +17,7 @@ import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before 
 from ga_tfx._keras import tf  # noqa: E402
 
 import importlib.util  # noqa: E402
+import json  # noqa: E402
 import re  # noqa: E402
 import textwrap
 import uuid
@@ -38,14 +39,77 @@ tf.config.set_logical_device_configuration(
 # The library environment (Python 3.12, TF 2.21) has no TFX. Test modules marked `tfx` import
 # TFX at their top, so they would fail at collection before `-m "not tfx"` deselects them: there,
 # they are not collected at all (their module-level `pytestmark` line is the one declaration).
+# Only there: a run whose -m expression would select tfx-marked tests stops at once when TFX is
+# missing (a third of the suite would otherwise vanish from a green run).
 _HAS_TFX = importlib.util.find_spec("tfx") is not None
 _TFX_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.tfx\b", re.MULTILINE)
+_IGNORED_TFX_MODULES = []
+
+
+def _selects_tfx_tests(markexpr):
+    """Whether ``-m markexpr`` selects tests marked ``tfx`` (slow or not)."""
+    if not markexpr:
+        return True
+    from _pytest.mark.expression import Expression  # pytest's own -m parser
+
+    expression = Expression.compile(markexpr)
+    return any(
+        expression.evaluate(lambda name, marks=marks, **kwargs: name in marks)
+        for marks in ({"tfx"}, {"tfx", "slow"})
+    )
+
+
+def _described(markexpr):
+    return f"-m {markexpr!r}" if markexpr else "no -m expression"
+
+
+def pytest_configure(config):
+    if not _HAS_TFX and _selects_tfx_tests(config.getoption("markexpr")):
+        raise pytest.UsageError(
+            "TFX does not import in this environment, so the test modules marked tfx cannot "
+            f"run, but this run ({_described(config.getoption('markexpr'))}) selects them. Run "
+            "the library tier with -m 'not tfx', or use the TFX environment (.venv/)."
+        )
 
 
 def pytest_ignore_collect(collection_path, config):
     if _HAS_TFX or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
-    return True if _TFX_MARK.search(collection_path.read_text()) else None
+    if _TFX_MARK.search(collection_path.read_text()):
+        _IGNORED_TFX_MODULES.append(collection_path.name)
+        return True
+    return None
+
+
+# GA_TFX_COLLECTION_REPORT=FILE (scripts/test.sh): after collection, FILE gets the selected
+# tests counted by marker, for the committed floor (tests/collection_floor.json). Under
+# pytest-xdist the first worker writes it (the controller collects nothing).
+_DESELECTED = []
+
+
+def pytest_deselected(items):
+    _DESELECTED.extend(items)
+
+
+def pytest_collection_finish(session):
+    path = os.environ.get("GA_TFX_COLLECTION_REPORT")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    marks = [{m.name for m in item.iter_markers()} for item in session.items]
+    report = {
+        "tfx_imports": _HAS_TFX,
+        "selected": len(session.items),
+        "deselected": len(_DESELECTED),
+        "by_marker": {
+            "tfx": sum("tfx" in m for m in marks),
+            "slow": sum("slow" in m for m in marks),
+            "neither": sum(not m & {"tfx", "slow"} for m in marks),
+        },
+        "tfx_modules_not_collected": sorted(_IGNORED_TFX_MODULES),
+    }
+    with open(path + ".tmp", "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 @pytest.fixture
