@@ -226,8 +226,11 @@ def setting(
 
 
 def like(cls: type, name: str, default: Any = dataclasses.MISSING, **spec_fields: Any) -> Any:
-    """A field with the spec of ``cls``'s setting ``name`` (optionally another default): the
-    same setting seen from another place (e.g. a pipeline option that is a Trainer setting)."""
+    """A field with the spec of ``cls``'s setting ``name`` and, unless another is given, its
+    default: the same setting seen from another place (e.g. a pipeline option that is a
+    Trainer setting, a Trainer setting that is a library setting)."""
+    if default is dataclasses.MISSING:
+        default = defaults(cls).get(name, dataclasses.MISSING)
     return setting(default, spec=spec_of(cls, name), **spec_fields)
 
 

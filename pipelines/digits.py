@@ -116,20 +116,6 @@ def check_csv_dir(data_root):
     return rows
 
 
-def batch_warning(rows, effective_batch_size):
-    """A one-line warning when one optimizer update takes more examples than the training
-    split has (``None`` otherwise): each update then repeats examples."""
-    train_rows = int(rows * TRAIN_FRACTION)
-    if effective_batch_size <= train_rows:
-        return None
-    return (
-        f"warning: one optimizer update takes {effective_batch_size} examples (micro-batch "
-        f"x accum_steps) but the training split has about {train_rows} of {rows} rows: "
-        f"every update repeats rows about {effective_batch_size / max(train_rows, 1):.1f} "
-        "times; lower --micro-batch or --accum-steps."
-    )
-
-
 def preprocessing_fn(inputs):
     """Raw pixel columns -> one ``pixels_xf`` vector per image; the label as it is."""
     pixels = tf.stack(

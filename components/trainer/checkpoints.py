@@ -1,8 +1,10 @@
 """Resumable checkpoints of the training state, by optimizer updates and by wall time.
 
 What one checkpoint holds: the model's weights (AccumBatchNormalization's moving statistics
-included), the optimizer (slots, ``iterations``, loss scale), the gradient accumulator and the
-number of windows (optimizer updates, applied or skipped) trained. Checkpoints are written at
+included), the optimizer (slots, ``iterations``, loss scale), the window core (accumulator,
+gradient chain state, window counters) and the number of windows (applied as updates or
+skipped) trained. The counts come from the window core's events (``on_window_end``, one per
+finished window), not from Keras' batch indices. Checkpoints are written at
 window ends -- one call of the engine's train function runs whole windows (one; several
 where ``steps_per_execution`` is a multiple of ``K`` or ``"auto"``), so Keras'
 ``on_train_batch_end`` is a window end, where the accumulation buffers are empty and the
@@ -19,8 +21,8 @@ replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoi
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
-from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
 from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
+from ga_tfx.distribution import remove_worker_dir, worker_write_dir
 
 import hashlib
 import json
@@ -46,16 +48,18 @@ def resume_directory(model_run_dir, identity):
 
 
 class UpdateCheckpoint(keras.callbacks.Callback):
-    """Saves the training state every ``every_updates`` windows or ``every_seconds`` seconds
-    (whichever comes first), on a stop request, and at the end (:meth:`finish`). Decided at
-    the end of each call of the train function: where a call runs several windows, a periodic
-    checkpoint comes at the first call end at or past its due count.
+    """Saves the training state every ``every_updates`` optimizer updates (windows applied; a
+    window skipped as non-finite is not an update) or ``every_seconds`` seconds (whichever
+    comes first), on a stop request, and at the end (:meth:`finish`). Counts follow the window
+    core's events (:meth:`on_window_end`); the decision to save is taken at the end of each
+    call of the train function, where the state is whole windows: where a call runs several
+    windows, a periodic checkpoint comes at the first call end at or past its due count.
 
     Args:
       model: the (compiled) accumulation model.
       directory: the resume directory (:func:`resume_directory`), shared by all attempts.
       total_updates: windows the whole training makes (``train_args.num_steps``).
-      every_updates: windows between two periodic checkpoints (>= 1).
+      every_updates: optimizer updates between two periodic checkpoints (>= 1).
       every_seconds: seconds between two periodic checkpoints (> 0), measured with ``clock``.
       stop: the :class:`~ga_tfx.components.trainer.preemption.StopRequest` of the run; when it
         is set, the next window end (or evaluation batch) saves and raises
@@ -63,7 +67,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
       clock: seconds, monotonic (tests pass a fake one).
 
     Call :meth:`restore` after the model is built and before ``fit``: it returns the windows
-    already trained. Keeps the two latest checkpoints. Under ``multi_worker`` every decision
+    already trained. Keeps the two latest checkpoints. ``done`` is the number of windows
+    trained, ``saved_at`` the number the latest checkpoint holds. Under ``multi_worker`` every decision
     to save or stop is agreed by all workers (one small all-reduce per window), since all of
     them must save together; only the chief's files are kept.
     """
@@ -96,7 +101,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._stop = stop or StopRequest()
         self._clock = clock
         self.done = self.saved_at = 0
-        self._accum_steps, self._seen = model.accum_steps, 0
+        # Updates (applied windows) since the latest checkpoint.
+        self._updates_since_save = 0
         self._has_checkpoint = False  # (not read from the index: the same on every worker)
         self._saved_time = clock()
 
@@ -113,6 +119,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
             self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
         self.done = self.saved_at = int(self.updates_done.numpy())
+        self._updates_since_save = 0
         self._saved_time = self._clock()
         return self.done
 
@@ -123,13 +130,14 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self.updates_done.assign(self.done)
         self._write_manager.save(checkpoint_number=self.done)
         self.saved_at, self._saved_time = self.done, self._clock()
+        self._updates_since_save = 0
         self._has_checkpoint = True
 
     def _poll(self, periodic: bool):
         """(stop, due) agreed by all workers: stop requested, periodic checkpoint due."""
         stop = self._stop.requested
         due = periodic and (
-            self.done - self.saved_at >= self._every
+            self._updates_since_save >= self._every
             or self._clock() - self._saved_time >= self._seconds
         )
         if self._multi_worker:  # any worker's request counts for all
@@ -144,14 +152,13 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self.save()
         raise TrainingInterrupted(self.done, self._total, self._stop.signum or 0)
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._seen = 0  # micro-batches of this epoch trained by the calls so far
+    def on_window_end(self, event):
+        """The window core's event: one more window trained (an update unless skipped)."""
+        self.done += 1
+        self._updates_since_save += int(event.applied)
 
     def on_train_batch_end(self, batch, logs=None):
-        # One call of the train function runs whole windows: one, or steps_per_execution / K
-        # of them; ``batch`` is the call's last micro-batch in the epoch.
-        self.done += (batch + 1 - self._seen) // self._accum_steps
-        self._seen = batch + 1
+        # After a call of the train function: whole windows, each counted by on_window_end.
         stop, due = self._poll(periodic=True)
         if stop:
             self._interrupt()

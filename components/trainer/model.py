@@ -3,6 +3,7 @@
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import _tf_keras_internals, keras
 from ga_tfx.components.trainer import user_module
+from ga_tfx.components.trainer.settings import accumulation_config
 
 import contextlib
 
@@ -20,7 +21,8 @@ def mixed_precision_policy(name):
 
 def accumulation_model(build_model, hparams, settings, base_model_dir=None, transform_output=None):
     """``build_model(hparams)`` (compiled), BN replaced if asked, warm-started from
-    ``base_model_dir`` when given (see :func:`warm_start`), wrapped, compiled again.
+    ``base_model_dir`` when given (see :func:`warm_start`), wrapped (trained through the window
+    core at every ``accum_steps``, 1 included), compiled again.
     ``build_model`` may take the ``transform_output`` as a second argument
     (:func:`~ga_tfx.components.trainer.user_module.call_build_model`).
 
@@ -42,12 +44,10 @@ def accumulation_model(build_model, hparams, settings, base_model_dir=None, tran
         model = ga_tfx.replace_batchnorm_layers(model, settings.accum_steps)
     if base_model_dir:
         warm_start(model, base_model_dir)
-    wrapped = ga_tfx.wrap_model(
-        model,
-        accum_steps=settings.accum_steps,
-        partial_window=settings.partial_window,
-        agc_clip_factor=settings.agc_clip_factor,
-    )
+    wrapped = ga_tfx.wrap_model(model, config=accumulation_config(settings))
+    # Through the window core also at accum_steps=1: checkpoints, logs and the run record
+    # count its window events.
+    wrapped._use_engine_always()
     wrapped.compile(**compile_args)
     return wrapped
 

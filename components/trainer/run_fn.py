@@ -154,7 +154,7 @@ def train_and_export(
             stop=stop,
         )
         logger = run_log.AccumulationLogger(
-            os.path.join(fn_args.model_run_dir, "ga_tfx"), settings, total_updates=updates
+            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_updates=updates
         )
         try:
             resumed = checkpoint.restore()
@@ -212,9 +212,10 @@ def train_and_export(
                 micro_batch_size=settings.micro_batch_size,
                 accum_steps=settings.accum_steps,
                 replicas=strategy.num_replicas_in_sync,
-                skipped_windows=updates - int(model.optimizer.iterations.numpy()),
+                skipped_windows=model.window_core.skipped_windows,
                 samples_per_second=logger.samples_per_second,
                 final_metrics=metrics,
+                noise_scale=logger.noise_scale,
             ),
         )
     return plain

@@ -1,30 +1,34 @@
-"""TensorBoard scalars of the run, one point per optimizer update."""
+"""TensorBoard scalars of the run, one point per window, from the window core's events."""
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
 from ga_tfx.components.trainer import progress
-from ga_tfx.components.trainer.distribution import remove_worker_dir, worker_write_dir
+from ga_tfx.distribution import remove_worker_dir, worker_write_dir
 
+import math
 import time
 
 
 class AccumulationLogger(keras.callbacks.Callback):
-    """TensorBoard scalars per optimizer update (one train-function call = one window).
+    """TensorBoard scalars per window (:meth:`on_window_end`, the window core's event).
 
-    Under ``ga_tfx/``: ``effective_batch_size``, ``updates`` (``optimizer.iterations``),
-    ``samples_per_second`` (wall time of the window, host side) and ``loss_per_update``
-    (the mean loss of the window's samples, recovered from Keras' running epoch mean, which
-    is weighted by samples: exact as all micro-batches are full).
+    Under ``ga_tfx/``, at step ``updates`` (``optimizer.iterations`` after the window):
+    ``effective_batch_size`` (the window's samples), ``updates``, ``loss_per_update`` (the
+    mean loss of the window's samples, as the core computed it), ``skipped_windows``,
+    ``samples_per_second`` (host wall time of the call of the train function that ran the
+    window, over its samples) and, with ``log_noise_scale``, ``noise_scale``, ``noise_trace``
+    and ``noise_grad_sq`` (:mod:`ga_tfx.window`). The console's progress line gets one event
+    per call. ``noise_scale`` keeps the latest estimate for the run record.
     """
 
-    def __init__(self, log_dir, settings, total_updates=None, label="Trainer"):
+    def __init__(self, log_dir, total_updates=None, label="Trainer"):
         super().__init__()
         self._total, self._label = total_updates, label
         self._log_dir = log_dir
-        self._micro = settings.micro_batch_size
-        self._effective = settings.effective_batch_size
         self._writer = None
         self.samples, self.train_seconds = 0, 0.0  # over all fits of this process
+        self.noise_scale = None  # the latest B_simple estimate (log_noise_scale)
+        self._events = []
 
     @property
     def samples_per_second(self):
@@ -37,31 +41,44 @@ class AccumulationLogger(keras.callbacks.Callback):
         self._writer = tf.summary.create_file_writer(self._write_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._seen, self._loss_total, self._time = 0, 0.0, time.perf_counter()
+        self._time = time.perf_counter()
+
+    def on_window_end(self, event):
+        self._events.append(event)
 
     def on_train_batch_end(self, batch, logs=None):
-        seen = batch + 1  # micro-batches so far this epoch (batch is the window's last one)
-        now, window = time.perf_counter(), seen - self._seen
-        loss_total = float(logs["loss"]) * seen
-        step = int(self.model.optimizer.iterations.numpy())
-        self.samples += window * self._micro
+        events, self._events = self._events, []
+        if not events:
+            return
+        now = time.perf_counter()
+        samples = sum(event.samples for event in events)
+        rate = samples / max(now - self._time, 1e-9)
+        self.samples += samples
         self.train_seconds += now - self._time
-        with self._writer.as_default(step=step):
-            tf.summary.scalar("ga_tfx/effective_batch_size", self._effective)
-            tf.summary.scalar("ga_tfx/updates", step)
-            tf.summary.scalar(
-                "ga_tfx/samples_per_second", window * self._micro / max(now - self._time, 1e-9)
-            )
-            tf.summary.scalar("ga_tfx/loss_per_update", (loss_total - self._loss_total) / window)
+        self._time = now
+        for event in events:
+            self._write(event, rate)
+        last = events[-1]
         if self._total:  # the console's progress line (ga_tfx.components.trainer.progress)
             progress.report(
                 label=self._label,
-                update=step,
+                update=last.window,
                 total=self._total,
-                loss=(loss_total - self._loss_total) / window,
-                samples_per_second=window * self._micro / max(now - self._time, 1e-9),
+                loss=last.loss,
+                samples_per_second=rate,
             )
-        self._seen, self._loss_total, self._time = seen, loss_total, now
+
+    def _write(self, event, rate):
+        with self._writer.as_default(step=event.update):
+            tf.summary.scalar("ga_tfx/effective_batch_size", event.samples)
+            tf.summary.scalar("ga_tfx/updates", event.update)
+            tf.summary.scalar("ga_tfx/samples_per_second", rate)
+            tf.summary.scalar("ga_tfx/loss_per_update", event.loss)
+            tf.summary.scalar("ga_tfx/skipped_windows", event.window - event.update)
+            if not math.isnan(event.noise_scale):
+                self.noise_scale = event.noise_scale
+                for key in ("noise_scale", "noise_trace", "noise_grad_sq"):
+                    tf.summary.scalar(f"ga_tfx/{key}", getattr(event, key))
 
     def on_epoch_end(self, epoch, logs=None):
         self._writer.flush()  # a crash in a later epoch keeps this epoch's scalars

@@ -12,6 +12,8 @@ TensorBoard logs. Fields:
 - ``skipped_windows``: windows not applied (non-finite gradients), over the whole training;
 - ``samples_per_second``: training samples per second of this attempt's train steps
   (host wall time, evaluation excluded; ``None`` when it trained nothing);
+- ``noise_scale``: the gradient noise scale ``B_simple`` at the end of training, in samples
+  (``log_noise_scale``; ``None`` when off or not estimated, see :mod:`ga_tfx.window`);
 - ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...).
 """
 
@@ -37,6 +39,7 @@ class RunRecord:
     skipped_windows: int
     samples_per_second: Optional[float]
     final_metrics: Dict[str, float]
+    noise_scale: Optional[float] = None
 
 
 def path(model_run_dir: str) -> str:

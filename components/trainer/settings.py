@@ -5,17 +5,21 @@ default and one line of help (:func:`ga_tfx._schema.setting`). From it derive th
 ``ExecutionParameter``\\ s (``component.py``), the parsing of execution properties and of
 ``custom_config["ga_tfx"]`` (:func:`from_dict`), the ``ga-tfx`` flags of the Trainer settings
 (``ga_tfx.pipelines.options``) and the README's settings table
-(``scripts/settings_table.py``). Rules the library also has (``accum_steps``, ``partial_window``,
-``agc_clip_factor``) reuse the library's specs (``ga_tfx._validation``).
+(``scripts/settings_table.py``). The settings that are the library's
+(:class:`ga_tfx.AccumulationConfig`: ``accum_steps``, ``partial_window``, ``agc_clip_factor``,
+``clip_global_norm``, ``log_noise_scale``) are declared there and taken
+with their specs and defaults (:func:`ga_tfx._schema.like`); :func:`accumulation_config` turns
+the Trainer's settings into the library's config.
 
 Settings travel as primitive execution properties (``int``/``float``/``str``, booleans as 0/1,
 ``None`` left out) so that pipelines compile for Kubeflow. Every bad value raises
 ``ValueError`` naming the field, the value and what is allowed.
 """
 
-from ga_tfx import _validation
-from ga_tfx._schema import SettingError, Settings, defaults, setting, specs
+from ga_tfx._schema import SettingError, Settings, defaults, like, setting, specs
 from ga_tfx.components import keys
+from ga_tfx.config import FIELDS as LIBRARY_FIELDS
+from ga_tfx.config import AccumulationConfig
 
 import dataclasses
 from typing import Any, Dict, Mapping, Optional
@@ -28,7 +32,7 @@ MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 class AccumulationSettings(Settings):
     """How the Trainer forms batches and updates (checked when created: always valid)."""
 
-    accum_steps: int = setting(spec=_validation.ACCUM_STEPS, tunable=True)
+    accum_steps: int = like(AccumulationConfig, "accum_steps", tunable=True)
     micro_batch_size: int = setting(
         kind=int,
         minimum=1,
@@ -47,9 +51,11 @@ class AccumulationSettings(Settings):
         flag="",
         help="the label in raw serving examples, left out of serving_default (None: label_key)",
     )
-    agc_clip_factor: Optional[float] = setting(
-        None, spec=_validation.AGC_CLIP_FACTOR, tunable=True, off_flag="--no-agc"
+    agc_clip_factor: Optional[float] = like(
+        AccumulationConfig, "agc_clip_factor", tunable=True, off_flag="--no-agc"
     )
+    clip_global_norm: Optional[float] = like(AccumulationConfig, "clip_global_norm")
+    log_noise_scale: bool = like(AccumulationConfig, "log_noise_scale")
     replace_batchnorm: bool = setting(
         True,
         kind=bool,
@@ -70,7 +76,7 @@ class AccumulationSettings(Settings):
         "mirrored (all GPUs, else all logical CPUs), none, multi_worker (TF_CONFIG "
         "cluster; only the chief writes)",
     )
-    partial_window: str = setting("apply", spec=_validation.PARTIAL_WINDOW)
+    partial_window: str = like(AccumulationConfig, "partial_window")
     shuffle: bool = setting(True, kind=bool, help="shuffle the training examples")
     shuffle_seed: int = setting(
         0,
@@ -91,8 +97,9 @@ class AccumulationSettings(Settings):
         100,
         kind=int,
         minimum=1,
-        help="write a resumable checkpoint after this many optimizer updates, or after "
-        "checkpoint_every_seconds, whichever comes first (at window ends, mid-epoch too)",
+        help="write a resumable checkpoint after this many optimizer updates (windows "
+        "applied), or after checkpoint_every_seconds, whichever comes first (at window ends, "
+        "mid-epoch too)",
     )
     checkpoint_every_seconds: float = setting(
         600.0,
@@ -105,10 +112,6 @@ class AccumulationSettings(Settings):
     @property
     def effective_batch_size(self) -> int:
         return self.accum_steps * self.micro_batch_size
-
-    @property
-    def serving_label_key(self) -> str:
-        return self.raw_label_key or self.label_key
 
     def to_exec_properties(self) -> Dict[str, Any]:
         """Primitive values only (booleans as 0/1, ``None`` left out)."""
@@ -127,6 +130,17 @@ class AccumulationSettings(Settings):
         if values.get("agc") is False:
             overrides["agc_clip_factor"] = None
         return dataclasses.replace(self, **overrides) if overrides else self
+
+
+def accumulation_config(settings: AccumulationSettings) -> AccumulationConfig:
+    """The library's :class:`~ga_tfx.AccumulationConfig` of the Trainer's settings."""
+    return AccumulationConfig(
+        **{
+            name: getattr(settings, name)
+            for name in specs(AccumulationSettings)
+            if name in LIBRARY_FIELDS
+        }
+    )
 
 
 # Settings a Tuner's best hyperparameters may override (see run_fn's docstring).

@@ -49,18 +49,22 @@ def trial_seed(search_seed: Optional[int], trial_id: str) -> int:
 
 class _UpdateProgress(keras.callbacks.Callback):
     """Reports a trial's progress after each call of the train function (one window, or
-    several where the model's ``steps_per_execution`` says so), by optimizer updates."""
+    several where the model's ``steps_per_execution`` says so), by windows: the window core's
+    events (``on_window_end``) count them and give each window's mean loss."""
 
     def __init__(self, label: str, total_updates: int):
         super().__init__()
         self._label, self._total = label, total_updates
+        self._last = None
+
+    def on_window_end(self, event):
+        self._last = event
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._last is None:
+            return
         progress.report(
-            label=self._label,
-            update=int(self.model.optimizer.iterations.numpy()),
-            total=self._total,
-            loss=(logs or {}).get("loss"),
+            label=self._label, update=self._last.window, total=self._total, loss=self._last.loss
         )
 
 
