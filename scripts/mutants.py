@@ -538,9 +538,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "compat.package_arguments_accepted",
-        "ga_tfx/compat/_arguments.py",
-        "    found = [name for name in kwargs if name in GA_TFX_EQUIVALENT]\n",
-        "    found = []\n",
+        "ga_tfx/config.py",
+        "    foreign = [name for name in given if name in MIGRATION_HINTS]\n",
+        "    foreign = []\n",
         ("tests/test_compat_gradient_accumulator.py", "-k", "reject_package_arguments"),
     ),
 ]
