@@ -84,6 +84,14 @@ class AccumulationConfig(Settings):
         optional=True,
         help="clip each update's gradient to this global L2 norm (off: None)",
     )
+    gradient_noise: Optional[float] = setting(
+        None,
+        kind=float,
+        above=0,
+        optional=True,
+        help="eta of annealed Gaussian gradient noise, variance eta / (1 + t)^0.55 at window t "
+        "(Neelakantan et al. 2015; off: None)",
+    )
     nonfinite_policy: Optional[str] = setting(
         "skip",
         kind=str,
@@ -117,6 +125,14 @@ class AccumulationConfig(Settings):
         help="decay of the moving averages of the noise-scale estimates (0: the last window "
         "alone)",
     )
+
+    def transforms_gradients(self) -> bool:
+        """Whether the gradient chain does more than the non-finite guard: clipping, AGC,
+        noise (a front-end may then not step aside for plain Keras at ``accum_steps=1``)."""
+        return any(
+            value is not None
+            for value in (self.clip_global_norm, self.agc_clip_factor, self.gradient_noise)
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         """``{name: value}`` of every field (tuples as lists): constructor keyword arguments,

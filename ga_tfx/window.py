@@ -18,8 +18,8 @@ differs from ``train_step``. The core, in order:
 2. :meth:`WindowCore.finish` (cross-replica context, once per window): one batched
    all-reduce of the buffers; the window gradient ``Σ_i n_i g_i / Σ_i n_i`` over all replicas
    (plus, for ``TrainingLoop``, the regularisation gradient once); the gradient chain
-   (:mod:`ga_tfx.transforms`: non-finite guard, ``clip_global_norm``, AGC, the user's
-   transforms, in that order); one ``optimizer.apply_gradients``, or none when the chain
+   (:mod:`ga_tfx.transforms`: non-finite guard, ``clip_global_norm``, AGC, gradient noise,
+   the user's transforms, in that order); one ``optimizer.apply_gradients``, or none when the chain
    vetoes it (decided in cross-replica context, the same on every replica, so no
    ``merge_call`` ever runs inside a replica-context conditional); the end of the window for
    layers that keep window state (:class:`~ga_tfx.AccumBatchNormalization`: the window's
@@ -279,6 +279,7 @@ class WindowCore(tf.Module):
             config.clip_global_norm,
             transforms,
             agc=make_agc(config.agc_clip_factor, config.agc_eps, config.agc_exclude),
+            gradient_noise=config.gradient_noise,
         )
         self.chain.build(variables)  # unsupported variables fail here, not while tracing
         self.accumulator = GradientAccumulator(variables)

@@ -7,7 +7,7 @@ default and one line of help (:func:`ga_tfx._schema.setting`). From it derive th
 (``ga_tfx.pipelines.options``) and the README's settings table
 (``scripts/settings_table.py``). The settings that are the library's
 (:class:`ga_tfx.AccumulationConfig`: ``accum_steps``, ``partial_window``, ``agc_clip_factor``,
-``clip_global_norm``, ``log_noise_scale``) are declared there and taken
+``clip_global_norm``, ``gradient_noise``, ``log_noise_scale``) are declared there and taken
 with their specs and defaults (:func:`ga_tfx._schema.like`); :func:`accumulation_config` turns
 the Trainer's settings into the library's config.
 
@@ -55,6 +55,7 @@ class AccumulationSettings(Settings):
         AccumulationConfig, "agc_clip_factor", tunable=True, off_flag="--no-agc"
     )
     clip_global_norm: Optional[float] = like(AccumulationConfig, "clip_global_norm")
+    gradient_noise: Optional[float] = like(AccumulationConfig, "gradient_noise")
     log_noise_scale: bool = like(AccumulationConfig, "log_noise_scale")
     replace_batchnorm: bool = setting(
         True,

@@ -37,8 +37,8 @@ The last window of an epoch may hold fewer than ``K`` micro-batches. ``partial_w
 * ``"carry"``: keep it and complete the window with the first micro-batches of the next epoch;
   what is still pending when ``fit`` returns is applied then, so no data is lost.
 
-``accum_steps=1`` without a gradient transform (AGC, ``clip_global_norm``, ``transforms``) or
-the noise scale is plain Keras training (the engine steps aside, and with it the non-finite
+``accum_steps=1`` without a gradient transform (AGC, ``clip_global_norm``, gradient noise,
+``transforms``) or the noise scale is plain Keras training (the engine steps aside, and with it the non-finite
 guard).
 
 BatchNormalization layers normalise each micro-batch with its own statistics (ghost batch
@@ -308,13 +308,13 @@ class AccumulationEngine(WindowStep):
         self._always_use_engine = True
 
     def _engine_active(self) -> bool:
-        # accum_steps=1 without a gradient transform (clipping, AGC, the user's) is plain Keras
-        # training (no non-finite guard either), unless _use_engine_always().
+        # accum_steps=1 without a gradient transform (clipping, AGC, noise, the user's) or the
+        # noise scale is plain Keras training (no non-finite guard either), unless
+        # _use_engine_always().
         config = self._accumulation_config
         return (
             config.accum_steps > 1
-            or config.agc_clip_factor is not None
-            or config.clip_global_norm is not None
+            or config.transforms_gradients()
             or bool(self._transforms.value)
             or config.log_noise_scale
             or self._always_use_engine
