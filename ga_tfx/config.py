@@ -96,9 +96,9 @@ class AccumulationConfig(Settings):
         "skip",
         kind=str,
         optional=True,
-        rule=lambda value: None
-        if value in NONFINITE_POLICIES
-        else f"must be one of {NONFINITE_POLICIES} or None",
+        rule=lambda value: (
+            None if value in NONFINITE_POLICIES else f"must be one of {NONFINITE_POLICIES} or None"
+        ),
         help="a window whose gradient holds NaN/inf: 'skip' it whole, 'zero' those entries, or "
         "None: apply it as plain Keras does",
     )
@@ -122,8 +122,7 @@ class AccumulationConfig(Settings):
         kind=float,
         minimum=0,
         maximum=0.999999,
-        help="decay of the moving averages of the noise-scale estimates (0: the last window "
-        "alone)",
+        help="decay of the moving averages of the noise-scale estimates (0: the last window alone)",
     )
 
     def transforms_gradients(self) -> bool:
@@ -182,9 +181,7 @@ def resolve(
         )
     if config is not None:
         if not isinstance(config, AccumulationConfig):
-            raise TypeError(
-                f"{where}: config must be a ga_tfx.AccumulationConfig, got {config!r}."
-            )
+            raise TypeError(f"{where}: config must be a ga_tfx.AccumulationConfig, got {config!r}.")
         if given:
             raise TypeError(
                 f"{where}: give config=AccumulationConfig(...) or the settings as keyword "

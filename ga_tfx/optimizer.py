@@ -221,7 +221,9 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         cls, config: Dict[str, Any], custom_objects: Optional[Dict[str, Any]] = None
     ) -> "GradientAccumulateOptimizer":
         config = dict(config)
-        optimizer = keras.optimizers.deserialize(config.pop("optimizer"), custom_objects=custom_objects)
+        optimizer = keras.optimizers.deserialize(
+            config.pop("optimizer"), custom_objects=custom_objects
+        )
         settings = {k: config.pop(k) for k in FIELDS if k in config}
         return cls(optimizer, **config, **settings)
 

@@ -113,16 +113,11 @@ class WindowEnd:
 
     @classmethod
     def from_row(cls, row: Sequence[float]) -> "WindowEnd":
-        values = dict(zip(RECORD_FIELDS, (float(v) for v in row)))
-        return cls(
-            **{
-                **values,
-                "window": int(values["window"]),
-                "update": int(values["update"]),
-                "applied": bool(values["applied"]),
-                "micro_batches": int(values["micro_batches"]),
-            }
-        )
+        values: Dict[str, Any] = dict(zip(RECORD_FIELDS, (float(v) for v in row)))
+        for name in ("window", "update", "micro_batches"):
+            values[name] = int(values[name])
+        values["applied"] = bool(values["applied"])
+        return cls(**values)
 
     def figures(self) -> Dict[str, float]:
         """The measured figures as ``{name: float}`` (NaN ones left out)."""
@@ -336,7 +331,9 @@ class WindowCore(tf.Module):
         return self.accumulator.matches(variables)
 
     # ------------------------------------------------------------------ one micro-batch
-    def add(self, grads: Sequence[Any], weight: Any, loss: Any = None, local_samples: Any = None):
+    def add(
+        self, grads: Sequence[Any], weight: Any, loss: Any = None, local_samples: Any = None
+    ) -> Any:
         """Replica context: adds one micro-batch's gradients (and loss) to the window.
 
         Args:
@@ -358,7 +355,9 @@ class WindowCore(tf.Module):
         acc.record_connected(acc.accumulated_variables, grads)
         ops = [acc.add(grads, weight, loss)]
         if self.config.log_noise_scale:
-            ops.append(self._add_noise_terms(grads, weight if local_samples is None else local_samples))
+            ops.append(
+                self._add_noise_terms(grads, weight if local_samples is None else local_samples)
+            )
         return tf.group(ops)
 
     def _add_noise_terms(self, grads: Sequence[Any], samples: Any) -> Any:
@@ -516,9 +515,7 @@ class WindowCore(tf.Module):
         return self._end_step(False)
 
     def _clear(self) -> Any:
-        return tf.group(
-            [self.accumulator.reset()] + [v.assign(0.0) for v in self.noise_sums]
-        )
+        return tf.group([self.accumulator.reset()] + [v.assign(0.0) for v in self.noise_sums])
 
     def _update_noise_averages(self, trace: Any, grad_sq: Any) -> List[tf.Tensor]:
         """Cross-replica: folds this window's estimates ``S`` and ``G²`` (if it has them) into

@@ -68,9 +68,9 @@ class UpdateCheckpoint(keras.callbacks.Callback):
 
     Call :meth:`restore` after the model is built and before ``fit``: it returns the windows
     already trained. Keeps the two latest checkpoints. ``done`` is the number of windows
-    trained, ``saved_at`` the number the latest checkpoint holds. Under ``multi_worker`` every decision
-    to save or stop is agreed by all workers (one small all-reduce per window), since all of
-    them must save together; only the chief's files are kept.
+    trained, ``saved_at`` the number the latest checkpoint holds. Under ``multi_worker`` every
+    decision to save or stop is agreed by all workers (one small all-reduce per window), since
+    all of them must save together; only the chief's files are kept.
     """
 
     def __init__(

@@ -38,8 +38,8 @@ The last window of an epoch may hold fewer than ``K`` micro-batches. ``partial_w
   what is still pending when ``fit`` returns is applied then, so no data is lost.
 
 ``accum_steps=1`` without a gradient transform (AGC, ``clip_global_norm``, gradient noise,
-``transforms``) or the noise scale is plain Keras training (the engine steps aside, and with it the non-finite
-guard).
+``transforms``) or the noise scale is plain Keras training (the engine steps aside, and with it
+the non-finite guard).
 
 BatchNormalization layers normalise each micro-batch with its own statistics (ghost batch
 norm); use :class:`ga_tfx.AccumBatchNormalization` for moving statistics of whole windows.

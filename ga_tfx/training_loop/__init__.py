@@ -17,32 +17,25 @@ optimizer, a loss, a dataset, ``strategy.run``) without its boilerplate::
         log_dir="logs")
     loop.run(epochs=3)
 
-How it works
-------------
-The dataset yields *global micro-batches* (split across replicas by the strategy). One call of
-a traced function runs one window: up to ``accum_steps`` micro-batches, each through
-``strategy.run`` (forward, loss, backward; ``n · g`` added to the window of the window core,
-:mod:`ga_tfx.window`, shared with ``fit`` and the optimizer wrapper), then the core ends the
-window: one batched all-reduce, the window gradient ``g = Σ n_i g_i / Σ n_i + ∇R`` (``R``:
-the regularisation losses, counted once per update), the gradient chain
-(:mod:`ga_tfx.transforms`: non-finite guard, ``clip_global_norm``, AGC, then ``transforms`` in
-order) and one ``optimizer.apply_gradients``. So the update is that of big-batch training on all
-samples of the window, also for uneven micro-batches and a short last window of an epoch
-(weighted by samples; ``partial_window="drop"`` discards it, ``"carry"`` completes it with the
-next epoch's first micro-batches). Layers that keep window state
-(:class:`ga_tfx.AccumBatchNormalization`) take the statistics of whole windows.
-
-The only conditional is the non-finite guard's decision (``nonfinite_policy="skip"``): it is
-taken in cross-replica context on the all-reduced gradient (the same value on every replica and
-worker), so no ``merge_call`` runs inside a conditional.
+How it works: the dataset yields *global micro-batches* (split across replicas by the
+strategy); one call of a traced function runs one window: up to ``accum_steps`` micro-batches
+through ``strategy.run`` (forward, loss, backward, added to the window), then the window core
+(:mod:`ga_tfx.window`, shared with ``fit`` and the optimizer wrapper) ends it: one all-reduce,
+``g = Σ n_i g_i / Σ n_i + ∇R`` (``R``: the regularisation, counted once per update), the
+gradient chain and one ``optimizer.apply_gradients`` (or a skip). So the update is that of
+big-batch training on the window's samples, also for uneven micro-batches and an epoch's short
+last window (``partial_window``: applied, dropped, or completed by the next epoch).
 
 Counters: an *update* is one applied optimizer step (``optimizer.iterations`` advances by one);
 a skipped window is not an update. Every "every N" and "at N" counts updates; the data position
 counts micro-batches.
 
-Where the code is: this module is the loop (data, micro-batches, windows, the run);
+Where the code is: this module is the loop (micro-batches into windows, the run);
+:mod:`~ga_tfx.training_loop.step` the math of one micro-batch,
+:mod:`~ga_tfx.training_loop.data` each epoch's data from a position on,
 :mod:`~ga_tfx.training_loop.checkpoints`, :mod:`~ga_tfx.training_loop.logs` and
-:mod:`~ga_tfx.training_loop.callbacks` are its checkpoints, its logs and its callbacks.
+:mod:`~ga_tfx.training_loop.callbacks` its checkpoints, logs and callbacks,
+:mod:`~ga_tfx.training_loop.checks` its argument checks.
 """
 
 from ga_tfx import _tf_keras_internals as internals
@@ -52,13 +45,21 @@ from ga_tfx._schema import Spec
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.distribution import is_chief
 from ga_tfx.engine.step import batch_size
+from ga_tfx.training_loop import checks
 from ga_tfx.training_loop.callbacks import UpdateCallback
 from ga_tfx.training_loop.checkpoints import LoopCheckpoints
+from ga_tfx.training_loop.data import EpochData
 from ga_tfx.training_loop.logs import LOG_KEYS, NOISE_KEYS, LoopLog
+from ga_tfx.training_loop.step import (
+    default_inputs,
+    default_targets,
+    mean_loss,
+    regularization_gradients,
+)
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union, cast
+from typing import Any, Callable, List, Optional, Sequence, Union, cast
 
 __all__ = [
     "LOG_KEYS",
@@ -85,37 +86,12 @@ class LoopState(WindowState):
     def __init__(self, name: str = "training_loop_state") -> None:
         super().__init__(name=name)
         with tf.name_scope(name):
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="epoch")
+            self.epoch = tf.Variable(
+                0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="epoch"
+            )
             self.position = tf.Variable(
                 0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="position"
             )
-
-
-def _default_inputs(batch: Any) -> Any:
-    return batch[0] if isinstance(batch, (tuple, list)) else batch
-
-
-def _default_targets(batch: Any) -> Any:
-    if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-        raise ValueError(
-            "The default targets_fn takes the second element of an (inputs, targets) batch, got "
-            f"a batch of type {type(batch).__name__}. Pass targets_fn=... (e.g. "
-            "targets_fn=lambda batch: batch to give loss_fn the whole batch)."
-        )
-    return batch[1]
-
-
-def _mean_loss(loss: Any, samples: Any) -> Any:
-    """The batch's mean loss: ``loss`` itself when scalar, else per-example losses (leading axis
-    = samples, other axes averaged) summed and divided by ``samples`` (0 for an empty batch)."""
-    loss = tf.cast(loss, tf.float32)
-    if loss.shape.rank == 0:
-        return tf.where(samples > 0, loss, 0.0)
-    if loss.shape.rank is None:
-        raise ValueError("loss_fn must return a scalar or per-example losses of known rank.")
-    if loss.shape.rank > 1:
-        loss = tf.reduce_mean(loss, axis=list(range(1, loss.shape.rank)))
-    return tf.math.divide_no_nan(tf.reduce_sum(loss), samples)
 
 
 class TrainingLoop:
@@ -210,8 +186,8 @@ class TrainingLoop:
         *,
         config: Optional[AccumulationConfig] = None,
         strategy: Optional[tf.distribute.Strategy] = None,
-        inputs_fn: Callable = _default_inputs,
-        targets_fn: Callable = _default_targets,
+        inputs_fn: Callable = default_inputs,
+        targets_fn: Callable = default_targets,
         variables: Union[None, Sequence[tf.Variable], Callable] = None,
         sample_count_fn: Optional[Callable] = None,
         regularization: Union[bool, Callable] = True,
@@ -226,7 +202,9 @@ class TrainingLoop:
         jit_compile: bool = False,
         **settings: Any,
     ) -> None:
-        self.config = resolve("ga_tfx.TrainingLoop", config, dict(settings, accum_steps=accum_steps))
+        self.config = resolve(
+            "ga_tfx.TrainingLoop", config, dict(settings, accum_steps=accum_steps)
+        )
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -240,13 +218,14 @@ class TrainingLoop:
         self.jit_compile = _JIT_COMPILE.check("jit_compile", jit_compile)
         self.callbacks = list(callbacks)
         self.stop_training = False
-        self._dataset = dataset
-        self._whole_epoch: Any = None  # the distributed dataset of a whole epoch (made once)
-        _check_callables(loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn, regularization)
+        self._data = EpochData(dataset, self.strategy)
+        checks.check_callables(
+            loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn, regularization
+        )
         self._regularization = regularization
-        _check_optimizer(optimizer)
-        self.variables = _trainable_variables(model, variables)
-        _check_scope(self.strategy, self.variables + [optimizer.iterations])
+        checks.check_optimizer(optimizer)
+        self.variables = checks.trainable_variables(model, variables)
+        checks.check_scope(self.strategy, self.variables + [optimizer.iterations])
 
         with self.strategy.scope():
             self.state = LoopState()
@@ -375,7 +354,7 @@ class TrainingLoop:
         while self.epoch < epochs and not self.stop_training:
             if max_updates is not None and self.updates >= max_updates:
                 break
-            iterator = iter(self._distributed_dataset())
+            iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
             while not self.stop_training:
                 if max_updates is not None and self.updates >= max_updates:
                     break
@@ -436,32 +415,6 @@ class TrainingLoop:
                     callback.on_update_end(self, logs)
         return logs
 
-    def _distributed_dataset(self) -> Any:
-        """This epoch's distributed dataset, from the saved data position on.
-
-        The distributed form of a fixed dataset is made once and iterated again each epoch:
-        TensorFlow copies the tensors of a new dataset object (e.g. one ``from_tensor_slices``
-        of in-memory data) when it is first iterated, so a new one per epoch would copy the data
-        every epoch (measured: 24 MB, 2.6x an epoch's other tensor memory in the benchmark).
-        """
-        position = int(self.state.position.numpy())
-        if callable(self._dataset):  # a dataset per epoch, by the user's choice
-            return self._distribute(self._dataset(self.epoch), position)
-        if position:  # resuming inside an epoch: once
-            return self._distribute(self._dataset, position)
-        if self._whole_epoch is None:
-            self._whole_epoch = self._distribute(self._dataset, 0)
-        return self._whole_epoch
-
-    def _distribute(self, dataset: Any, position: int) -> Any:
-        dataset = dataset.skip(position) if position else dataset
-        policy = tf.data.experimental.AutoShardPolicy
-        if dataset.options().experimental_distribute.auto_shard_policy == policy.AUTO:
-            options = tf.data.Options()
-            options.experimental_distribute.auto_shard_policy = policy.DATA
-            dataset = dataset.with_options(options)
-        return self.strategy.experimental_distribute_dataset(dataset)
-
     # ------------------------------------------------------------------ traced parts
     def _window(self, iterator: Any, take: Any, finish: bool) -> Any:
         """Cross-replica, traced: accumulates up to ``take`` micro-batches; with ``finish``
@@ -507,91 +460,10 @@ class TrainingLoop:
         replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
         with tf.GradientTape() as tape:
             outputs = self.model(x, training=True)
-            loss = _mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples) / replicas
+            loss = mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples) / replicas
         grads = tape.gradient(loss, self.variables)
         return self.core.add(grads, samples, loss)
 
     def _regularization_gradients(self) -> Any:
         """Replica context: ``(R, ∇R)`` of the regularisation, or ``(None, None)``."""
-        if self._regularization is False:
-            return None, None
-        with tf.GradientTape() as tape:
-            if callable(self._regularization):
-                reg = self._regularization(self.model)
-            else:
-                terms = self.model.losses
-                if not terms:
-                    return None, None
-                reg = tf.add_n([tf.cast(t, tf.float32) for t in terms])
-        return tf.cast(reg, tf.float32), tape.gradient(reg, self.variables)
-
-
-# ---------------------------------------------------------------------- checks
-def _trainable_variables(model: Any, variables: Any) -> List[Any]:
-    if callable(variables):
-        variables = variables(model)
-    elif variables is None:  # an unbuilt Sequential raises on trainable_variables
-        variables = model.trainable_variables if getattr(model, "built", True) else []
-    # A callable `variables` has been called above: a sequence of variables is left.
-    variables = list(cast(Sequence[tf.Variable], variables))
-    if not variables:
-        raise ValueError(
-            "The model has no trainable variables: build it first (call it on a batch or "
-            "give its Input shapes) and create it under strategy.scope()."
-        )
-    return variables
-
-
-def _check_scope(strategy: Any, variables: Sequence[Any]) -> None:
-    if strategy is tf.distribute.get_strategy() and not tf.distribute.has_strategy():
-        return
-    for v in variables:
-        if not strategy.extended.variable_created_in_scope(v):
-            raise ValueError(
-                f"Variable {v.name!r} was not created under strategy.scope() of the "
-                f"strategy given to TrainingLoop ({type(strategy).__name__}): create "
-                "the model and the optimizer inside `with strategy.scope():`."
-            )
-
-
-def _check_optimizer(optimizer: Any) -> None:
-    if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
-        raise TypeError(
-            "TrainingLoop does not take a LossScaleOptimizer: it has no loss scaling; its "
-            "non-finite guard (nonfinite_policy) handles NaN/inf windows. Pass the inner "
-            "optimizer."
-        )
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(
-            f"optimizer must be a tf-keras optimizer instance (ga_tfx.keras.optimizers.*, "
-            f"not keras.optimizers.legacy.*), got {optimizer!r}."
-        )
-
-
-def _check_callables(
-    loss_fn: Any,
-    dataset: Any,
-    inputs_fn: Any,
-    targets_fn: Any,
-    sample_count_fn: Any,
-    regularization: Any,
-) -> None:
-    for name, value in (
-        ("loss_fn", loss_fn),
-        ("inputs_fn", inputs_fn),
-        ("targets_fn", targets_fn),
-    ):
-        if not callable(value):
-            raise TypeError(f"{name} must be callable, got {value!r}.")
-    if sample_count_fn is not None and not callable(sample_count_fn):
-        raise TypeError(f"sample_count_fn must be callable or None, got {sample_count_fn!r}.")
-    if not (isinstance(dataset, tf.data.Dataset) or callable(dataset)):
-        raise TypeError(
-            f"dataset must be a tf.data.Dataset of micro-batches or a callable "
-            f"epoch -> Dataset, got {dataset!r}."
-        )
-    if not (isinstance(regularization, bool) or callable(regularization)):
-        raise TypeError(
-            f"regularization must be True, False or a callable model -> scalar, got "
-            f"{regularization!r}."
-        )
+        return regularization_gradients(self.model, self.variables, self._regularization)
