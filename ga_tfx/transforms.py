@@ -35,8 +35,8 @@ user name                :class:`FunctionTransform`: any callable
 
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
-from ga_tfx.agc import AdaptiveGradientClipping
-from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES
+from ga_tfx.agc import AdaptiveGradientClipping, make_agc
+from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES, AccumulationConfig
 
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -379,3 +379,15 @@ def make_chain(
         members.append(GradientNoise(gradient_noise))
     members.extend(transforms)
     return GradientChain(members)
+
+
+def chain_for(config: AccumulationConfig, transforms: Sequence[Member] = ()) -> GradientChain:
+    """The chain of a front-end: the members ``config`` asks for, in the documented order,
+    then ``transforms``. A new configurable member is one line here (and its config field)."""
+    return make_chain(
+        config.nonfinite_policy,
+        config.clip_global_norm,
+        transforms,
+        agc=make_agc(config.agc_clip_factor, config.agc_eps, config.agc_exclude),
+        gradient_noise=config.gradient_noise,
+    )

@@ -54,9 +54,8 @@ exists from ``K = 1`` on with two replicas or more; on one device it needs ``K >
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked
 from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.agc import make_agc
 from ga_tfx.config import AccumulationConfig
-from ga_tfx.transforms import GradientChain, Member, NonFiniteGuard, global_norm, make_chain
+from ga_tfx.transforms import GradientChain, Member, NonFiniteGuard, chain_for, global_norm
 
 import dataclasses
 import math
@@ -269,13 +268,7 @@ class WindowCore(tf.Module):
         super().__init__(name=name)
         variables = list(variables)
         self._config = Untracked(config)
-        self.chain: GradientChain = make_chain(
-            config.nonfinite_policy,
-            config.clip_global_norm,
-            transforms,
-            agc=make_agc(config.agc_clip_factor, config.agc_eps, config.agc_exclude),
-            gradient_noise=config.gradient_noise,
-        )
+        self.chain: GradientChain = chain_for(config, transforms)
         self.chain.build(variables)  # unsupported variables fail here, not while tracing
         self.accumulator = GradientAccumulator(variables)
         self.state = state if state is not None else WindowState()
