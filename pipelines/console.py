@@ -73,7 +73,11 @@ class RunConsole:
         self._handler = _ComponentLines(self)
         logging.getLogger("absl").addHandler(self._handler)
         self._user_handler = _UserLines(self)
-        logging.getLogger(USER_LOGGER).addHandler(self._user_handler)
+        user_logger = logging.getLogger(USER_LOGGER)
+        user_logger.addHandler(self._user_handler)
+        # Informational lines too (e.g. the data summary of a --label run), not only warnings.
+        self._user_level = user_logger.level
+        user_logger.setLevel(logging.INFO)
         progress.set_listener(self._on_progress)
         return self
 
@@ -84,6 +88,7 @@ class RunConsole:
         if self._handler is not None:
             logging.getLogger("absl").removeHandler(self._handler)
             logging.getLogger(USER_LOGGER).removeHandler(self._user_handler)
+            logging.getLogger(USER_LOGGER).setLevel(self._user_level)
         self._end_line()
         if self._saved_fds:
             sys.stdout.flush()

@@ -8,7 +8,8 @@ Metadata, from the artifacts of the latest run (cached ones included).
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.pipelines import data_check, user_code
+from ga_tfx.pipelines import blessing as blessing_lib
+from ga_tfx.pipelines import data_check, data_plan, digits, user_code
 from ga_tfx.pipelines import pipeline as pipeline_lib
 
 import dataclasses
@@ -47,20 +48,35 @@ class RunSummary:
     serving_model: Optional[str]
     cached_components: List[str]
     resumed_from_update: Optional[int] = None  # the Trainer's run record (None: not resumed)
+    baseline_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    blessed_text: str = ""  # why blessed (or "no")
+    not_pushed_reason: str = ""  # one line when nothing was pushed
+    plan: Optional[data_plan.DataPlan] = None  # the data plan of a --label run
 
     def lines(self):
         tuned = ", ".join(f"{k}={v}" for k, v in sorted(self.hyperparameters.items()))
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(self.metrics.items()))
-        return [
+        lines = [
             f"effective batch size: {self.effective_batch_size}",
             f"optimizer updates:    {self.updates}",
             _resumed_line(self.resumed_from_update),
             f"tuned:                {tuned or 'no (Tuner off)'}",
-            f"evaluation (eval split): {metrics}",
-            f"blessed:              {'yes' if self.blessed else 'no'}",
-            f"pushed model:         {self.pushed_model or 'not pushed'}",
+        ]
+        if self.plan is not None and "DataPlanCheck" in self.cached_components:
+            lines += ["data (cached):"] + ["  " + line for line in self.plan.summary_lines()]
+        lines.append(f"evaluation (eval split): {metrics}")
+        if self.baseline_metrics:
+            shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(self.baseline_metrics.items()))
+            lines.append(
+                f"baseline (eval split):   {shown}"
+                + (f" ({self.plan.baseline_name})" if self.plan is not None else "")
+            )
+        lines += [
+            f"blessed:              {self.blessed_text or ('yes' if self.blessed else 'no')}",
+            f"pushed model:         {self.pushed_model or self.not_pushed_reason or 'not pushed'}",
             f"cached components:    {', '.join(self.cached_components) or 'none'}",
         ]
+        return lines
 
 
 def run(
@@ -82,7 +98,11 @@ def run(
     Raises ``ValueError`` for bad data before any component runs (and before ``on_checked``
     is called); a failing component raises (its error is TFX's), and nothing is pushed.
     """
-    data_check.warn_before_run(user_code.for_options(options).check_data(data_root), options)
+    rows = user_code.for_options(options).check_data(data_root)
+    data_check.warn_before_run(rows, options)
+    # CsvExampleGen's hash split puts about 2/3 of the rows in train: the length of a --label run
+    # follows from it (TrainingOptions.updates_plan).
+    train_rows = round(rows * digits.TRAIN_FRACTION) if options.label else None
     metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
     config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
     config.sqlite.filename_uri = metadata_path
@@ -98,6 +118,7 @@ def run(
         metadata_connection_config=config,
         enable_cache=enable_cache,
         beam_pipeline_args=beam_args(direct_num_workers),
+        train_rows=train_rows,
     )
     if on_checked is not None:  # e.g. the console moving its log into the output directory
         on_checked()
@@ -133,22 +154,44 @@ def summarize(connection_config) -> RunSummary:
         )
     }
     outputs = {type_names[artifact.type_id]: artifact for artifact in artifacts}
+    plan = _plan(a for a in artifacts if type_names[a.type_id] == "Schema")
 
     record = run_record.read(outputs["ModelRun"].uri) if "ModelRun" in outputs else None
     blessing = outputs.get("ModelBlessing")
     pushed = outputs.get("PushedModel")
+    blessed = bool(blessing and blessing.custom_properties["blessed"].int_value)
+    pushed_model = (
+        pushed.custom_properties["pushed_destination"].string_value
+        if pushed and pushed.custom_properties["pushed"].int_value
+        else None
+    )
+    evaluation = (
+        blessing_lib.read(
+            outputs["ModelEvaluation"].uri,
+            validated=bool(blessing and "blessed" in blessing.custom_properties),
+        )
+        if "ModelEvaluation" in outputs
+        else None
+    )
+    verdict = blessing_lib.verdict(
+        evaluation,
+        blessed,
+        pushed_model is not None,
+        baseline_name=plan.baseline_name if plan is not None else "",
+        key_metric=_key_metric(plan),
+    )
     return RunSummary(
         effective_batch_size=record and record.effective_batch_size,
         updates=record and record.updates,
         resumed_from_update=record and record.resumed_from_update,
         hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
-        metrics=_metrics(outputs.get("ModelEvaluation")),
-        blessed=bool(blessing and blessing.custom_properties["blessed"].int_value),
-        pushed_model=(
-            pushed.custom_properties["pushed_destination"].string_value
-            if pushed and pushed.custom_properties["pushed"].int_value
-            else None
-        ),
+        metrics=evaluation.metrics if evaluation is not None else {},
+        baseline_metrics=evaluation.baseline_metrics if evaluation is not None else {},
+        blessed=blessed,
+        blessed_text=verdict["blessed"],
+        not_pushed_reason=verdict["pushed"],
+        plan=plan,
+        pushed_model=pushed_model,
         serving_model=(
             os.path.join(outputs["Model"].uri, "Format-Serving") if "Model" in outputs else None
         ),
@@ -167,18 +210,21 @@ def _hyperparameters(artifact):
     return settings_lib.hyperparameter_values(json.loads(io_utils.read_string_file(path)))
 
 
-def _metrics(artifact):
-    """Overall-slice metrics of the evaluation (no slicing): ``{name: value}``."""
-    if artifact is None:
-        return {}
-    import tensorflow_model_analysis as tfma
+def _plan(schema_artifacts) -> Optional[data_plan.DataPlan]:
+    """The data plan carried by one of the run's schemas (DataPlanCheck's), if any."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
 
-    result = tfma.load_eval_result(artifact.uri)
-    found = {}
-    for _, per_output in result.slicing_metrics:
-        for per_class in per_output.values():
-            for values in per_class.values():
-                for name, value in values.items():
-                    if "doubleValue" in value:
-                        found[name] = value["doubleValue"]
-    return found
+    for artifact in schema_artifacts:
+        path = os.path.join(artifact.uri, data_check.SCHEMA_FILE_NAME)
+        if os.path.exists(path):
+            plan = data_plan.plan_from_schema(io_utils.parse_pbtxt_file(path, schema_pb2.Schema()))
+            if plan is not None:
+                return plan
+    return None
+
+
+def _key_metric(plan) -> str:
+    """The metric the blessing compares with the baseline."""
+    if plan is not None and plan.task == "regression":
+        return "root_mean_squared_error"
+    return "sparse_categorical_accuracy"

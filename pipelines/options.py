@@ -14,6 +14,11 @@ import argparse
 import dataclasses
 from typing import Any, Optional, Tuple
 
+# The shipped digits' training length, and the least a --label run trains (optimizer updates).
+DIGITS_TRAIN_UPDATES, DIGITS_UPDATES_PER_EPOCH = 60, 20
+MIN_TRAIN_UPDATES = 1000
+DEFAULT_MIN_ACCURACY = 0.8  # the digits' and a --module-file's blessing threshold
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainingOptions(Settings):
@@ -29,10 +34,31 @@ class TrainingOptions(Settings):
 
     accum_steps: int = like(AccumulationSettings, "accum_steps", 4)
     micro_batch_size: int = like(AccumulationSettings, "micro_batch_size", 32)
-    train_updates: int = setting(
-        60, kind=int, minimum=1, help="optimizer updates (effective batches) to train"
+    train_updates: Optional[int] = setting(
+        None,
+        kind=int,
+        minimum=1,
+        optional=True,
+        help="optimizer updates (effective batches) to train (None: 60 for the shipped digits; "
+        "for --label data, epochs passes over the training rows and at least "
+        f"{MIN_TRAIN_UPDATES} updates)",
     )
-    updates_per_epoch: Optional[int] = like(AccumulationSettings, "updates_per_epoch", 20)
+    epochs: int = setting(
+        20,
+        kind=int,
+        minimum=1,
+        help="--label data without --train-updates: passes over the training rows (2/3 of the "
+        f"rows with a label) to train, at least {MIN_TRAIN_UPDATES} updates in all",
+    )
+    updates_per_epoch: Optional[int] = like(
+        AccumulationSettings,
+        "updates_per_epoch",
+        None,
+        help="optimizer updates between two evaluations; must divide the train updates (None: "
+        f"{DIGITS_UPDATES_PER_EPOCH} for the shipped digits; for --label data one pass over "
+        f"the training rows, at least {MIN_TRAIN_UPDATES} // epochs, or one evaluation at the "
+        "end when --train-updates is given)",
+    )
     checkpoint_every_updates: int = like(  # the Trainer's defaults: one declaration
         AccumulationSettings,
         "checkpoint_every_updates",
@@ -48,13 +74,15 @@ class TrainingOptions(Settings):
     )
     agc_clip_factor: Optional[float] = like(AccumulationSettings, "agc_clip_factor", 0.08)
     strategy: str = like(AccumulationSettings, "strategy", "auto")
-    min_accuracy: float = setting(
-        0.8,
+    min_accuracy: Optional[float] = setting(
+        None,
         kind=float,
         above=0,
         maximum=1,
+        optional=True,
         help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
-        "least this",
+        f"least this (None: {DEFAULT_MIN_ACCURACY} for the shipped digits and a --module-file; "
+        "the generic --label model needs only to beat the majority class)",
     )
     label: Optional[str] = setting(
         None,
@@ -83,7 +111,8 @@ class TrainingOptions(Settings):
         above=0,
         optional=True,
         help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
-        "(None: no threshold)",
+        "(None: the generic model needs only to beat the training mean; a --module-file "
+        "regression needs it)",
     )
     tune: bool = setting(
         False,
@@ -106,12 +135,53 @@ class TrainingOptions(Settings):
 
     def __post_init__(self):
         super().__post_init__()
-        check_updates(self.train_updates, self.updates_per_epoch)
+        if self.train_updates is not None:
+            check_updates(
+                self.train_updates,
+                self.updates_per_epoch
+                if self.updates_per_epoch is not None or self.label is not None
+                else DIGITS_UPDATES_PER_EPOCH,
+            )
         if self.label is None and (self.module_file or self.task != "classification"):
             raise SettingError(
                 "module_file and task apply to your own CSV data: give its "
                 "label column with label (--label COLUMN)."
             )
+        if self.module_file and self.task == "regression" and self.max_rmse is None:
+            raise SettingError(
+                "a module_file regression is blessed only past an explicit threshold: give "
+                "max_rmse (--max-rmse RMSE), the eval RMSE at or below which the model is "
+                "pushed."
+            )
+
+    def updates_plan(self, train_rows: Optional[int] = None) -> Tuple[int, int]:
+        """(train updates, updates per epoch) of the run.
+
+        The shipped digits: ``train_updates`` (default ``DIGITS_TRAIN_UPDATES``) and
+        ``updates_per_epoch`` (default ``DIGITS_UPDATES_PER_EPOCH``). ``--label`` data with
+        ``train_updates`` given: that, and ``updates_per_epoch`` (default: one evaluation at
+        the end). Otherwise from ``train_rows`` (the training split's rows): ``epochs`` passes
+        of ``ceil(train_rows / effective batch)`` updates, at least ``MIN_TRAIN_UPDATES``,
+        evaluated every pass (or every ``MIN_TRAIN_UPDATES // epochs`` updates when a pass is
+        shorter), rounded up to whole epochs. ``ValueError`` when the rows are needed and not
+        known (e.g. compiling for Kubeflow: give ``train_updates``).
+        """
+        if self.label is None:
+            updates = self.train_updates or DIGITS_TRAIN_UPDATES
+            per_epoch = self.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
+            return updates, check_updates(updates, per_epoch)
+        if self.train_updates is not None:
+            return self.train_updates, check_updates(self.train_updates, self.updates_per_epoch)
+        if not train_rows:
+            raise SettingError(
+                "train_updates (--train-updates N) is needed here: for --label data it is "
+                "derived from the number of training rows, which only `ga-tfx run` counts "
+                f"(got train_rows={train_rows!r})."
+            )
+        per_pass = -(-train_rows // (self.accum_steps * self.micro_batch_size))
+        wanted = max(self.epochs * per_pass, MIN_TRAIN_UPDATES)
+        per_epoch = self.updates_per_epoch or max(per_pass, -(-MIN_TRAIN_UPDATES // self.epochs))
+        return -(-wanted // per_epoch) * per_epoch, per_epoch
 
 
 # ---------------------------------------------------------------------- command-line flags

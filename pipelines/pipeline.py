@@ -13,8 +13,8 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.tuner import tuner_fn
-from ga_tfx.pipelines import data_check, user_code
-from ga_tfx.pipelines.options import TrainingOptions
+from ga_tfx.pipelines import data_check, data_plan, user_code
+from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, TrainingOptions
 
 import os
 from typing import List, Optional
@@ -29,6 +29,10 @@ TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 
 TUNER_OBJECTIVE = "val_accuracy"
 TUNER_SEED = 0  # trials are seeded from it and their id: a repeated search ranks them the same
+# The Evaluator's model names when the trivial baseline is scored beside the trained model.
+CANDIDATE, BASELINE = "candidate", "baseline"
+# "Beats the baseline": better by more than this (accuracy up, RMSE down).
+BEAT_MARGIN = 1e-9
 
 
 def trials_file(pipeline_root: str) -> str:
@@ -47,8 +51,10 @@ def create_pipeline(
     enable_cache: bool = True,
     beam_pipeline_args: Optional[List[str]] = None,
     curated_schema_file: Optional[str] = None,
+    train_rows: Optional[int] = None,
 ) -> tfx.dsl.Pipeline:
-    """The digits pipeline over the CSV files in ``data_root``.
+    """The digits pipeline over the CSV files in ``data_root`` (or, with ``options.label``, the
+    pipeline of any CSV: see below).
 
     Args:
       pipeline_name: the MLMD pipeline name (runs of the same name share a cache).
@@ -61,10 +67,33 @@ def create_pipeline(
       beam_pipeline_args: Beam flags of the Beam-based components.
       curated_schema_file: where ImportSchemaGen reads the curated digits schema when it runs
         (default: the file beside this package; the Kubeflow image's path when compiled).
+      train_rows: the training split's rows (about 2/3 of the rows with a label), from which a
+        ``--label`` run without ``train_updates`` derives its length
+        (:meth:`TrainingOptions.updates_plan`); None: not counted.
+
+    With ``options.label`` (any CSV): ``LabeledExamples`` drops (and counts) rows whose label
+    cell is empty right after CsvExampleGen; StatisticsGen counts the label's classes; SchemaGen
+    infers the schema; ``DataPlanCheck`` replaces DataCheck: it also makes the data plan from
+    the statistics, prints the data summary and hands the plan to Transform in the schema
+    (``PlannedTransform``, for the generic module). The generic model is evaluated beside
+    ``TrivialBaseline`` (the training mean or class frequencies) and blessed when it beats it
+    (and passes ``min_accuracy`` / ``max_rmse`` when given).
     """
     code = user_code.for_options(options)
+    updates, updates_per_epoch = options.updates_plan(train_rows)
+    generic = code.curated_schema is None and code.module_file is None
     example_gen = tfx.components.CsvExampleGen(input_base=data_root)
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    components = [example_gen]
+    examples = example_gen.outputs["examples"]
+    if code.curated_schema is None:
+        from ga_tfx.pipelines.labeled_examples import LabeledExamples
+
+        labeled = LabeledExamples(examples=examples, label=code.raw_label_key)
+        components.append(labeled)
+        examples = labeled.outputs["labeled_examples"]
+    statistics_gen = tfx.components.StatisticsGen(
+        examples=examples, stats_options=_stats_options(code)
+    )
     # The curated schema of the shipped data; anomalies against it stop the run in DataCheck,
     # before Transform (which reads the schema DataCheck passed on) and the Trainer.
     # (Any other CSV: the schema SchemaGen infers, written where the user can curate it.)
@@ -78,19 +107,42 @@ def create_pipeline(
     example_validator = tfx.components.ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )
-    checked = data_check.DataCheck(
-        schema=schema_gen.outputs["schema"],
-        statistics=statistics_gen.outputs["statistics"],
-        anomalies=example_validator.outputs["anomalies"],
-        effective_batch_size=data_check.largest_effective_batch(options),
-    )
-    transform = tfx.components.Transform(
-        examples=example_gen.outputs["examples"],
+    if code.curated_schema:
+        checked = data_check.DataCheck(
+            schema=schema_gen.outputs["schema"],
+            statistics=statistics_gen.outputs["statistics"],
+            anomalies=example_validator.outputs["anomalies"],
+            effective_batch_size=data_check.largest_effective_batch(options),
+        )
+    else:
+        from ga_tfx.pipelines.plan_check import DataPlanCheck
+
+        checked = DataPlanCheck(
+            schema=schema_gen.outputs["schema"],
+            statistics=statistics_gen.outputs["statistics"],
+            anomalies=example_validator.outputs["anomalies"],
+            examples=examples,
+            label=code.raw_label_key,
+            task=code.task,
+            edit_columns=int(generic),
+            effective_batch_size=data_check.largest_effective_batch(options),
+        )
+    if generic:
+        from ga_tfx.pipelines.planned_transform import PlannedTransform
+
+        transform_class = PlannedTransform
+    else:
+        transform_class = tfx.components.Transform
+    transform = transform_class(
+        examples=examples,
         schema=checked.outputs["checked_schema"],
         **_user_code_args(code, "preprocessing_fn"),
         custom_config=code.transform_config,
-    )
-    components = [example_gen, statistics_gen, schema_gen, example_validator, checked, transform]
+        # The data summary reads StatisticsGen's statistics: Transform's own (before and after,
+        # one column per feature of a wide vector) would double its time for nothing here.
+        disable_statistics=code.curated_schema is None,
+    ).with_id("Transform")
+    components += [statistics_gen, schema_gen, example_validator, checked, transform]
 
     settings = dict(
         label_key=code.label_key,
@@ -147,15 +199,25 @@ def create_pipeline(
         **_user_code_args(code, "model_fn"),
         accum_steps=options.accum_steps,
         agc_clip_factor=options.agc_clip_factor,
-        updates_per_epoch=options.updates_per_epoch,
-        train_args=tfx.proto.TrainArgs(num_steps=options.train_updates),
+        updates_per_epoch=updates_per_epoch,
+        train_args=tfx.proto.TrainArgs(num_steps=updates),
         eval_args=tfx.proto.EvalArgs(num_steps=options.eval_steps),
         **settings,
     )
+    components.append(trainer)
+    baseline = None
+    if generic:
+        from ga_tfx.pipelines.baseline import TrivialBaseline
+
+        baseline = TrivialBaseline(
+            transform_graph=transform.outputs["transform_graph"], label=code.raw_label_key
+        )
+        components.append(baseline)
     evaluator = tfx.components.Evaluator(
-        examples=example_gen.outputs["examples"],
+        examples=examples,
         model=trainer.outputs["model"],
-        eval_config=_eval_config(code, options),
+        baseline_model=baseline.outputs["model"] if baseline is not None else None,
+        eval_config=_eval_config(code, options, with_baseline=baseline is not None),
     )
     pusher = tfx.components.Pusher(
         model=trainer.outputs["model"],
@@ -164,7 +226,7 @@ def create_pipeline(
             filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)
         ),
     )
-    components += [trainer, evaluator, pusher]
+    components += [evaluator, pusher]
 
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_name,
@@ -183,44 +245,90 @@ def _user_code_args(code, dotted_name):
     return {dotted_name: getattr(code, dotted_name)}
 
 
-def _eval_config(code, options):
-    """Metrics on the raw eval split through ``serving_default``, blessed past the threshold:
-    accuracy >= ``min_accuracy`` for classification, RMSE <= ``max_rmse`` (when given) for
-    regression. The label is the raw column, or the transformed one when Transform encodes it
-    (a string label): the Evaluator applies ``transform_features`` first."""
+def _stats_options(code):
+    """StatisticsGen's options: for a classification label, count its values even when they
+    are integers (the data summary's classes per split); None otherwise."""
+    if code.curated_schema is not None:
+        return None
+    schema = data_plan.label_stats_options_schema(code.raw_label_key, code.task)
+    if schema is None:
+        return None
+    import tensorflow_data_validation as tfdv
+
+    return tfdv.StatsOptions(schema=schema)
+
+
+def _eval_config(code, options, with_baseline=False):
+    """Metrics on the raw eval split through ``serving_default``, blessed past the thresholds.
+
+    Classification: accuracy >= ``min_accuracy`` (when given; :data:`DEFAULT_MIN_ACCURACY`
+    without a baseline); regression: RMSE <= ``max_rmse`` (when given). ``with_baseline``:
+    the trained model (``candidate``) must also beat the baseline model (``baseline``) by more
+    than :data:`BEAT_MARGIN` in accuracy (up) or RMSE (down). The label is the raw column, or
+    the transformed one when Transform encodes it (a string label): the Evaluator applies
+    ``transform_features`` first."""
+    change = {}
     if code.task == "regression":
-        threshold = (
-            None
+        value = (
+            {}
             if options.max_rmse is None
-            else tfma.MetricThreshold(
+            else dict(
                 value_threshold=tfma.GenericValueThreshold(upper_bound={"value": options.max_rmse})
             )
         )
+        if with_baseline:
+            change = dict(
+                change_threshold=tfma.GenericChangeThreshold(
+                    direction=tfma.MetricDirection.LOWER_IS_BETTER,
+                    absolute={"value": -BEAT_MARGIN},
+                )
+            )
+        threshold = tfma.MetricThreshold(**value, **change) if value or change else None
         metrics = [
             tfma.MetricConfig(class_name="RootMeanSquaredError", threshold=threshold),
             tfma.MetricConfig(class_name="MeanAbsoluteError"),
         ]
     else:
+        min_accuracy = options.min_accuracy
+        if min_accuracy is None and not with_baseline:
+            min_accuracy = DEFAULT_MIN_ACCURACY
+        value = (
+            {}
+            if min_accuracy is None
+            else dict(
+                value_threshold=tfma.GenericValueThreshold(lower_bound={"value": min_accuracy})
+            )
+        )
+        if with_baseline:
+            change = dict(
+                change_threshold=tfma.GenericChangeThreshold(
+                    direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                    absolute={"value": BEAT_MARGIN},
+                )
+            )
         metrics = [
             tfma.MetricConfig(
                 class_name="SparseCategoricalAccuracy",
-                threshold=tfma.MetricThreshold(
-                    value_threshold=tfma.GenericValueThreshold(
-                        lower_bound={"value": options.min_accuracy}
-                    )
-                ),
+                threshold=tfma.MetricThreshold(**value, **change),
             ),
             tfma.MetricConfig(class_name="SparseCategoricalCrossentropy"),
         ]
     label_key = code.raw_label_key if code.curated_schema else code.label_key
+    spec = dict(
+        signature_name="serving_default",
+        label_key=label_key,
+        preprocessing_function_names=["transform_features"],
+    )
+    model_specs = (
+        [
+            tfma.ModelSpec(name=CANDIDATE, **spec),
+            tfma.ModelSpec(name=BASELINE, is_baseline=True, **spec),
+        ]
+        if with_baseline
+        else [tfma.ModelSpec(**spec)]
+    )
     return tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                signature_name="serving_default",
-                label_key=label_key,
-                preprocessing_function_names=["transform_features"],
-            )
-        ],
+        model_specs=model_specs,
         slicing_specs=[tfma.SlicingSpec()],
         metrics_specs=[
             tfma.MetricsSpec(metrics=metrics + [tfma.MetricConfig(class_name="ExampleCount")])

@@ -2,33 +2,54 @@
 
 ``ga-tfx run --data-root DIR --label COLUMN [--task classification|regression]`` uses this module
 (by dotted path, like the digits code). Column types come from the data (CsvExampleGen and
-SchemaGen infer them); Transform turns every column but the label into one float vector:
+SchemaGen infer them); the data plan (:mod:`ga_tfx.pipelines.data_plan`, made from the
+statistics of the training split and handed over in ``custom_config``) says what each column
+is. Transform turns every column but the label into one float vector, with statistics of the
+**training split** only:
 
-* numeric columns: standardised, ``tft.scale_to_z_score`` (a missing value counts as 0 before
-  scaling);
-* string columns: ``tft.compute_and_apply_vocabulary`` (the ``TOP_K`` most frequent values, one
-  bucket for the rest), one-hot encoded;
-* the label: for classification, a string or integer label is vocabulary-encoded (class ``i`` is
-  the ``i``-th most frequent value); for regression, a float.
+* numbers (``numeric``): an empty (or non-finite) cell is imputed with the training median,
+  plus a 0/1 missing-indicator feature when the training split has empty cells; then the
+  value robustly scaled, ``(x - median) / (IQR / 1.349)``, **clipped** to
+  ``[-CLIP, CLIP]``, and its piecewise-linear encoding over ``QUANTILE_BUCKETS`` training
+  quantiles (each feature in [0, 1]): no value, however extreme, reaches the model as more
+  than ``CLIP``;
+* ``timestamp`` columns: the same, plus hour of day and day of week (UTC) one-hot;
+* text (``categorical``) and integer codes (``code``): an empty cell is the token
+  ``MISSING_TOKEN``; ``tft.compute_and_apply_vocabulary`` keeps the ``TOP_K`` most frequent
+  values, one bucket for the rest; one-hot encoded;
+* the label: for classification, vocabulary-encoded (class ``i`` is the ``i``-th most frequent
+  training value) with one out-of-vocabulary class for values the training split lacks (a
+  class seen only in eval or serving is scored as an error, never a crash); for regression, a
+  float.
 
 The model (:func:`build_model`) is an MLP with BatchNormalization (which the ga-tfx Trainer
-replaces by ``AccumBatchNormalization``) over the feature vector: softmax over the label's
-vocabulary, or one linear output for regression. It reads the vector's width and the number of
-classes from the Transform output, so it takes ``build_model(hparams, transform_output)``.
+replaces by ``AccumBatchNormalization``) and dropout over the feature vector: softmax over the
+label's vocabulary plus the out-of-vocabulary class, or one linear output for regression,
+scaled by the training label's mean and standard deviation (so a label in the thousands trains
+as fast as one near 1). It reads the vector's width, the classes and the label's scale from
+the Transform output, so it takes ``build_model(hparams, transform_output)``.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
+from ga_tfx.pipelines import data_plan
 
 from typing import Any, Dict, Mapping, Optional
 
 FEATURES_KEY = "features_xf"  # float32 [batch, width]: every non-label column, transformed
 LABEL_KEY = "label_xf"  # int64 [batch] class index, or float32 [batch] for regression
 LABEL_VOCABULARY = "label_vocabulary"  # the vocabulary file of a classification label
-TASKS = ("classification", "regression")
-TOP_K = 50  # string values kept per column (the rest share one bucket)
-# Transform's custom_config keys (set by the pipeline from --label and --task).
-LABEL_CONFIG, TASK_CONFIG = "label", "task"
+LABEL_OOV_CLASSES = 1  # one class index for label values the training split lacks
+TASKS = data_plan.TASKS
+TOP_K = 50  # text values kept per column (the rest share one bucket)
+QUANTILE_BUCKETS = 20  # piecewise-linear encoding of a number over training quantiles
+CLIP = 5.0  # the robustly scaled value is clipped to [-CLIP, CLIP]
+MISSING_TOKEN = data_plan.MISSING_TOKEN
+# Transform's custom_config keys (set by the pipeline from --label and --task; the plan is
+# added by ga_tfx.pipelines.planned_transform at run time).
+LABEL_CONFIG, TASK_CONFIG, PLAN_CONFIG = "label", "task", "data_plan"
+# The generic model's defaults (hparams may override them).
+UNITS, LAYERS, DROPOUT, LEARNING_RATE = 64, 2, 0.3, 1e-3
 
 
 def _dense(value, default):
@@ -42,48 +63,142 @@ def _dense(value, default):
     return value
 
 
+def _present(value):
+    """[batch, 1] bool: the cell has a value."""
+    if isinstance(value, tf.SparseTensor):
+        return _dense(
+            tf.SparseTensor(value.indices, tf.ones_like(value.values, tf.bool), value.dense_shape),
+            False,
+        )
+    return tf.ones_like(_dense(value, _zero(value.dtype)), tf.bool)
+
+
+def _zero(dtype):
+    return "" if dtype == tf.string else tf.cast(0, dtype)
+
+
+def _text(value):
+    """[batch, 1] strings; an empty or blank cell is ``MISSING_TOKEN``."""
+    if value.dtype != tf.string:
+        number = _dense(value, _zero(value.dtype))
+        if number.dtype.is_floating:
+            number = tf.cast(tf.round(number), tf.int64)
+        text = tf.strings.as_string(number)
+        return tf.where(_present(value), text, MISSING_TOKEN)
+    text = _dense(value, "")
+    return tf.where(tf.strings.strip(text) == "", MISSING_TOKEN, text)
+
+
+def _one_hot(text, name):
+    import tensorflow_transform as tft
+
+    ids = tft.compute_and_apply_vocabulary(
+        text, top_k=TOP_K, num_oov_buckets=1, vocab_filename=f"vocabulary_{name}"
+    )
+    return tf.one_hot(tf.squeeze(ids, -1), TOP_K + 1, dtype=tf.float32)
+
+
+def _numeric(value, missing_indicator, timestamp_scale=None):
+    """The features of a number column (see the module docstring), [batch, n] float32."""
+    import tensorflow_transform as tft
+
+    raw = _dense(value, _zero(value.dtype))
+    x = tf.cast(raw, tf.float32)
+    present = tf.logical_and(_present(value), tf.math.is_finite(x))
+    observed = tf.boolean_mask(x, present)  # the training values the statistics see
+    boundaries = tf.reshape(
+        tft.quantiles(observed, QUANTILE_BUCKETS, epsilon=1.0 / (4 * QUANTILE_BUCKETS)), [-1]
+    )
+    low, high = tft.min(observed), tft.max(observed)
+    half = QUANTILE_BUCKETS // 2
+    median = boundaries[half - 1]
+    iqr = boundaries[(3 * QUANTILE_BUCKETS) // 4 - 1] - boundaries[QUANTILE_BUCKETS // 4 - 1]
+    std = tf.sqrt(tft.var(observed))
+    scale = tf.where(iqr > 0, iqr / 1.349, tf.where(std > 0, std, 1.0))
+    x = tf.where(present, x, median)
+    parts = [tf.clip_by_value((x - median) / scale, -CLIP, CLIP)]
+    edges = tf.concat([tf.reshape(low, [1]), boundaries, tf.reshape(high, [1])], 0)
+    lower, upper = edges[:-1], edges[1:]
+    width = upper - lower
+    parts.append(
+        tf.where(
+            width > 0,
+            tf.clip_by_value((x - lower) / tf.where(width > 0, width, 1.0), 0.0, 1.0),
+            tf.cast(x >= upper, tf.float32),
+        )
+    )
+    if missing_indicator:
+        parts.append(1.0 - tf.cast(present, tf.float32))
+    if timestamp_scale is not None:
+        seconds = tf.where(present, tf.cast(raw, tf.float64), tf.cast(median, tf.float64)) * float(
+            timestamp_scale
+        )
+        hour = tf.math.floormod(tf.math.floordiv(seconds, 3600.0), 24.0)
+        day = tf.math.floormod(tf.math.floordiv(seconds, 86400.0) + 3.0, 7.0)  # Monday: 0
+        parts.append(tf.one_hot(tf.cast(tf.squeeze(hour, -1), tf.int32), 24))
+        parts.append(tf.one_hot(tf.cast(tf.squeeze(day, -1), tf.int32), 7))
+    return tf.concat(parts, axis=-1)
+
+
+def plan_of(custom_config: Mapping[str, Any]) -> Optional[data_plan.DataPlan]:
+    """The data plan in Transform's ``custom_config`` (None: run without one)."""
+    text = (custom_config or {}).get(PLAN_CONFIG)
+    return data_plan.DataPlan.from_json(text) if text else None
+
+
+def _treatment(value, treatments, name):
+    """The plan's treatment of a column, or one from its type (no plan)."""
+    if name in treatments:
+        return treatments[name]
+    return {
+        "treatment": data_plan.CATEGORICAL if value.dtype == tf.string else data_plan.NUMERIC,
+        "missing_indicator": isinstance(value, tf.SparseTensor),
+        "timestamp_scale": 1.0,
+    }
+
+
 def preprocessing_fn(inputs: Mapping[str, Any], custom_config: Dict[str, Any]):
     """Transform: ``{FEATURES_KEY: [batch, width] float32, LABEL_KEY: [batch]}``."""
     import tensorflow_transform as tft
 
     label, task = custom_config[LABEL_CONFIG], custom_config.get(TASK_CONFIG, TASKS[0])
+    plan = plan_of(custom_config)
+    treatments = plan.treatments() if plan is not None else {}
     parts = []
     for name in sorted(inputs):
-        if name == label:
-            continue
+        if name == label or (plan is not None and name not in treatments):
+            continue  # the label, or a column the plan dropped
         value = inputs[name]
-        if value.dtype == tf.string:
-            ids = tft.compute_and_apply_vocabulary(
-                _dense(value, ""),
-                top_k=TOP_K,
-                num_oov_buckets=1,
-                vocab_filename=f"vocabulary_{name}",
-            )
-            parts.append(tf.one_hot(tf.squeeze(ids, -1), TOP_K + 1, dtype=tf.float32))
+        column = _treatment(value, treatments, name)
+        kind = column["treatment"]
+        if kind in (data_plan.CATEGORICAL, data_plan.CODE):
+            parts.append(_one_hot(_text(value), name))
         else:
-            numbers = tf.cast(_dense(value, tf.cast(0, value.dtype)), tf.float32)
-            parts.append(tft.scale_to_z_score(numbers))
-    raw_label = tf.squeeze(
-        _dense(
-            inputs[label],
-            "" if inputs[label].dtype == tf.string else tf.cast(0, inputs[label].dtype),
-        ),
-        -1,
-    )
+            parts.append(
+                _numeric(
+                    value,
+                    column["missing_indicator"],
+                    column["timestamp_scale"] if kind == data_plan.TIMESTAMP else None,
+                )
+            )
+    raw_label = tf.squeeze(_dense(inputs[label], _zero(inputs[label].dtype)), -1)
     if task == "regression":
         label_out = tf.cast(raw_label, tf.float32)
     else:
         if raw_label.dtype != tf.string:
             raw_label = tf.strings.as_string(raw_label)
-        label_out = tft.compute_and_apply_vocabulary(raw_label, vocab_filename=LABEL_VOCABULARY)
+        label_out = tft.compute_and_apply_vocabulary(
+            raw_label, num_oov_buckets=LABEL_OOV_CLASSES, vocab_filename=LABEL_VOCABULARY
+        )
     return {FEATURES_KEY: tf.concat(parts, axis=-1), LABEL_KEY: label_out}
 
 
 def build_model(hparams: Dict[str, Any], transform_output=None):
     """The generic model, compiled (Adam; sparse cross-entropy or mean squared error).
 
-    ``hparams``: ``units`` (default 64), ``learning_rate`` (default 1e-3), ``task`` (default:
-    classification when the Transform output has a label vocabulary), ``seed`` (default 0).
+    ``hparams``: ``units`` (default ``UNITS``), ``layers`` (``LAYERS``), ``dropout``
+    (``DROPOUT``), ``learning_rate`` (``LEARNING_RATE``), ``task`` (default: classification
+    when the Transform output has a label vocabulary), ``seed`` (default 0).
     """
     if transform_output is None:
         raise ValueError(
@@ -92,19 +207,24 @@ def build_model(hparams: Dict[str, Any], transform_output=None):
             "transform_graph."
         )
     width = transform_output.transformed_feature_spec()[FEATURES_KEY].shape[-1]
-    classes = _classes(transform_output)
+    classes = output_classes(transform_output)
     task = hparams.get("task") or ("classification" if classes else "regression")
     keras.utils.set_random_seed(int(hparams.get("seed", 0)))
-    units = int(hparams.get("units", 64))
+    units = int(hparams.get("units", UNITS))
+    dropout = float(hparams.get("dropout", DROPOUT))
     inputs = keras.Input((width,), name=FEATURES_KEY)
     x = inputs
-    for i in range(2):
+    for i in range(int(hparams.get("layers", LAYERS))):
         x = keras.layers.Dense(units, use_bias=False, name=f"dense_{i}")(x)
         x = keras.layers.BatchNormalization(name=f"bn_{i}")(x)
         x = keras.layers.Activation("relu")(x)
-    optimizer = keras.optimizers.Adam(float(hparams.get("learning_rate", 1e-3)))
+        if dropout:
+            x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
+    optimizer = keras.optimizers.Adam(float(hparams.get("learning_rate", LEARNING_RATE)))
     if task == "regression":
-        outputs = keras.layers.Dense(1, name="prediction")(x)
+        mean, std = label_scale(transform_output)
+        outputs = keras.layers.Dense(1, name="standardised")(x)
+        outputs = keras.layers.Rescaling(std, offset=mean, name="prediction")(outputs)
         model = keras.Model(inputs, outputs)
         model.compile(
             optimizer,
@@ -121,21 +241,40 @@ def build_model(hparams: Dict[str, Any], transform_output=None):
     return model
 
 
-def _classes(transform_output) -> Optional[int]:
-    """The size of the label vocabulary, or None when the label is not vocabulary-encoded."""
+def output_classes(transform_output) -> Optional[int]:
+    """The model's classes: the label vocabulary plus the out-of-vocabulary class (None when
+    the label is not vocabulary-encoded)."""
     try:
-        return int(transform_output.vocabulary_size_by_name(LABEL_VOCABULARY))
+        size = int(transform_output.vocabulary_size_by_name(LABEL_VOCABULARY))
     except (ValueError, KeyError, OSError, tf.errors.NotFoundError):
         return None
+    return size + LABEL_OOV_CLASSES
+
+
+def transform_plan(transform_output) -> Optional[data_plan.DataPlan]:
+    """The data plan in the schema Transform read (None: it carried none)."""
+    return data_plan.plan_from_schema(transform_output.raw_metadata.schema)
+
+
+def label_scale(transform_output):
+    """(mean, standard deviation) of the training split's regression label, from the plan;
+    (0, 1) without one."""
+    plan = transform_plan(transform_output)
+    if plan is None or data_plan.TRAIN not in plan.label_mean:
+        return 0.0, 1.0
+    std = plan.label_std.get(data_plan.TRAIN) or 1.0
+    return plan.label_mean[data_plan.TRAIN], std
 
 
 def check_csv_dir(data_root: str, label: str) -> int:
-    """Checks a directory of CSV files for the generic pipeline; returns the data rows.
+    """Checks a directory of CSV files for the generic pipeline; returns the rows with a label.
 
     ``ValueError`` with one line naming the file (and line) for: no such directory, no
     ``.csv`` file, an empty file, files whose headers differ, no ``label`` column (the columns
-    found are listed), a header without data rows, a row with another number of cells, an
-    empty label cell. Column types are left to TFX's schema inference.
+    found are listed), a header without data rows, a row with another number of cells, no row
+    with a label. Rows whose label cell is empty are not counted (the pipeline drops them:
+    :mod:`ga_tfx.pipelines.labeled_examples`). Column types are left to TFX's schema
+    inference.
     """
     from ga_tfx.pipelines import csv_dir
 
@@ -166,13 +305,13 @@ def check_csv_dir(data_root: str, label: str) -> int:
                         f"{path}, line {reader.line_num}: {len(cells)} cells, "
                         f"expected {len(header)} (one per column of the header)."
                     )
-                if not cells[index].strip():
-                    raise ValueError(
-                        f"{path}, line {reader.line_num}, column {label!r}: empty "
-                        "label cell; every example needs a label."
-                    )
                 found += 1
+                rows += bool(cells[index].strip())
             if not found:
                 raise ValueError(f"{path} has a header but no data rows.")
-            rows += found
+    if not rows:
+        raise ValueError(
+            f"No row of the CSV files in {data_root!r} has a value in the label column "
+            f"{label!r}: every label cell is empty."
+        )
     return rows

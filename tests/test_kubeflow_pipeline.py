@@ -155,6 +155,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     assert sources == expected_sources
 
     params = trainer_parameters(spec)
+    updates, updates_per_epoch = options.updates_plan()  # (None: the digits' defaults)
     expected_params = dict(
         accum_steps=options.accum_steps,
         micro_batch_size=options.micro_batch_size,
@@ -162,7 +163,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
         raw_label_key=digits.RAW_LABEL_KEY,
         model_fn=MODEL_FN,
         strategy=options.strategy,
-        updates_per_epoch=options.updates_per_epoch,
+        updates_per_epoch=updates_per_epoch,
         replace_batchnorm=1,
         mixed_precision="float32",
         partial_window="apply",
@@ -174,7 +175,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     for name, value in expected_params.items():
         assert params.get(name) == value, name
     assert ("agc_clip_factor" in params) == (options.agc_clip_factor is not None)
-    assert json.loads(params["train_args"]) == {"num_steps": options.train_updates}
+    assert json.loads(params["train_args"]) == {"num_steps": updates}
     assert json.loads(params["eval_args"]) == {"num_steps": options.eval_steps}
     assert "module_file" not in params  # the model comes from the installed package
     if tune:
