@@ -218,7 +218,7 @@ def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None):
     if cfg.wrapper == "ga_tfx":
         import ga_tfx
 
-        model = ga_tfx.wrap_model(base, accum_steps=k)
+        model = ga_tfx.wrap_model(base, accum_steps=k, log_noise_scale=cfg.noise_scale)
     elif cfg.wrapper == "anchor":
         from benchmarks import anchor
 

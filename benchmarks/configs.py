@@ -75,6 +75,8 @@ class Config:
         call).
       replicas: replicas of a ``"loop"`` configuration (``MirroredStrategy`` over that many
         logical CPU devices of its host; 1: no strategy).
+      noise_scale: ga_tfx with ``log_noise_scale=True`` (the gradient noise scale estimated
+        every window).
     """
 
     name: str
@@ -87,6 +89,7 @@ class Config:
     bn: str = "keras"
     execution_windows: int = 0
     replicas: int = 1
+    noise_scale: bool = False
 
     def __post_init__(self):
         for field, value, allowed in (
@@ -210,6 +213,12 @@ def _declare():
             execution_windows=EPOCH_WINDOWS,
         ),
         Config(
+            "ga_tfx_noise",
+            "ga_tfx @ (b, K), log_noise_scale=True (calls paced)",
+            wrapper="ga_tfx",
+            noise_scale=True,
+        ),
+        Config(
             "ga_tfx_accumbn",
             "ga_tfx @ (b, K) + ga_tfx AccumBatchNormalization",
             wrapper="ga_tfx",
@@ -238,6 +247,7 @@ ADJACENT = (
     ("keras3_ga", "ga_tfx_sub"),
     ("keras3_ga_xla", "ga_tfx_sub_xla"),
     ("loop_2rep", "loop_1dev"),
+    ("ga_tfx_noise", "ga_tfx"),
 )
 
 # The comparisons the report leads with: (numerator, denominator, what it answers).
@@ -286,6 +296,11 @@ PAIRS = (
         "ga_tfx vs plain Keras @ b, both steps_per_execution = an epoch",
     ),
     ("ga_tfx", "ga_tfx_spe", "ga_tfx: paced calls (the default) vs one window per call"),
+    (
+        "ga_tfx_noise",
+        "ga_tfx",
+        "ga_tfx: the noise scale measured every window vs off (goal ≥ 0.97)",
+    ),
     ("ga_tfx_spe_epoch", "ga_tfx", "ga_tfx: steps_per_execution = an epoch vs paced calls"),
     ("ga_tfx_xla", "ga_tfx", "ga_tfx: XLA vs not"),
     ("plain_b_xla", "plain_b", "plain Keras @ b: XLA vs not"),
