@@ -750,12 +750,18 @@ def draw_sample(chosen: Sequence[Mutation], size: int, seed: str) -> List[Mutati
 def write_summary(path: str, command: str, what: str, results, baselines, seconds: float) -> str:
     """The run as Markdown (returned, and written to ``path`` if given)."""
     killed = sum(verdict == "killed" for _, verdict, _ in results)
-    others = [f"{name} {verdict}" for name, verdict, _ in results if verdict != "killed"]
+    broken = [name for name, verdict, _ in results if verdict == "anchor broken"]
+    others = [
+        f"{name} {verdict}"
+        for name, verdict, _ in results
+        if verdict not in ("killed", "anchor broken")
+    ]
     date = datetime.date.today().isoformat()
     lines = [
         f"`{command}` on {what}, {date}, {seconds / 60:.0f} min: "
-        f"**{killed} of {len(results)} killed**"
+        f"**{killed} of {len(results) - len(broken)} run killed**"
         + (f" (not killed: {', '.join(others)})" if others else "")
+        + (f"; {len(broken)} not run, anchor broken: {', '.join(broken)}" if broken else "")
         + "".join(f"; baseline, {tier}: {summary}" for tier, summary in baselines)
         + ".",
         "",
