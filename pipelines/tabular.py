@@ -99,40 +99,76 @@ def _one_hot(text, name):
 
 
 def _numeric(value, missing_indicator, timestamp_scale=None):
-    """The features of a number column (see the module docstring), [batch, n] float32."""
+    """The features of a number column, [batch, n] float32: the training split's quantiles,
+    extremes and variance (TFT analyzers of the non-empty, finite cells), then
+    :func:`numeric_features`."""
     import tensorflow_transform as tft
 
     raw = _dense(value, _zero(value.dtype))
-    x = tf.cast(raw, tf.float32)
-    present = tf.logical_and(_present(value), tf.math.is_finite(x))
-    observed = tf.boolean_mask(x, present)  # the training values the statistics see
-    boundaries = tf.reshape(
-        tft.quantiles(observed, QUANTILE_BUCKETS, epsilon=1.0 / (4 * QUANTILE_BUCKETS)), [-1]
+    present = tf.logical_and(_present(value), tf.math.is_finite(tf.cast(raw, tf.float32)))
+    observed = tf.boolean_mask(tf.cast(raw, tf.float32), present)  # what the statistics see
+    boundaries = tft.quantiles(observed, QUANTILE_BUCKETS, epsilon=1.0 / (4 * QUANTILE_BUCKETS))
+    return numeric_features(
+        raw,
+        present,
+        tf.reshape(boundaries, [-1]),
+        tft.min(observed),
+        tft.max(observed),
+        tft.var(observed),
+        missing_indicator,
+        timestamp_scale,
     )
-    low, high = tft.min(observed), tft.max(observed)
-    half = QUANTILE_BUCKETS // 2
-    median = boundaries[half - 1]
+
+
+def numeric_features(
+    raw, present, boundaries, low, high, variance, missing_indicator, timestamp_scale=None
+):
+    """The features of a number column from its training statistics, [batch, n] float32.
+
+    Args:
+      raw: [batch, 1] the column's values (any number dtype; whatever where not ``present``).
+      present: [batch, 1] bool: the cell has a finite value.
+      boundaries: [QUANTILE_BUCKETS - 1] training quantiles; ``low``/``high``: the training
+        minimum and maximum; ``variance``: the training variance.
+      missing_indicator: add the 0/1 feature "the cell was empty".
+      timestamp_scale: seconds per unit of a timestamp column (adds hour of day and day of
+        week, UTC, one-hot), or None.
+
+    Returns the robustly scaled value clipped to ``[-CLIP, CLIP]`` (median and IQR / 1.349,
+    falling back to the standard deviation, then 1, for a column without spread), the
+    piecewise-linear encoding over ``[low, boundaries..., high]`` (each in [0, 1]; a segment of
+    zero width, a value many rows share, is the step "above that value": e.g. tips > 0), then
+    the indicator and the time features. An empty cell takes the training median.
+    """
+    x = tf.cast(raw, tf.float32)
+    median = boundaries[QUANTILE_BUCKETS // 2 - 1]
     iqr = boundaries[(3 * QUANTILE_BUCKETS) // 4 - 1] - boundaries[QUANTILE_BUCKETS // 4 - 1]
-    std = tf.sqrt(tft.var(observed))
+    std = tf.sqrt(tf.cast(variance, tf.float32))
     scale = tf.where(iqr > 0, iqr / 1.349, tf.where(std > 0, std, 1.0))
     x = tf.where(present, x, median)
     parts = [tf.clip_by_value((x - median) / scale, -CLIP, CLIP)]
-    edges = tf.concat([tf.reshape(low, [1]), boundaries, tf.reshape(high, [1])], 0)
+    edges = tf.concat(
+        [
+            tf.reshape(tf.cast(low, tf.float32), [1]),
+            boundaries,
+            tf.reshape(tf.cast(high, tf.float32), [1]),
+        ],
+        0,
+    )
     lower, upper = edges[:-1], edges[1:]
     width = upper - lower
     parts.append(
         tf.where(
             width > 0,
             tf.clip_by_value((x - lower) / tf.where(width > 0, width, 1.0), 0.0, 1.0),
-            tf.cast(x >= upper, tf.float32),
+            tf.cast(x > upper, tf.float32),
         )
     )
     if missing_indicator:
         parts.append(1.0 - tf.cast(present, tf.float32))
     if timestamp_scale is not None:
-        seconds = tf.where(present, tf.cast(raw, tf.float64), tf.cast(median, tf.float64)) * float(
-            timestamp_scale
-        )
+        seconds = tf.where(present, tf.cast(raw, tf.float64), tf.cast(median, tf.float64))
+        seconds = seconds * float(timestamp_scale)
         hour = tf.math.floormod(tf.math.floordiv(seconds, 3600.0), 24.0)
         day = tf.math.floormod(tf.math.floordiv(seconds, 86400.0) + 3.0, 7.0)  # Monday: 0
         parts.append(tf.one_hot(tf.cast(tf.squeeze(hour, -1), tf.int32), 24))
