@@ -31,16 +31,29 @@ optimizers).
 A trial whose loss becomes NaN or that runs out of memory fails (``FailedTrialError``, the
 error reported) without stopping the search.
 
+``log_noise_scale=True`` makes every trial log the gradient noise scale (``noise_scale``,
+``B_simple`` in samples, :mod:`ga_tfx.window`) in its metrics, beside its score (NaN for a
+trial with ``accum_steps=1`` on one device: one small gradient per window measures nothing).
+
+:class:`NoiseScaleProbe` replaces a search by one short run: it trains the hypermodel once at
+``probe_accum_steps``, measures the noise scale over its updates and recommends the allowed
+``accum_steps`` nearest to ``B_simple / micro_batch_size`` (:mod:`ga_tfx.batch_choice`).
+
 This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
 """
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
+from ga_tfx._schema import spec_of
+from ga_tfx.batch_choice import Recommendation, recommend_accum_steps
+from ga_tfx.config import AccumulationConfig
 from ga_tfx.conversion import replace_batchnorm_layers
 from ga_tfx.models import wrap_model
 from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noqa: F401
 
+import json
 import math
+import os
 from typing import Any, Callable, Dict, List, Optional, Union
 
 import keras_tuner
@@ -82,6 +95,8 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
       partial_window: the accumulation models' partial-window policy.
       agc_clip_factor: a fixed AGC clip factor for every trial, only when ``search_space``
         does not search one (default ``None``: no AGC).
+      log_noise_scale: log the gradient noise scale ``noise_scale`` (and ``noise_trace``,
+        ``noise_grad_sq``) in every trial's metrics (default off).
 
     ``fit`` takes NumPy inputs (batched here at the trial's micro-batch size), an *unbatched*
     ``tf.data.Dataset`` (batched here), or a callable ``micro_batch_size -> dataset`` returning
@@ -99,6 +114,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         name: Optional[str] = None,
         tunable: bool = True,
         agc_clip_factor: Optional[float] = None,
+        log_noise_scale: bool = False,
     ) -> None:
         super().__init__(name=name, tunable=tunable)
         if not callable(build_model):
@@ -119,6 +135,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                     "searches agc_clip_factor exclude each other."
                 )
         self.agc_clip_factor = agc_clip_factor
+        self.log_noise_scale = spec_of(AccumulationConfig, "log_noise_scale").check(
+            "log_noise_scale", log_noise_scale
+        )
 
     def build(self, hp: Any) -> Any:
         values = _declare(self.search_space, hp)
@@ -138,6 +157,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             accum_steps=values["accum_steps"],
             partial_window=self.partial_window,
             agc_clip_factor=values["agc_clip_factor"],
+            log_noise_scale=self.log_noise_scale,
         )
         wrapped._use_engine_always()  # every trial counts its samples the same way
         wrapped.compile_from_config(compile_config)
@@ -211,3 +231,202 @@ class _TrialRecorder(keras.callbacks.Callback):
             logs["effective_batch_size"] = float(self.effective_batch_size)
             logs["samples_seen"] = float(self.model.samples_seen)
             logs["updates"] = float(keras.backend.get_value(self.model.optimizer.iterations))
+
+
+# --------------------------------------------------------------------- the noise-scale probe
+PROBE_FILE = "noise_scale_probe.json"  # in the probe trial's directory: the measured curve
+CURVE_FIELDS = (
+    "window",
+    "update",
+    "samples",
+    "loss",
+    "noise_scale",
+    "noise_trace",
+    "noise_grad_sq",
+)
+
+
+class NoiseScaleOracle(keras_tuner.Oracle):
+    """The oracle of :class:`NoiseScaleProbe`: one trial, every hyperparameter at its default
+    and ``accum_steps`` at ``probe_accum_steps``."""
+
+    def __init__(
+        self, probe_accum_steps: int, objective: Any = None, seed: Any = None, **kw: Any
+    ) -> None:
+        super().__init__(objective=objective, max_trials=1, seed=seed, **kw)
+        self.probe_accum_steps = probe_accum_steps
+
+    def populate_space(self, trial_id: str) -> Dict[str, Any]:
+        hps = keras_tuner.HyperParameters()
+        for hp in self.hyperparameters.space:  # defaults, conditional ones when active
+            hps.merge([hp])
+            if hps.is_active(hp):
+                hps.values[hp.name] = hp.default
+        values = dict(hps.values, accum_steps=self.probe_accum_steps)
+        return {"status": keras_tuner.engine.trial.TrialStatus.RUNNING, "values": values}
+
+    def get_state(self) -> Dict[str, Any]:
+        return dict(super().get_state(), probe_accum_steps=self.probe_accum_steps)
+
+    def set_state(self, state: Dict[str, Any]) -> None:
+        super().set_state(state)
+        self.probe_accum_steps = state["probe_accum_steps"]
+
+
+class NoiseScaleProbe(keras_tuner.Tuner):
+    """A search that needs no grid: one short run measures the gradient noise scale, and
+    ``accum_steps`` follows from it (McCandlish et al. 2018; :mod:`ga_tfx.batch_choice`).
+
+    ``search`` trains the hypermodel once (one trial, the *probe*) with ``accum_steps =
+    probe_accum_steps`` (default: the largest of the search space's), every other
+    hyperparameter at its default, and the noise scale logged; give it the budget as for any
+    trial (e.g. ``samples_per_epoch``, one epoch). The measured ``B_simple`` is the probe's
+    last ``noise_scale`` (the ratio of the moving averages at its end, in samples).
+    :meth:`get_best_hyperparameters` returns the probe's hyperparameters with ``accum_steps``
+    replaced by :meth:`recommendation`: the search space's ``accum_steps`` value nearest (log2
+    scale) to ``B_simple / micro_batch_size``. :meth:`probe_report` holds the evidence: the
+    curve of every window (update, samples, loss, noise scale) and the recommendation with its
+    reason.
+
+    Args:
+      hypermodel: an :class:`AccumulationHyperModel` with one micro-batch size, not searching
+        the AGC clip factor or the learning rate (the probe recommends ``accum_steps`` only;
+        give a fixed ``agc_clip_factor``); its ``log_noise_scale`` is turned on.
+      objective: as for any Keras Tuner (the probe trial's score is reported).
+      probe_accum_steps: ``accum_steps`` of the probe run (default: the largest searched). With
+        one replica it must be >= 2: one small gradient per window measures no noise.
+      seed: the oracle's seed. Other keyword arguments go to ``keras_tuner.Tuner``.
+
+    The estimate depends on where training is: ``B_simple`` grows as the loss falls, and a
+    learning rate far below the one a batch would be trained with measures it larger
+    (``benchmarks/CRITICAL_BATCH.md``). Probe at the learning rate you train with.
+    """
+
+    def __init__(
+        self,
+        hypermodel: "AccumulationHyperModel",
+        objective: Any = None,
+        probe_accum_steps: Optional[int] = None,
+        seed: Optional[int] = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(hypermodel, AccumulationHyperModel):
+            raise TypeError(f"NoiseScaleProbe needs an AccumulationHyperModel, got {hypermodel!r}.")
+        space = hypermodel.search_space
+        searched = [
+            name
+            for name, on in (
+                ("micro_batch_size (several values)", len(space.micro_batch_size) > 1),
+                ("agc_clip_factor", space.searches_agc()),
+                ("learning_rate", space.learning_rate is not None),
+            )
+            if on
+        ]
+        if searched:
+            raise ValueError(
+                f"NoiseScaleProbe recommends accum_steps only; its search space also searches "
+                f"{', '.join(searched)}. Give one micro_batch_size, a fixed agc_clip_factor to "
+                "the hypermodel and the learning rate in the model."
+            )
+        probe = (
+            max(space.accum_steps)
+            if probe_accum_steps is None
+            else _validation.check_accum_steps(probe_accum_steps, "probe_accum_steps")
+        )
+        strategy = kwargs.get("distribution_strategy")
+        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+        if probe * replicas < 2:
+            raise ValueError(
+                f"probe_accum_steps={probe} on {replicas} replica: the noise scale needs at "
+                "least 2 micro-batch gradients per window; probe with accum_steps >= 2."
+            )
+        hypermodel.log_noise_scale = True
+        oracle = NoiseScaleOracle(probe, objective=objective, seed=seed)
+        super().__init__(oracle=oracle, hypermodel=hypermodel, **kwargs)
+
+    @property
+    def probe_accum_steps(self) -> int:
+        return self.oracle.probe_accum_steps
+
+    def _build_and_fit_model(self, trial: Any, *args: Any, **kwargs: Any) -> Any:
+        curve = _ProbeCurve()
+        kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [curve]
+        results = super()._build_and_fit_model(trial, *args, **kwargs)
+        path = os.path.join(self.get_trial_dir(trial.trial_id), PROBE_FILE)
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(json.dumps({"curve": curve.rows}))
+        return results
+
+    def _probe_trial(self) -> Any:
+        trials = list(self.oracle.trials.values())
+        done = [t for t in trials if t.status == keras_tuner.engine.trial.TrialStatus.COMPLETED]
+        if not done:
+            why = next((t.message for t in trials if t.message), None)
+            raise ValueError(
+                "The noise-scale probe has no completed run"
+                + (f": {why.strip().splitlines()[-1]}" if why else " (call search first).")
+            )
+        return done[0]
+
+    def recommendation(self) -> Recommendation:
+        """``accum_steps`` from the probe's measured noise scale (see the class docstring)."""
+        trial = self._probe_trial()
+        metrics = trial.metrics
+        value = metrics.get_last_value("noise_scale") if metrics.exists("noise_scale") else None
+        space = self.hypermodel.search_space
+        try:
+            return recommend_accum_steps(value, space.micro_batch_size[0], space.accum_steps)
+        except ValueError as error:
+            raise ValueError(
+                f"The noise-scale probe (accum_steps={self.probe_accum_steps}, micro-batch "
+                f"{space.micro_batch_size[0]}) measured no usable noise scale: {error}"
+            ) from error
+
+    def get_best_hyperparameters(self, num_trials: int = 1) -> List[Any]:
+        hp = self._probe_trial().hyperparameters.copy()
+        hp.values["accum_steps"] = self.recommendation().accum_steps
+        return [hp]
+
+    def probe_report(self) -> Dict[str, Any]:
+        """The evidence: the probe's settings, its curve (one row per window, fields
+        :data:`CURVE_FIELDS`; None where no estimate existed yet) and the recommendation."""
+        trial = self._probe_trial()
+        path = os.path.join(self.get_trial_dir(trial.trial_id), PROBE_FILE)
+        curve = []
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                curve = json.loads(f.read())["curve"]
+        return {
+            "probe_accum_steps": self.probe_accum_steps,
+            "micro_batch_size": self.hypermodel.search_space.micro_batch_size[0],
+            "curve": curve,
+            "recommendation": self.recommendation().to_dict(),
+        }
+
+    def ga_extra_record(self, trial: Any) -> Dict[str, Any]:
+        """What a trial record (the TFX Tuner's ``trials_file``) adds for the probe:
+        ``{"probe": probe_report()}``, or the reason there is no recommendation."""
+        if trial.status != keras_tuner.engine.trial.TrialStatus.COMPLETED:
+            return {}
+        try:
+            return {"probe": self.probe_report()}
+        except ValueError as error:
+            return {"probe": {"error": str(error)}}
+
+
+class _ProbeCurve(keras.callbacks.Callback):
+    """Collects one row per window from the window core's events (``on_window_end``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: List[Dict[str, Any]] = []
+        self._samples = 0.0
+
+    def on_window_end(self, event: Any) -> None:
+        self._samples += event.samples
+        row: Dict[str, Any] = {"window": event.window, "update": event.update}
+        row["samples"] = int(self._samples)
+        for name in ("loss", "noise_scale", "noise_trace", "noise_grad_sq"):
+            value = float(getattr(event, name))
+            row[name] = value if math.isfinite(value) else None
+        self.rows.append(row)

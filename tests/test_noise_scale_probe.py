@@ -1,0 +1,162 @@
+"""The noise-scale probe (issue 25, item 4): ``accum_steps`` from a measured noise scale.
+
+``recommend_accum_steps`` is checked against answers worked out by hand (the allowed value
+nearest to ``B_simple / micro-batch`` on a log2 scale); :class:`ga_tfx.tuning.NoiseScaleProbe`
+against a noise scale known in closed form (linear least squares with Gaussian inputs, as in
+``tests/test_noise_scale.py``: ``B_simple = 17``, so with micro-batches of 4 the ideal
+``accum_steps`` is 4.25 and the power of two nearest to it is 4). The brute-force validation
+(a sweep of effective batches, the fitted critical batch) is ``benchmarks/critical_batch.py``.
+"""
+
+import ga_tfx  # noqa: F401
+from ga_tfx import keras, tf
+from ga_tfx.batch_choice import recommend_accum_steps
+from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe
+
+import math
+
+import numpy as np
+import pytest
+
+pytestmark = []  # fast tier; library only (no TFX)
+
+
+@pytest.mark.parametrize(
+    "noise_scale, micro, choices, expected, clamped",
+    [
+        # 93.1 / 32 = 2.91, log2 = 1.54: nearer 4 (0.46) than 2 (0.54); linear distance: 2.
+        (93.1, 32, (1, 2, 4, 8), 4, ""),
+        (40.0, 32, (1, 2, 4, 8), 1, ""),  # 1.25, log2 = 0.32: 1 (the lower end, not below it)
+        (30.0, 32, (1, 2, 4), 1, ""),  # 0.94: below 1 by less than half an octave: nearest
+        (40.0, 32, (2, 4), 2, "below"),  # 1.25: half an octave below 2 is 1.41
+        (64.0, 32, (1, 4), 1, ""),  # 2: exactly between 1 and 4 on a log2 scale: the smaller
+        (256.0, 32, (3, 6, 12), 6, ""),  # 8, log2 = 3: 6 (0.415) before 12 (0.585)
+        (1000.0, 32, (1, 2, 4), 4, "above"),  # 31.25: beyond the largest allowed
+        (5.0, 32, (4, 2, 1), 1, "below"),  # 0.16: below the smallest (choices sorted)
+        (17.0, 4, (1, 2, 4, 8, 16), 4, ""),  # the closed form below: 4.25 -> 4
+    ],
+)
+def test_recommendation_is_the_allowed_value_nearest_on_a_log2_scale(
+    noise_scale, micro, choices, expected, clamped
+):
+    rec = recommend_accum_steps(noise_scale, micro, choices)
+    assert rec.accum_steps == expected
+    assert rec.effective_batch_size == expected * micro
+    assert rec.ideal_accum_steps == pytest.approx(noise_scale / micro)
+    assert rec.clamped == clamped
+    assert rec.choices == tuple(sorted(choices))
+    # The reason says what was measured and what was taken (the report prints it).
+    assert f"{noise_scale:.4g} / {micro}" in rec.reason
+    assert f"effective batch {expected * micro}" in rec.reason
+    words = {"above": "above the largest", "below": "below the smallest", "": "nearest allowed"}
+    assert words[clamped] in rec.reason
+    assert type(rec).from_dict(rec.to_dict()) == rec  # what the trial record carries
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 0.0, -3.5, None, "17", True])
+def test_an_unusable_noise_scale_is_an_error_naming_it(bad):
+    with pytest.raises(ValueError, match=r"noise_scale must be a finite number > 0.*got"):
+        recommend_accum_steps(bad, 32, (1, 2, 4))
+
+
+@pytest.mark.parametrize(
+    "micro, choices, match",
+    [
+        (0, (1, 2), "micro_batch_size must be an integer >= 1, got 0"),
+        (32, (), r"choices .* non-empty list of integers >= 1, got \[\]"),
+        (32, (2, 0), r"got \[2, 0\]"),
+        (32, (2, 2.0), r"got \[2, 2.0\]"),
+    ],
+)
+def test_bad_micro_batch_or_choices_are_errors_naming_them(micro, choices, match):
+    with pytest.raises(ValueError, match=match):
+        recommend_accum_steps(17.0, micro, choices)
+
+
+# ------------------------------------------------------------------- the probe, end to end
+D, MICRO, PROBE_K, UPDATES = 8, 4, 8, 60
+TRUE_B_SIMPLE = 17.0  # (d (|δ|² + σ²) + |δ|²) / |δ|² with d = 8, |δ|² = σ² = 1
+
+
+def _least_squares_hypermodel(accum_steps=(1, 2, 4, 8, 16), **space):
+    """A linear model held (learning rate 0) at distance |δ| = 1 from the truth."""
+    w_star = np.linspace(-1.0, 1.0, D).astype("float32")
+    w = w_star + np.full(D, 1.0 / np.sqrt(D), "float32")
+
+    def build(hp):
+        inputs = keras.Input((D,))
+        layer = keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")
+        model = keras.Model(inputs, layer(inputs))
+        layer.kernel.assign(w[:, None])
+        model.compile(keras.optimizers.SGD(0.0), "mse")
+        return model
+
+    rng = np.random.default_rng(0)
+    n = UPDATES * PROBE_K * MICRO
+    x = rng.normal(size=(n, D)).astype("float32")
+    y = (x @ w_star + rng.normal(size=n).astype("float32"))[:, None]
+    space = dict({"accum_steps": list(accum_steps), "micro_batch_size": MICRO}, **space)
+    return AccumulationHyperModel(build, space, replace_batchnorm=False), x, y
+
+
+def test_the_probe_measures_a_known_noise_scale_and_recommends_accum_steps_from_it(tmp_path):
+    hypermodel, x, y = _least_squares_hypermodel()
+    tuner = NoiseScaleProbe(
+        hypermodel,
+        objective="loss",
+        probe_accum_steps=PROBE_K,
+        seed=0,
+        directory=str(tmp_path),
+        project_name="probe",
+    )
+    tuner.search(
+        tf.data.Dataset.from_tensor_slices((x, y)), samples_per_epoch=len(x), epochs=1, verbose=0
+    )
+    report = tuner.probe_report()
+    curve = report["curve"]
+    assert [row["window"] for row in curve] == list(range(1, UPDATES + 1))
+    assert curve[-1]["samples"] == len(x)  # every probe window was PROBE_K micro-batches
+    rec = report["recommendation"]
+    # The estimate's spread: 2.3 % over 400 windows with averages over all of them
+    # (tests/test_noise_scale.py); decay 0.95 averages (1 + 0.95) / (1 - 0.95) = 39 windows,
+    # so about 2.3 % x sqrt(400 / 39) = 7.4 %; 25 % is more than three of those (measured:
+    # 19.8, +16 %). K = 4 holds for any estimate in [11.3, 22.6] (B / 4 within [2.83, 5.66]).
+    assert rec["noise_scale"] == pytest.approx(TRUE_B_SIMPLE, rel=0.25)
+    assert rec["noise_scale"] == curve[-1]["noise_scale"]  # the probe's last estimate
+    assert rec["accum_steps"] == 4 and rec["effective_batch_size"] == 16
+    assert report["probe_accum_steps"] == PROBE_K and report["micro_batch_size"] == MICRO
+    # The probe trained at its own accum_steps; the best hyperparameters carry the choice.
+    trial = tuner.oracle.get_best_trials(1)[0]
+    assert trial.hyperparameters.values["accum_steps"] == PROBE_K
+    assert tuner.get_best_hyperparameters()[0].values["accum_steps"] == 4
+    # A reloaded tuner (a resumed Tuner component) gives the same answer without running.
+    again = NoiseScaleProbe(
+        _least_squares_hypermodel()[0],
+        objective="loss",
+        probe_accum_steps=PROBE_K,
+        directory=str(tmp_path),
+        project_name="probe",
+    )
+    assert again.probe_report() == report
+
+
+@pytest.mark.parametrize(
+    "space, probe, match",
+    [
+        ({}, 1, r"probe_accum_steps=1 on 1 replica: .* at least 2 micro-batch gradients"),
+        ({"agc_clip_factor": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*agc_clip_factor"),
+        ({"learning_rate": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*learning_rate"),
+        ({"micro_batch_size": [4, 8]}, 8, r"micro_batch_size \(several values\)"),
+        ({}, 0, r"probe_accum_steps must be an integer >= 1 .*got 0"),
+    ],
+)
+def test_the_probe_rejects_what_it_cannot_measure_or_does_not_choose(tmp_path, space, probe, match):
+    hypermodel = _least_squares_hypermodel(**space)[0]
+    with pytest.raises(ValueError, match=match):
+        NoiseScaleProbe(hypermodel, probe_accum_steps=probe, directory=str(tmp_path))
+
+
+def test_no_recommendation_without_a_completed_probe(tmp_path):
+    tuner = NoiseScaleProbe(_least_squares_hypermodel()[0], directory=str(tmp_path))
+    with pytest.raises(ValueError, match="no completed run"):
+        tuner.get_best_hyperparameters()
