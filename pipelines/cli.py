@@ -216,7 +216,9 @@ def _tuning_report(console, output_dir):
     console.line(f"tuning trials ({pipeline.TUNER_OBJECTIVE}, best first):")
     for line in report["lines"]:
         console.line("  " + line)
-    console.line(f"tuning report:        {report['csv']}, {report['png']}")
+    for line in report["probe_lines"]:  # the noise-scale probe's evidence
+        console.line(line)
+    console.line(f"tuning report:        {', '.join(report['files'])}")
 
 
 def _compile(args):

@@ -18,6 +18,8 @@ from typing import Any, Optional, Tuple
 DIGITS_TRAIN_UPDATES, DIGITS_UPDATES_PER_EPOCH = 60, 20
 MIN_TRAIN_UPDATES = 1000
 DEFAULT_MIN_ACCURACY = 0.8  # the digits' and a --module-file's blessing threshold
+# --tune-strategy: a Keras Tuner random search, or the noise-scale probe (no search).
+TUNE_STRATEGIES = ("search", "noise_scale")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +31,10 @@ class TrainingOptions(Settings):
     ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
     ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
     ``tuning_updates`` updates, and its best values override ``accum_steps`` and
-    ``agc_clip_factor`` in the Trainer.
+    ``agc_clip_factor`` in the Trainer. With ``tune_strategy="noise_scale"`` one probe run of
+    ``tuning_updates`` updates at ``accum_steps`` measures the gradient noise scale instead,
+    and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`). ``seed``
+    seeds the search and the data order of its trials and of the Trainer.
     """
 
     accum_steps: int = like(AccumulationSettings, "accum_steps", 4)
@@ -130,7 +135,23 @@ class TrainingOptions(Settings):
         kind=int,
         minimum=1,
         help="updates of the trial with the largest effective batch; every trial sees as "
-        "many examples",
+        "many examples (noise_scale: updates of the probe run)",
+    )
+    tune_strategy: str = setting(
+        "search",
+        kind=str,
+        choices=TUNE_STRATEGIES,
+        help="with --tune: search (a random search of --tuning-trials trials) or noise_scale (no "
+        "search: one probe run of --tuning-updates updates at --accum-steps measures the "
+        "gradient noise scale B_simple, and accum_steps becomes the --search-accum-steps value "
+        "nearest to B_simple / micro-batch)",
+    )
+    seed: int = like(
+        AccumulationSettings,
+        "shuffle_seed",
+        0,
+        help="seed of the run: the Tuner's hyperparameter sampling and trial seeds, and the "
+        "data order (shuffle_seed) of the Tuner's trials and of the Trainer",
     )
 
     def __post_init__(self):
@@ -141,6 +162,16 @@ class TrainingOptions(Settings):
                 self.updates_per_epoch
                 if self.updates_per_epoch is not None or self.label is not None
                 else DIGITS_UPDATES_PER_EPOCH,
+            )
+        if self.tune_strategy != "search" and not self.tune:
+            raise SettingError(
+                f"tune_strategy={self.tune_strategy!r} applies to a tuned run: add tune (--tune)."
+            )
+        if self.tune and self.tune_strategy == "noise_scale" and self.accum_steps < 2:
+            raise SettingError(
+                f"accum_steps={self.accum_steps}: tune_strategy 'noise_scale' probes at "
+                "accum_steps (--accum-steps), which must be >= 2 (the noise scale needs at least "
+                "2 micro-batch gradients per update)."
             )
         if self.label is None and (self.module_file or self.task != "classification"):
             raise SettingError(

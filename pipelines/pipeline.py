@@ -28,7 +28,6 @@ TUNER_FN = "ga_tfx.components.tuner.tuner_fn.tuner_fn"
 
 
 TUNER_OBJECTIVE = "val_accuracy"
-TUNER_SEED = 0  # trials are seeded from it and their id: a repeated search ranks them the same
 # The Evaluator's model names when the trivial baseline is scored beside the trained model.
 CANDIDATE, BASELINE = "candidate", "baseline"
 # "Beats the baseline": better by more than this (accuracy up, RMSE down).
@@ -151,6 +150,7 @@ def create_pipeline(
         strategy=options.strategy,
         checkpoint_every_updates=options.checkpoint_every_updates,
         checkpoint_every_seconds=options.checkpoint_every_seconds,
+        shuffle_seed=options.seed,
     )
     hyperparameters = None
     if options.tune:
@@ -159,24 +159,34 @@ def create_pipeline(
                 "tune searches with the model of an installed module (model_fn); "
                 f"a module_file ({code.module_file!r}) cannot be tuned here."
             )
+        probe = options.tune_strategy == "noise_scale"
+        # The same search every run of the same command: its seed is the run's (--seed).
+        tuner_options = {
+            "objective": TUNER_OBJECTIVE,
+            "seed": options.seed,
+            "trials_file": trials_file(pipeline_root),
+        }
+        if probe:  # one probe run of the Trainer's settings (its AGC factor included)
+            tuner_options["kind"] = "noise_scale"
+        else:
+            tuner_options["max_trials"] = options.tuning_trials
+        search_agc = (
+            None
+            if probe or options.search_agc_clip_factor is None
+            else list(options.search_agc_clip_factor)
+        )
+        ga_settings = dict(settings, accum_steps=options.accum_steps)
+        if probe:
+            ga_settings["agc_clip_factor"] = options.agc_clip_factor
         tuner_config = {
             keys.MODEL_FN: code.model_fn,
-            keys.GA_TFX: dict(settings, accum_steps=options.accum_steps),
+            keys.GA_TFX: ga_settings,
             keys.GA_TFX_SEARCH: {
                 "accum_steps": list(options.search_accum_steps),
-                "agc_clip_factor": (
-                    None
-                    if options.search_agc_clip_factor is None
-                    else list(options.search_agc_clip_factor)
-                ),
+                "agc_clip_factor": search_agc,
                 "micro_batch_size": options.micro_batch_size,
             },
-            keys.TUNER: {
-                "max_trials": options.tuning_trials,
-                "objective": TUNER_OBJECTIVE,
-                "seed": TUNER_SEED,
-                "trials_file": trials_file(pipeline_root),
-            },
+            keys.TUNER: tuner_options,
         }
         # Checked now, so that a bad search space fails when the pipeline is built.
         parsed = tuner_fn.parse_config(tuner_config, eval_steps=options.eval_steps)

@@ -7,6 +7,13 @@ the latest search's trials, and writes next to the run's outputs:
 * ``tuning_report.png``: score against effective batch size, one marker per trial, the AGC
   clip factor as colour (grey: AGC off), failed trials as crosses at the bottom.
 
+Each trial's measured gradient noise scale (``noise_scale``, B_simple in samples, at the trial's
+end) stands beside its score. A noise-scale probe (``--tune-strategy noise_scale``) adds its
+evidence: ``noise_scale_probe.csv`` (one row per window: update, samples, loss, noise scale and
+the two moving averages it is the ratio of), ``noise_scale_probe.png`` (the noise scale and the
+loss against samples, with the recommended effective batch) and lines saying what was measured
+and why ``accum_steps`` was chosen (:func:`probe_lines`).
+
 Standard library plus matplotlib (imported only to draw).
 """
 
@@ -23,8 +30,10 @@ COLUMNS = (
     "agc_clip_factor",
     "learning_rate",
     "score",
+    "noise_scale",
     "status",
 )
+PROBE_CSV, PROBE_PNG = "noise_scale_probe.csv", "noise_scale_probe.png"
 
 
 def read_trials(path: str) -> List[Dict[str, Any]]:
@@ -59,6 +68,7 @@ def rows(records: Sequence[Dict[str, Any]], maximize: bool) -> List[Dict[str, An
                 "agc_clip_factor": agc,
                 "learning_rate": values.get("learning_rate"),
                 "score": record.get("score"),
+                "noise_scale": metrics.get("noise_scale"),
                 "status": record.get("status", "?"),
             }
         )
@@ -86,8 +96,9 @@ def table_lines(table: Sequence[Dict[str, Any]]) -> List[str]:
 
 
 def write(trials_path: str, output_dir: str, objective: str) -> Optional[Dict[str, Any]]:
-    """Writes the CSV and the plot into ``output_dir``; returns ``{"lines", "csv", "png"}``
-    (None when no trial was recorded)."""
+    """Writes the CSV and the plot into ``output_dir``; returns ``{"lines", "csv", "png",
+    "files", "probe_lines"}`` (None when no trial was recorded). ``files`` lists every file
+    written; ``probe_lines`` is the noise-scale probe's evidence ([] without a probe)."""
     records = read_trials(trials_path)
     if not records:
         return None
@@ -101,7 +112,105 @@ def write(trials_path: str, output_dir: str, objective: str) -> Optional[Dict[st
         writer.writerows(table)
     png_path = os.path.join(output_dir, "tuning_report.png")
     plot(table, png_path, objective)
-    return {"lines": table_lines(table), "csv": csv_path, "png": png_path}
+    files = [csv_path, png_path]
+    probe = next((r["probe"] for r in records if r.get("probe")), None)
+    lines = probe_lines(probe) if probe is not None else []
+    if probe is not None and probe.get("curve"):
+        files += write_probe(probe, output_dir)
+    return {
+        "lines": table_lines(table),
+        "csv": csv_path,
+        "png": png_path,
+        "files": files,
+        "probe_lines": lines,
+    }
+
+
+def probe_lines(probe: Dict[str, Any]) -> List[str]:
+    """What the noise-scale probe measured and why it chose ``accum_steps``, in words."""
+    if "recommendation" not in probe:
+        return [f"noise-scale probe: no recommendation: {probe.get('error', 'no estimate')}"]
+    rec, curve = probe["recommendation"], probe.get("curve") or []
+    micro, k = probe["micro_batch_size"], probe["probe_accum_steps"]
+    last = curve[-1] if curve else {}
+    lines = [
+        f"noise-scale probe:    accum_steps {k} x micro-batch {micro} (effective batch "
+        f"{k * micro}), {last.get('update', '?')} updates, {last.get('samples', '?')} samples",
+        f"measured B_simple:    {rec['noise_scale']:.4g} samples (the ratio of the moving "
+        "averages at the probe's last update)",
+    ]
+    half = [r["noise_scale"] for r in curve[len(curve) // 2 :] if r.get("noise_scale")]
+    if half:
+        lines.append(
+            f"  over the probe's second half: {min(half):.4g} to {max(half):.4g} samples "
+            f"({len(half)} updates); a wide range means a longer probe (--tuning-updates) "
+            "would measure it better"
+        )
+    lines.append(f"recommended:          accum_steps {rec['accum_steps']}: {rec['reason']}")
+    return lines
+
+
+def write_probe(probe: Dict[str, Any], output_dir: str) -> List[str]:
+    """The probe's curve as ``noise_scale_probe.csv`` and ``.png``; returns their paths."""
+    curve = probe["curve"]
+    fields = list(curve[0])
+    csv_path = os.path.join(output_dir, PROBE_CSV)
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(curve)
+    png_path = os.path.join(output_dir, PROBE_PNG)
+    plot_probe(probe, png_path)
+    return [csv_path, png_path]
+
+
+def plot_probe(probe: Dict[str, Any], path: str) -> None:
+    """Noise scale (left axis, log) and loss (right axis) against samples seen; the
+    recommended effective batch and the others allowed as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    curve, rec = probe["curve"], probe["recommendation"]
+    micro = probe["micro_batch_size"]
+    figure, axes = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    measured = [r for r in curve if r.get("noise_scale")]
+    axes.plot(
+        [r["samples"] for r in measured],
+        [r["noise_scale"] for r in measured],
+        "o-",
+        color="C0",
+        label="noise scale B_simple",
+    )
+    for k in rec["choices"]:
+        chosen = k == rec["accum_steps"]
+        axes.axhline(
+            k * micro,
+            color="C3" if chosen else "0.8",
+            lw=2 if chosen else 0.8,
+            ls="-" if chosen else ":",
+            label=f"recommended: {k} x {micro} = {k * micro}" if chosen else None,
+        )
+    axes.set_yscale("log", base=2)
+    axes.set_xlabel("samples seen by the probe")
+    axes.set_ylabel("samples (B_simple; effective batch)")
+    losses = [r for r in curve if r.get("loss") is not None]
+    if losses:
+        right = axes.twinx()
+        right.plot(
+            [r["samples"] for r in losses], [r["loss"] for r in losses], color="C2", alpha=0.6
+        )
+        right.set_ylabel("window loss", color="C2")
+    axes.set_title(
+        f"noise-scale probe: accum_steps {probe['probe_accum_steps']} x {micro}; "
+        f"B_simple {rec['noise_scale']:.3g}"
+    )
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="upper left", fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
 
 
 def plot(table: Sequence[Dict[str, Any]], path: str, objective: str) -> None:

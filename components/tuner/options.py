@@ -5,7 +5,9 @@ from ga_tfx._schema import Settings, setting
 import dataclasses
 from typing import Optional
 
-TUNER_KINDS = ("random", "bayesian", "hyperband")
+# "noise_scale": no search; one probe run measures the gradient noise scale and accum_steps
+# follows from it (ga_tfx.tuning.NoiseScaleProbe).
+TUNER_KINDS = ("random", "bayesian", "hyperband", "noise_scale")
 DEFAULT_MAX_TRIALS = 10
 DEFAULT_MAX_EPOCHS = 3
 DEFAULT_STALE_TRIAL_SECONDS = 300.0
@@ -19,7 +21,9 @@ class TunerOptions(Settings):
         "random",
         kind=str,
         choices=TUNER_KINDS,
-        help="the Keras Tuner: random, bayesian or hyperband",
+        help="the Keras Tuner: random, bayesian or hyperband; or noise_scale: one probe run at "
+        "the Trainer's accum_steps measures the gradient noise scale B_simple and accum_steps is "
+        "the searched value nearest to B_simple / micro-batch",
     )
     objective: Optional[str] = setting(
         None,
@@ -42,10 +46,11 @@ class TunerOptions(Settings):
         help=f"epochs of a hyperband search (None: {DEFAULT_MAX_EPOCHS})",
     )
     seed: Optional[int] = setting(
-        None,
+        0,
         kind=int,
         optional=True,
-        help="seed of the search; each trial's seed derives from it and the trial id",
+        help="seed of the search: the hyperparameters each trial samples and each trial's "
+        "global seed derive from it (None: a new random search every run)",
     )
     trials_file: Optional[str] = setting(
         None,
@@ -66,5 +71,10 @@ class TunerOptions(Settings):
         super().__post_init__()
         if self.kind == "hyperband" and self.max_trials is not None:
             raise ValueError('max_trials does not apply to kind "hyperband" (give max_epochs).')
+        if self.kind == "noise_scale" and self.max_trials is not None:
+            raise ValueError(
+                f'max_trials does not apply to kind "noise_scale" (one probe run), got '
+                f"max_trials={self.max_trials!r}."
+            )
         if self.kind != "hyperband" and self.max_epochs is not None:
             raise ValueError(f'max_epochs only applies to kind "hyperband", not {self.kind!r}.')

@@ -3,17 +3,20 @@
 :func:`recording_tuner` gives a Keras Tuner class (RandomSearch, BayesianOptimization,
 Hyperband) three extra duties, none of which changes what a trial computes beyond its seed:
 
-* **seed**: before a trial builds its model, the global seed is set from the search's seed and
-  the trial id (``crc32("<seed>:<trial_id>")``), so a repeated search initialises each trial's
-  model the same way and ranks its trials the same (the data order is fixed by
-  ``shuffle_seed``);
+* **seed**: the oracle samples the hyperparameters from the search's seed (:func:`oracle_seed`:
+  seed 0 too, which keras-tuner would replace by a random one), and before a trial builds its
+  model the global seed is set from the search's seed and the trial id
+  (``crc32("<seed>:<trial_id>")``), so a repeated search tries the same hyperparameters,
+  initialises each trial's model the same way and ranks its trials the same (the data order is
+  fixed by ``shuffle_seed``);
 * **progress**: one :mod:`ga_tfx.components.trainer.progress` event per optimizer update,
   labelled ``Tuner trial i/N`` (the ``ga-tfx`` console draws it);
 * **record**: when ``trials_file`` is given, one JSON line per finished trial (failed ones
   included): ``trial_id``, ``status``, ``score``, the trial's hyperparameter ``values`` and its
-  last ``metrics`` (``effective_batch_size``, ``updates``, ...), ``message`` (a failed trial's
-  error: the traceback's last ``SomeError: ...`` line; else None), plus ``run`` (an id of this
-  search, so that a file shared by several runs can be read per run). With ``trials_file``,
+  last ``metrics`` (``effective_batch_size``, ``updates``, ``noise_scale``: the gradient noise
+  scale B_simple at the trial's end, in samples, when it was measured), ``message`` (a failed
+  trial's error: the traceback's last ``SomeError: ...`` line; else None), plus ``run`` (an id
+  of this search, so that a file shared by several runs can be read per run). With ``trials_file``,
   TensorBoard HParams summaries (hyperparameters, effective batch, updates, score) go to
   ``<trials_file directory>/hparams/<run>/<trial_id>``. The record is the oracle's view of
   the trial (in a distributed search, the chief's: its final status and score);
@@ -30,6 +33,7 @@ from ga_tfx.components.tuner import heartbeat
 from ga_tfx.components.tuner.options import DEFAULT_STALE_TRIAL_SECONDS
 
 import json
+import math
 import os
 import re
 import zlib
@@ -37,7 +41,7 @@ from typing import Any, Dict, Optional
 
 from keras_tuner.src.distribute import utils as dist_utils
 
-RECORDED_METRICS = ("effective_batch_size", "updates", "samples_seen")
+RECORDED_METRICS = ("effective_batch_size", "updates", "samples_seen", "noise_scale")
 # The "SomeError: what" line of a traceback (TF errors add lines after it).
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)")
 
@@ -45,6 +49,21 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(
 def trial_seed(search_seed: Optional[int], trial_id: str) -> int:
     """The global seed of a trial: a function of the search's seed and the trial id only."""
     return zlib.crc32(f"{search_seed}:{trial_id}".encode()) % (2**31)
+
+
+class _OracleSeed(int):
+    """An ``int`` that is true when it is 0: keras-tuner's ``Oracle`` keeps ``seed or
+    random.randint(1, 10000)``, so a search seeded 0 would sample different hyperparameters on
+    every run (keras-tuner 1.4.5, ``keras_tuner/src/engine/oracle.py``)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def oracle_seed(search_seed: Optional[int]) -> Optional[int]:
+    """The seed to give a keras-tuner oracle for the search seed ``search_seed``: the same
+    number, kept even when it is 0 (None: keras-tuner picks a random one)."""
+    return None if search_seed is None else _OracleSeed(search_seed)
 
 
 class _UpdateProgress(keras.callbacks.Callback):
@@ -146,6 +165,9 @@ def recording_tuner(base: type) -> type:
             """Appends ``trial`` to the trials file and writes its HParams (if recording)."""
             if self._ga_trials_file:
                 record = trial_record(trial, self._ga_run)
+                extra = getattr(self, "ga_extra_record", None)  # e.g. the noise-scale probe's
+                if extra is not None:
+                    record.update(extra(trial))
                 record["values"].setdefault(
                     "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values)
                 )
@@ -173,7 +195,7 @@ def trial_record(trial: Any, run_id: str = "") -> Dict[str, Any]:
             value = trial.metrics.get_last_value(name)
         except (KeyError, ValueError, AttributeError):
             value = None
-        if value is not None:
+        if value is not None and math.isfinite(float(value)):
             metrics[name] = float(value)
     status = getattr(trial.status, "value", trial.status)
     lines = [line.strip() for line in (trial.message or "").splitlines() if line.strip()]

@@ -35,10 +35,25 @@ Use it with TFX's own Tuner component (no custom component needed)::
 ``ga_tfx_search``  (optional) :class:`ga_tfx.tuning.AccumulationSearchSpace` arguments
                    (default: ``accum_steps`` in 1, 2, 4).
 ``tuner``          (optional) ``kind`` (``"random"`` (default), ``"bayesian"``,
-                   ``"hyperband"``), ``objective`` (default ``"val_loss"`` when
-                   ``eval_args.num_steps`` is set, else ``"loss"``), ``max_trials`` (random and
-                   bayesian, default 10), ``max_epochs`` (hyperband, default 3), ``seed``,
-                   ``trials_file``, ``stale_trial_seconds`` (see ``options.py``).
+                   ``"hyperband"``, or ``"noise_scale"``: no search, see below),
+                   ``objective`` (default ``"val_loss"`` when ``eval_args.num_steps`` is set,
+                   else ``"loss"``), ``max_trials`` (random and bayesian, default 10),
+                   ``max_epochs`` (hyperband, default 3), ``seed`` (default 0: the same
+                   search every run), ``trials_file``, ``stale_trial_seconds`` (see
+                   ``options.py``).
+
+Every trial logs the gradient noise scale (``log_noise_scale``): its ``noise_scale`` (B_simple at
+the trial's end, in samples; none for ``accum_steps=1`` on one device) is recorded beside its
+score in ``trials_file``.
+
+``kind: "noise_scale"`` replaces the trials by one probe run
+(:class:`ga_tfx.tuning.NoiseScaleProbe`): the Trainer's settings (``ga_tfx``: its
+``accum_steps``, >= 2, default the largest searched, ``micro_batch_size`` and
+``agc_clip_factor``) train for ``train_args.num_steps`` updates while the noise scale is
+measured, and the best hyperparameters are ``accum_steps`` = the ``ga_tfx_search`` value
+nearest (log2 scale) to ``B_simple / micro_batch_size``. The search space may then list
+``accum_steps`` and one ``micro_batch_size`` only. ``trials_file`` gets the probe's curve and
+the recommendation with its reason (``"probe"``).
 
 The budget rule (``train_args.num_steps``)
 ------------------------------------------
@@ -93,7 +108,7 @@ from ga_tfx.components.tuner.options import (
     DEFAULT_STALE_TRIAL_SECONDS,
     TunerOptions,
 )
-from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace
+from ga_tfx.tuning import AccumulationHyperModel, AccumulationSearchSpace, NoiseScaleProbe
 
 import dataclasses
 import importlib
@@ -120,7 +135,7 @@ class TunerConfig:
     objective: str = "loss"
     max_trials: Optional[int] = None
     max_epochs: Optional[int] = None
-    seed: Optional[int] = None
+    seed: Optional[int] = 0
     trials_file: Optional[str] = None
     stale_trial_seconds: float = DEFAULT_STALE_TRIAL_SECONDS
 
@@ -155,15 +170,18 @@ def parse_config(
         space = AccumulationSearchSpace.from_config(search)
     except (TypeError, ValueError) as error:
         raise type(error)(f"custom_config {keys.GA_TFX_SEARCH}: {error}") from error
-    settings.setdefault("accum_steps", space.accum_steps[0])  # searched: a placeholder
-    settings.setdefault("micro_batch_size", space.micro_batch_size[0])
-    settings = settings_lib.from_dict(settings)
-
     tuner = _mapping(custom_config.get(keys.TUNER) or {}, keys.TUNER)
     try:
         options = TunerOptions.from_mapping(tuner, where=f"custom_config {keys.TUNER}")
     except ValueError as error:
         raise type(error)(f"custom_config {keys.TUNER}: {error}") from error
+    # Searched: a placeholder; the noise-scale probe runs at it (default: the largest searched).
+    settings.setdefault(
+        "accum_steps",
+        max(space.accum_steps) if options.kind == "noise_scale" else space.accum_steps[0],
+    )
+    settings.setdefault("micro_batch_size", space.micro_batch_size[0])
+    settings = settings_lib.from_dict(settings)
     objective = options.objective or ("val_loss" if eval_steps else "loss")
     if objective.startswith("val_") and not eval_steps:
         raise ValueError(
@@ -172,9 +190,11 @@ def parse_config(
         )
     if options.kind == "hyperband":
         max_trials, max_epochs = None, options.max_epochs or DEFAULT_MAX_EPOCHS
+    elif options.kind == "noise_scale":
+        max_trials, max_epochs = 1, None
+        _check_probe(space, settings)
     else:
         max_trials, max_epochs = options.max_trials or DEFAULT_MAX_TRIALS, None
-    seed = options.seed
     return TunerConfig(
         model_fn=model_fn,
         settings=settings,
@@ -183,10 +203,37 @@ def parse_config(
         objective=objective,
         max_trials=max_trials,
         max_epochs=max_epochs,
-        seed=seed,
+        seed=options.seed,
         trials_file=options.trials_file,
         stale_trial_seconds=options.stale_trial_seconds,
     )
+
+
+def _check_probe(space: AccumulationSearchSpace, settings) -> None:
+    """The noise-scale probe's rules: it recommends ``accum_steps`` only, and runs at the
+    Trainer's ``accum_steps``, which must give 2 micro-batch gradients per window."""
+    other = [
+        f"{name}={value!r}"
+        for name, value in (
+            ("agc_clip_factor", space.agc_clip_factor),
+            ("learning_rate", space.learning_rate),
+        )
+        if value is not None
+    ]
+    if len(space.micro_batch_size) > 1:
+        other.append(f"micro_batch_size={list(space.micro_batch_size)!r}")
+    if other:
+        raise ValueError(
+            f'custom_config {keys.GA_TFX_SEARCH}: tuner kind "noise_scale" chooses accum_steps '
+            f"only; remove {', '.join(other)} (the probe runs the Trainer's settings: give "
+            f"them in {keys.GA_TFX})."
+        )
+    if settings.accum_steps < 2:
+        raise ValueError(
+            f"custom_config {keys.GA_TFX} accum_steps={settings.accum_steps}: tuner kind "
+            '"noise_scale" probes at the Trainer\'s accum_steps, which must be >= 2 (the noise '
+            "scale needs at least 2 micro-batch gradients per update)."
+        )
 
 
 def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace) -> int:
@@ -245,7 +292,12 @@ def tuner_fn(fn_args) -> TunerFnResult:
     """The TFX Tuner entry point: a Keras Tuner over :class:`AccumulationHyperModel`."""
     config = parse_config(fn_args.custom_config, fn_args.eval_steps)
     space, settings = config.search_space, config.settings
-    samples = trial_budget(fn_args.train_steps, space)
+    probe = config.kind == "noise_scale"
+    # The probe's budget: num_steps updates of the Trainer's effective batch.
+    samples = trial_budget(
+        fn_args.train_steps,
+        dataclasses.replace(space, accum_steps=(settings.accum_steps,)) if probe else space,
+    )
     schema, transform_output = data.schema_and_transform(fn_args)
     build = load_hp_build_model(config.model_fn, transform_output)
     strategy = distribution.make_strategy(settings.strategy)
@@ -263,32 +315,20 @@ def tuner_fn(fn_args) -> TunerFnResult:
         partial_window=settings.partial_window,
         agc_clip_factor=None if space.searches_agc() else settings.agc_clip_factor,
         mixed_precision=settings.mixed_precision,
+        log_noise_scale=True,
     )
     common = dict(
         objective=config.objective,
-        seed=config.seed,
         directory=fn_args.working_dir,
         project_name=PROJECT_NAME,
         overwrite=False,
         distribution_strategy=strategy if replicas > 1 else None,
-        search_seed=config.seed,
         samples_per_trial=samples,
         trials_file=config.trials_file,
         stale_trial_seconds=config.stale_trial_seconds,
         run_id=os.path.basename(os.path.normpath(fn_args.working_dir or "")),
     )
-    if config.kind == "random":
-        tuner = trials.recording_tuner(keras_tuner.RandomSearch)(
-            hypermodel, max_trials=config.max_trials, **common
-        )
-    elif config.kind == "bayesian":
-        tuner = trials.recording_tuner(keras_tuner.BayesianOptimization)(
-            hypermodel, max_trials=config.max_trials, **common
-        )
-    else:
-        tuner = trials.recording_tuner(keras_tuner.Hyperband)(
-            hypermodel, max_epochs=config.max_epochs, **common
-        )
+    tuner = build_tuner(config, hypermodel, **common)
 
     def batches(files, micro_batch_size, shuffle):  # the Trainer's data path, any batch size
         return data.micro_batches(
@@ -311,6 +351,26 @@ def tuner_fn(fn_args) -> TunerFnResult:
             validation_steps=fn_args.eval_steps,
         )
     return TunerFnResult(tuner=tuner, fit_kwargs=fit_kwargs)
+
+
+def build_tuner(config: TunerConfig, hypermodel: AccumulationHyperModel, **kwargs: Any) -> Any:
+    """The recording Keras Tuner of ``config.kind`` over ``hypermodel``, its oracle seeded from
+    ``config.seed`` (:func:`trials.oracle_seed`: the same hyperparameters every run, seed 0
+    included). ``kwargs``: the other ``keras_tuner.Tuner`` and recording arguments."""
+    seed = trials.oracle_seed(config.seed)
+    kwargs.setdefault("search_seed", config.seed)
+    if config.kind == "noise_scale":
+        return trials.recording_tuner(NoiseScaleProbe)(
+            hypermodel, probe_accum_steps=config.settings.accum_steps, seed=seed, **kwargs
+        )
+    if config.kind == "hyperband":
+        return trials.recording_tuner(keras_tuner.Hyperband)(
+            hypermodel, max_epochs=config.max_epochs, seed=seed, **kwargs
+        )
+    base = {"random": keras_tuner.RandomSearch, "bayesian": keras_tuner.BayesianOptimization}
+    return trials.recording_tuner(base[config.kind])(
+        hypermodel, max_trials=config.max_trials, seed=seed, **kwargs
+    )
 
 
 class _PolicyHyperModel(AccumulationHyperModel):

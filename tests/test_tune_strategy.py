@@ -1,0 +1,323 @@
+"""``ga-tfx run --tune``: a reproducible search (issue 25, item 5) and the noise-scale strategy
+(item 4) in the Tuner's configuration, the pipeline and the tuning report.
+
+Fast: the oracle's seeding through ``tuner_fn.build_tuner`` (keras-tuner replaces a seed of 0 by
+a random one, which made two runs of the same command try different hyperparameters), the
+``noise_scale`` kind's configuration and errors, the options and the pipeline's wiring of
+``--seed`` and ``--tune-strategy``, and the report's evidence. Slow: the same command run twice
+into fresh output directories (separate processes, as a user runs it), and ``--seed 1``; and a
+whole ``--tune-strategy noise_scale`` run.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx import keras, tuning
+from ga_tfx.components.tuner import tuner_fn
+from ga_tfx.pipelines import cli, tuning_report
+from ga_tfx.pipelines import pipeline as pipeline_lib
+from ga_tfx.pipelines.options import TrainingOptions
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.tfx]
+
+
+def _config(kind="random", seed=0, search=None, settings=None, **tuner):
+    tuner = dict({"kind": kind, "seed": seed}, **tuner)
+    return tuner_fn.parse_config(
+        {
+            "model_fn": "ga_tfx.pipelines.digits",
+            "ga_tfx": dict({"label_key": "label", "micro_batch_size": 8}, **(settings or {})),
+            "ga_tfx_search": search
+            if search is not None
+            else {"accum_steps": [1, 2, 4, 8], "agc_clip_factor": [0.01, 0.16]},
+            "tuner": tuner,
+        },
+        eval_steps=2,
+    )
+
+
+def _tiny_model(hp):
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+
+def _draws(directory, kind, seed):
+    """The hyperparameters the tuner's oracle gives its first 4 trials."""
+    extra = {"max_epochs": 4} if kind == "hyperband" else {"max_trials": 6}
+    config = _config(kind, seed, **extra)
+    hypermodel = tuning.AccumulationHyperModel(_tiny_model, config.search_space)
+    # (Constructing the tuner builds the hypermodel once: the oracle learns the space.)
+    tuner = tuner_fn.build_tuner(config, hypermodel, directory=directory, project_name="p")
+    return [tuner.oracle.create_trial(f"worker{i}").hyperparameters.values for i in range(4)]
+
+
+@pytest.mark.parametrize("kind", ["random", "bayesian", "hyperband"])
+def test_the_same_seed_gives_the_same_trials_and_another_seed_others(tmp_path, kind):
+    # Seed 0, the pipeline's default, included: keras-tuner would draw a random seed for it.
+    first = _draws(str(tmp_path / "a"), kind, 0)
+    assert _draws(str(tmp_path / "b"), kind, 0) == first
+    assert _draws(str(tmp_path / "c"), kind, 1) != first
+    assert len({json.dumps(v, sort_keys=True) for v in first}) > 1  # they are samples
+
+
+def test_the_noise_scale_kind_probes_the_trainers_settings():
+    config = _config("noise_scale", search={"accum_steps": [1, 2, 4, 8]})
+    assert (config.kind, config.max_trials, config.max_epochs) == ("noise_scale", 1, None)
+    assert config.settings.accum_steps == 8  # not given: the largest searched
+    assert (
+        _config(
+            "noise_scale", search={"accum_steps": [1, 2]}, settings={"accum_steps": 4}
+        ).settings.accum_steps
+        == 4
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(), r"chooses accum_steps only; remove agc_clip_factor=\(0.01, 0.16\)"),
+        (
+            dict(search={"accum_steps": [1, 2], "micro_batch_size": [8, 16]}),
+            r"remove micro_batch_size=\[8, 16\]",
+        ),
+        (
+            dict(search={"accum_steps": [1, 2]}, settings={"accum_steps": 1}),
+            r"accum_steps=1: tuner kind \"noise_scale\" probes at the Trainer's accum_steps, "
+            r"which must be >= 2",
+        ),
+        (
+            dict(search={"accum_steps": [1, 2]}, max_trials=3),
+            r'max_trials does not apply to kind "noise_scale" .*got max_trials=3',
+        ),
+        (dict(kind="grid"), r"kind must be one of 'random', .*'noise_scale'.*got 'grid'"),
+    ],
+)
+def test_the_noise_scale_kind_rejects_what_it_cannot_do(kwargs, match):
+    kind = kwargs.pop("kind", "noise_scale")
+    with pytest.raises(ValueError, match=match):
+        _config(kind, **kwargs)
+
+
+def test_tune_strategy_and_seed_options_are_checked():
+    with pytest.raises(ValueError, match=r"tune_strategy='noise_scale' applies to a tuned run"):
+        TrainingOptions(tune_strategy="noise_scale")
+    with pytest.raises(ValueError, match=r"accum_steps=1: tune_strategy 'noise_scale' probes"):
+        TrainingOptions(tune=True, tune_strategy="noise_scale", accum_steps=1)
+    with pytest.raises(ValueError, match=r"tune_strategy must be one of 'search', 'noise_scale'"):
+        TrainingOptions(tune=True, tune_strategy="grid")
+    with pytest.raises(ValueError, match=r"seed must be an integer >= 0 .*got -1"):
+        TrainingOptions(seed=-1)
+    args = cli.build_parser().parse_args(
+        ["run", "--tune", "--tune-strategy", "noise_scale", "--seed", "7"]
+    )
+    assert cli.training_options(args) == TrainingOptions(
+        tune=True, tune_strategy="noise_scale", seed=7
+    )
+
+
+def _components(options, tmp_path):
+    made = pipeline_lib.create_pipeline(
+        "p", str(tmp_path / "root"), cli.SHIPPED_DATA, str(tmp_path / "serving"), options
+    )
+    return {c.id: c for c in made.components}
+
+
+def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
+    parts = _components(
+        TrainingOptions(
+            tune=True, tune_strategy="noise_scale", seed=3, search_accum_steps=(1, 2, 4, 8)
+        ),
+        tmp_path,
+    )
+    config = json.loads(parts["Tuner"].exec_properties["custom_config"])
+    assert config["tuner"] == {
+        "kind": "noise_scale",
+        "objective": pipeline_lib.TUNER_OBJECTIVE,
+        "seed": 3,
+        "trials_file": pipeline_lib.trials_file(str(tmp_path / "root")),
+    }
+    # The probe runs the Trainer's settings: its accum_steps, AGC factor and data order.
+    assert config["ga_tfx"]["accum_steps"] == 4 and config["ga_tfx"]["agc_clip_factor"] == 0.08
+    assert config["ga_tfx"]["shuffle_seed"] == 3
+    assert config["ga_tfx_search"]["agc_clip_factor"] is None
+    assert config["ga_tfx_search"]["accum_steps"] == [1, 2, 4, 8]
+    trainer = parts["GradientAccumulationTrainer"].exec_properties
+    assert trainer["shuffle_seed"] == 3
+    searched = _components(TrainingOptions(tune=True, seed=5), tmp_path)
+    config = json.loads(searched["Tuner"].exec_properties["custom_config"])
+    assert config["tuner"]["seed"] == 5 and config["tuner"]["max_trials"] == 3
+    assert "kind" not in config["tuner"] and config["ga_tfx_search"]["agc_clip_factor"]
+
+
+def test_the_stock_tuner_probes_once_and_exports_the_recommendation(tmp_path, model_module):
+    """The noise-scale kind through TFX's stock Tuner executor (taxi testdata, the test model
+    its BatchNormalization replaced): one probe of 4 updates at accum_steps 4 x 8, and the best
+    hyperparameters it exports are the searched accum_steps nearest on a log2 scale to the
+    recorded B_simple / 8, worked out here from the record."""
+    from tests.test_tuner_component import _config as stock_config
+    from tests.test_tuner_component import _tune
+
+    name = model_module()
+    trials_file = str(tmp_path / "trials.jsonl")
+    config = stock_config(
+        name,
+        ga_tfx=dict(stock_config(name)["ga_tfx"], accum_steps=4),
+        ga_tfx_search={"accum_steps": [1, 2, 4, 8, 16, 32]},
+        tuner={"kind": "noise_scale", "trials_file": trials_file},
+    )
+    best, _ = _tune(str(tmp_path / "tune"), config, num_steps=4)
+    (record,) = tuning_report.read_trials(trials_file)
+    assert record["values"]["accum_steps"] == 4 and record["status"] == "completed"
+    b_simple = record["metrics"]["noise_scale"]  # beside the score, as for a searched trial
+    assert b_simple > 0 and record["score"] is not None
+    assert [row["update"] for row in record["probe"]["curve"]] == [1, 2, 3, 4]
+    assert record["probe"]["curve"][-1]["noise_scale"] == b_simple
+    expected = min((1, 2, 4, 8, 16, 32), key=lambda k: abs(math.log2(k / (b_simple / 8))))
+    assert record["probe"]["recommendation"]["accum_steps"] == expected
+    with open(os.path.join(best.uri, "best_hyperparameters.txt")) as f:
+        assert json.load(f)["values"]["accum_steps"] == expected
+
+
+# ------------------------------------------------------------------- the report's evidence
+def _probe_record():
+    curve = [
+        {
+            "window": i,
+            "update": i,
+            "samples": 128 * i,
+            "loss": 2.0 / i,
+            "noise_scale": None if i == 1 else 20.0 + 10 * i,
+            "noise_trace": 1.0,
+            "noise_grad_sq": 0.05,
+        }
+        for i in range(1, 9)
+    ]
+    from ga_tfx.batch_choice import recommend_accum_steps
+
+    rec = recommend_accum_steps(100.0, 32, (1, 2, 4, 8))  # 3.125 -> 4
+    return {
+        "run": "r",
+        "trial_id": "0",
+        "status": "completed",
+        "score": 0.8,
+        "values": {"accum_steps": 4, "micro_batch_size": 32},
+        "metrics": {"effective_batch_size": 128.0, "noise_scale": 100.0},
+        "message": None,
+        "probe": {
+            "probe_accum_steps": 4,
+            "micro_batch_size": 32,
+            "curve": curve,
+            "recommendation": rec.to_dict(),
+        },
+    }
+
+
+def test_the_probe_report_shows_the_curve_the_choice_and_why(tmp_path):
+    trials = tmp_path / "trials.jsonl"
+    trials.write_text(json.dumps(_probe_record()) + "\n")
+    report = tuning_report.write(str(trials), str(tmp_path / "out"), "val_accuracy")
+    header, row = report["lines"][0].split(), report["lines"][1].split()
+    assert row[header.index("noise_scale")] == "100"  # beside the score
+    lines = report["probe_lines"]
+    text = "\n".join(lines)
+    assert "accum_steps 4 x micro-batch 32 (effective batch 128), 8 updates, 1024 samples" in text
+    assert "measured B_simple:    100 samples" in text
+    assert "second half: 70 to 100 samples (4 updates)" in text  # windows 5..8: 70, 80, 90, 100
+    assert (
+        "recommended:          accum_steps 4: B_simple / micro-batch = 100 / 32 = 3.12 "
+        "micro-batches per update: the nearest allowed accum_steps on a log2 scale is 4"
+    ) in text
+    probe_csv = os.path.join(str(tmp_path / "out"), tuning_report.PROBE_CSV)
+    assert probe_csv in report["files"]
+    with open(probe_csv) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["noise_scale"] for r in rows] == [""] + [f"{20.0 + 10 * i}" for i in range(2, 9)]
+    with open(os.path.join(str(tmp_path / "out"), tuning_report.PROBE_PNG), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # A probe without an estimate says why, instead of a recommendation.
+    record = _probe_record()
+    record["probe"] = {"error": "The noise-scale probe ... measured no usable noise scale"}
+    trials.write_text(json.dumps(record) + "\n")
+    lines = tuning_report.write(str(trials), str(tmp_path / "err"), "val_accuracy")["probe_lines"]
+    assert lines == [
+        "noise-scale probe: no recommendation: The noise-scale probe ... measured no usable "
+        "noise scale"
+    ]
+
+
+# ------------------------------------------------------------------- whole runs (slow)
+SMALL = [
+    "--train-updates",
+    "4",
+    "--updates-per-epoch",
+    "4",
+    "--eval-steps",
+    "4",
+    "--tuning-updates",
+    "2",
+    "--search-accum-steps",
+    "1,2,4",
+]
+
+
+def _ga_tfx_run(output_dir, *flags):
+    """``ga-tfx run --tune ...`` in its own process, as a user runs it; returns its stdout."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ga_tfx.pipelines.cli",
+            "run",
+            "--tune",
+            "--output-dir",
+            str(output_dir),
+            *SMALL,
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def _search(output_dir, stdout):
+    """(each trial's id, values and score; the tuned line) of a run."""
+    records = tuning_report.read_trials(pipeline_lib.trials_file(str(output_dir / "root")))
+    trials = sorted((r["trial_id"], r["values"], r["score"]) for r in records)
+    tuned = next(line for line in stdout.splitlines() if line.startswith("tuned:"))
+    return trials, tuned
+
+
+@pytest.mark.slow  # three pipeline runs
+def test_two_fresh_runs_of_the_same_tune_command_agree_and_seed_changes_them(tmp_path):
+    first = _search(tmp_path / "a", _ga_tfx_run(tmp_path / "a"))
+    again = _search(tmp_path / "b", _ga_tfx_run(tmp_path / "b"))
+    assert len(first[0]) == 3 and all(score is not None for _, _, score in first[0])
+    assert again == first  # the same hyperparameters, the same scores, the same best trial
+    other = _search(tmp_path / "c", _ga_tfx_run(tmp_path / "c", "--seed", "1"))
+    assert [values for _, values, _ in other[0]] != [values for _, values, _ in first[0]]
+
+
+@pytest.mark.slow  # a pipeline run
+def test_a_noise_scale_run_trains_with_the_recommended_accum_steps(tmp_path):
+    out = _ga_tfx_run(tmp_path, "--tune-strategy", "noise_scale", "--accum-steps", "4")
+    record = tuning_report.read_trials(pipeline_lib.trials_file(str(tmp_path / "root")))[0]
+    rec = record["probe"]["recommendation"]
+    assert record["values"]["accum_steps"] == 4  # the probe ran at --accum-steps
+    assert len(record["probe"]["curve"]) == 2  # --tuning-updates
+    assert f"tuned:                accum_steps={rec['accum_steps']}" in out
+    assert f"effective batch size: {rec['accum_steps'] * 32}" in out  # the Trainer used it
+    assert f"recommended:          accum_steps {rec['accum_steps']}: {rec['reason']}" in out
+    for name in (tuning_report.PROBE_CSV, tuning_report.PROBE_PNG, "tuning_report.csv"):
+        assert os.path.exists(tmp_path / name), name
