@@ -208,6 +208,15 @@ def report(results: List[Dict[str, object]], command: str) -> str:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout.split("\n")
+    changed = sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
+    if changed:  # say what the run also ran with
+        commit += f" (with uncommitted changes under {', '.join(changed)})"
     lines = [
         "# `--data-root --label` with the defaults vs scikit-learn HistGradientBoosting",
         "",

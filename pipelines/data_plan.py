@@ -63,6 +63,7 @@ TIMESTAMP_RANGES = ((1e8, 4.1e9, 1), (1e11, 4.1e12, 1000))
 RARE_CLASS_ROWS = 10  # classes with fewer training rows are reported as rare
 MISSING_TOKEN = "__empty__"  # what an empty text cell becomes (a category of its own)
 WORST_EMPTY_COLUMNS = 5  # empty cells: the summary names this many columns
+LISTED_CLASSES = 12  # classes named per line of the summary (the rest are counted)
 # Where the plan lives in the schema: a schema-level annotation comment with this prefix.
 SCHEMA_COMMENT_PREFIX = "ga_tfx.data_plan="
 SCHEMA_DROP_TAG = "ga_tfx.dropped"
@@ -241,20 +242,22 @@ class DataPlan:
             )
         ]
         for split, classes in sorted(self.classes.items(), key=_split_order):
-            listed = ", ".join(f"{c} {n}" for c, n in classes[:12])
-            more = self.distinct_classes.get(split, len(classes)) - min(len(classes), 12)
+            listed = ", ".join(f"{c} {n}" for c, n in classes[:LISTED_CLASSES])
+            more = self.distinct_classes.get(split, len(classes)) - min(
+                len(classes), LISTED_CLASSES
+            )
             lines.append(f"  {split}: {listed}" + (f" and {more} more" if more > 0 else ""))
         rare = self.rare_classes()
         if rare:
             lines.append(
                 f"  rare (fewer than {RARE_CLASS_ROWS} training rows): "
-                + ", ".join(f"{c} {n}" for c, n in rare)
+                + _listed([f"{c} {n}" for c, n in rare])
             )
         unseen = self.unseen_classes()
         if unseen:
             lines.append(
                 "  not in train (the model cannot predict them; their rows count as errors): "
-                + ", ".join(f"{c} ({s} {n})" for c, s, n in unseen)
+                + _listed([f"{c} ({s} {n})" for c, s, n in unseen])
             )
         return lines
 
@@ -275,6 +278,12 @@ class DataPlan:
         data["columns"] = tuple(Column(**c) for c in data["columns"])
         data["classes"] = {s: [tuple(p) for p in v] for s, v in data["classes"].items()}
         return cls(**data)
+
+
+def _listed(items: List[str]) -> str:
+    """The first ``LISTED_CLASSES`` items, then how many more."""
+    more = len(items) - LISTED_CLASSES
+    return ", ".join(items[:LISTED_CLASSES]) + (f" and {more} more" if more > 0 else "")
 
 
 def _split_order_key(split: str):

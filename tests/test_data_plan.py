@@ -124,6 +124,8 @@ def test_columns_are_dropped_with_the_reason(classification):
     lines = plan.summary_lines()
     for column, reason in dropped.items():
         assert f"  dropped   {column}: {reason}" in lines
+    # The columns used that have empty cells, most first (dropped ones and full ones: not).
+    assert "empty cells (train): company 75 (25%), fare 30 (10%)" in lines
 
 
 def test_a_large_number_that_varies_widely_is_a_quantity_not_a_code():
@@ -148,9 +150,23 @@ def test_the_summary_names_rare_classes_and_classes_training_lacks(classificatio
     assert plan.unseen_classes() == [("Mystery", "eval", 3)]
 
 
-def test_the_summary_fits_one_screen(classification):
-    lines = classification[0].summary_lines()
-    assert len(lines) <= 24 and max(len(line) for line in lines) <= 160
+def test_the_summary_fits_one_screen_however_wide_the_table():
+    # 60 columns with empty cells and 40 classes: the worst five columns and the twelve most
+    # frequent classes per split are named, the rest counted.
+    train = {
+        f"c{i:02d}": [None if r % (i + 2) == 0 else float(r % 7) for r in range(200)]
+        for i in range(60)
+    }
+    train["y"] = [f"class{r % 40:02d}" for r in range(200)]
+    plan = data_plan.make_plan(
+        {"train": _stats(train), "eval": _stats(train)}, _schema(train), "y", "classification"
+    )
+    lines = plan.summary_lines()
+    assert len(lines) <= 24 and max(len(line) for line in lines) <= 200
+    assert lines[2].startswith("empty cells (train): c00 100 (50%), c01 67 (34%)")
+    assert lines[2].endswith(" and 55 more columns")
+    assert lines[5].startswith("  train: class00 5, ") and lines[5].endswith(" and 28 more")
+    assert lines[7].startswith("  rare (fewer than 10") and lines[7].endswith(" and 28 more")
 
 
 def test_the_majority_class_baseline_matches_counting_the_eval_labels(classification):
