@@ -1,0 +1,623 @@
+"""The critical batch by brute force, against the noise-scale probe's recommendation.
+
+Run from the repository root (6 to 8 minutes on 2 shared cores)::
+
+    .venv/bin/python -m benchmarks.critical_batch
+
+It writes ``benchmarks/CRITICAL_BATCH.md`` (the command, the tables, the verdict),
+``benchmarks/CRITICAL_BATCH.json`` (every figure, the probes' curves included: a header line,
+then one line per data set) and ``benchmarks/critical_batch.png``. It exits 1 when a data set's
+probes are not all within a factor 2 of its critical batch.
+
+For each of two real data sets shipped inside installed packages (nothing is downloaded):
+
+1. **Brute force.** For each effective batch ``B`` of a sweep, the number of optimizer steps
+   ``S`` that plain SGD needs to bring the *eval* loss down to a target, at the learning rate
+   that is best *for that batch* (the McCandlish et al. 2018 protocol: the rate is tuned per
+   batch, the lowest median over a grid of factor sqrt(2)); ``S`` is the median over 5 seeds
+   (initialisation and data order); the samples are ``E = S B``. The eval loss is measured
+   every step up to step 32, then every ``step // 32`` steps (a resolution of about 3 %).
+2. **The fit** of the paper's model, ``S = S_min (1 + B_crit / B)`` (equivalently
+   ``E = E_min (1 + B / B_crit)``, ``E_min = S_min B_crit``), by least squares on ``log S``.
+   ``B_crit = E_min / S_min`` is the critical batch of that target.
+3. **The probe**: :class:`ga_tfx.tuning.NoiseScaleProbe` (the code behind ``ga-tfx run --tune
+   --tune-strategy noise_scale``), once per seed, with the same model, micro-batches of
+   ``MICRO`` samples and ``accum_steps = PROBE_K``, trained as the sweep trained that effective
+   batch: at its best learning rate, for as many updates as it needed to reach the target (so
+   ``B_simple`` is measured at the target loss, where ``B_crit`` is defined; a user probes at
+   the rate they train with). No other figure of the sweep reaches the probe. It recommends
+   ``accum_steps`` among the powers of two covering the sweep; the check is that the
+   recommended effective batch lies within a factor 2 of ``B_crit``. The probe is also run at
+   1/4 and 1/2 of that rate and for half and twice as many updates, to show how much the
+   estimate depends on them.
+
+The sweep trains each effective batch ``B`` as one batch of ``B`` samples: gradient
+accumulation computes exactly that update (``tests/test_equivalence.py``), and one batch is
+much faster on a CPU. The model has no BatchNormalization (whose micro-batch statistics would
+make the two differ). The probe trains with accumulation, as the product does.
+"""
+
+import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow is imported)
+from ga_tfx import keras, tf
+from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe
+
+import argparse
+import collections
+import csv
+import datetime
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIGITS_CSV = os.path.join(ROOT, "pipelines", "data", "digits", "digits.csv")
+OUTPUT = os.path.join(ROOT, "benchmarks", "CRITICAL_BATCH.md")
+HIDDEN = 64  # the MLP's hidden units
+SEEDS = (0, 1, 2, 3, 4)
+MICRO = 8  # the probe's micro-batch
+PROBE_K = 8  # the probe's accum_steps: effective batch 64
+MAX_STEPS = 4000
+LR_GRID = tuple(0.05 * 2 ** (k / 2) for k in range(15))  # 0.05 .. 6.4, factor sqrt(2)
+
+
+# ---------------------------------------------------------------------------------- data
+def _split(x, y, seed=0):
+    """A seeded 2/3 train, 1/3 eval split."""
+    order = np.random.default_rng(seed).permutation(len(y))
+    n = len(y) * 2 // 3
+    return x[order[:n]], y[order[:n]], x[order[n:]], y[order[n:]]
+
+
+def digits():
+    """The shipped digits (``pipelines/data/digits``): 1,797 8x8 images, pixels / 16."""
+    with open(DIGITS_CSV) as f:
+        rows = list(csv.DictReader(f))
+    x = np.array([[float(r[f"pixel_{i:02d}"]) for i in range(64)] for r in rows], "float32")
+    y = np.array([int(r["label"]) for r in rows], "int64")
+    return _split(x / 16.0, y)
+
+
+def taxi_csv():
+    import tfx
+
+    return os.path.join(
+        os.path.dirname(tfx.__file__),
+        "examples",
+        "chicago_taxi_pipeline",
+        "data",
+        "simple",
+        "data.csv",
+    )
+
+
+def chicago_taxi():
+    """TFX's Chicago taxi example data (in the ``tfx`` wheel): 15,002 trips; the label of TFX's
+    taxi example, "big tipper" (tips > 20 % of the fare). Features: log fare, miles, seconds;
+    the four coordinates (standardised; a missing cell is the mean plus a missing flag);
+    one-hot hour, weekday, month, payment type and the 20 most frequent companies."""
+    with open(taxi_csv()) as f:
+        rows = list(csv.DictReader(f))
+
+    def number(key, log=False):
+        v = np.array([float(r[key]) if r[key] != "" else np.nan for r in rows])
+        if log:
+            v = np.log1p(np.maximum(v, 0.0))
+        missing = np.isnan(v)
+        v[missing] = np.nanmean(v)
+        v = (v - v.mean()) / (v.std() + 1e-9)
+        return [v] + ([missing.astype(float)] if missing.any() else [])
+
+    def one_hot(key, top=None):
+        kept = [value for value, _ in collections.Counter(r[key] for r in rows).most_common(top)]
+        return [np.array([r[key] == value for r in rows], float) for value in kept]
+
+    columns = []
+    for key in ("fare", "trip_miles", "trip_seconds"):
+        columns += number(key, log=True)
+    for key in ("pickup_latitude", "pickup_longitude", "dropoff_latitude", "dropoff_longitude"):
+        columns += number(key)
+    for key in ("trip_start_hour", "trip_start_day", "trip_start_month", "payment_type"):
+        columns += one_hot(key)
+    columns += one_hot("company", 20)
+    x = np.stack(columns, 1).astype("float32")
+    y = np.array([float(r["tips"]) > 0.2 * float(r["fare"]) for r in rows], "int64")
+    return _split(x, y)
+
+
+# Each data set: its loader, the target eval loss and the effective batches of the sweep.
+DATASETS = {
+    "digits": dict(
+        load=digits,
+        source="pipelines/data/digits/digits.csv (scikit-learn's digits, shipped)",
+        target=0.15,
+        batches=(8, 16, 32, 64, 128, 256, 512),
+    ),
+    "chicago_taxi": dict(
+        load=chicago_taxi,
+        source="tfx/examples/chicago_taxi_pipeline/data/simple/data.csv (in the tfx wheel)",
+        target=0.21,
+        batches=(8, 16, 32, 64, 128, 256, 512, 1024),
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------- model
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def build_mlp(features, classes, seed):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((features,))
+    hidden = keras.layers.Dense(HIDDEN, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(classes)(hidden))
+
+
+class StepsToTarget:
+    """Trains the MLP with plain SGD at batch ``B`` until the eval loss reaches a target.
+
+    One ``tf.function`` runs the whole loop (``tf.while_loop``): a step, then the eval loss on
+    the whole eval split every step up to 32, every ``step // 32`` steps after."""
+
+    def __init__(self, data, batch):
+        x, y, x_eval, y_eval = data
+        self.x, self.y, self.batch = x, y, batch
+        self.classes = int(y.max()) + 1
+        self.model = build_mlp(x.shape[1], self.classes, 0)
+        self.lr = tf.Variable(0.1, dtype=tf.float32)
+        self.target = tf.Variable(1.0, dtype=tf.float32)
+        xt, yt = tf.constant(x), tf.constant(y)
+        xe, ye = tf.constant(x_eval), tf.constant(y_eval)
+        variables = self.model.trainable_variables
+
+        @tf.function
+        def run(index):
+            def not_done(step, loss):
+                return tf.logical_and(step < tf.shape(index)[0], loss > self.target)
+
+            def one_step(step, loss):
+                rows = index[step]
+                with tf.GradientTape() as tape:
+                    value = LOSS(tf.gather(yt, rows), self.model(tf.gather(xt, rows)))
+                for v, g in zip(variables, tape.gradient(value, variables)):
+                    v.assign_sub(self.lr * g)
+                step += 1
+                check = tf.equal(step % tf.maximum(1, step // 32), 0)
+                loss = tf.cond(check, lambda: LOSS(ye, self.model(xe)), lambda: loss)
+                loss = tf.where(tf.math.is_finite(loss), loss, -1.0)  # -1: diverged
+                return step, loss
+
+            return tf.while_loop(not_done, one_step, (tf.constant(0), tf.constant(1e9)))
+
+        self._run = run
+        self.diverged: Dict[int, bool] = {}  # per seed: the last run's loss became non-finite
+
+    def steps(self, lr, target, seed) -> Optional[int]:
+        """Steps to reach ``target`` (None: diverged or not within ``MAX_STEPS``)."""
+        init = build_mlp(self.x.shape[1], self.classes, seed)
+        for v, w in zip(self.model.trainable_variables, init.trainable_variables):
+            v.assign(w)
+        rng = np.random.default_rng(1000 + seed)
+        n, need = len(self.y), MAX_STEPS * self.batch
+        order = np.concatenate([rng.permutation(n) for _ in range(need // n + 2)])[:need]
+        self.lr.assign(lr)
+        self.target.assign(target)
+        step, loss = self._run(tf.constant(order.reshape(MAX_STEPS, self.batch)))
+        step, loss = int(step), float(loss)
+        self.diverged[seed] = loss < 0
+        return step if 0 <= loss <= target else None
+
+
+def sweep(data, spec, log) -> List[Dict[str, Any]]:
+    """The brute-force rows: per batch, the best learning rate of the grid (every rate tried,
+    in ascending order, until one diverges for every seed) and its steps per seed."""
+    rows = []
+    for batch in spec["batches"]:
+        runner = StepsToTarget(data, batch)
+        tried: Dict[float, List[Optional[int]]] = {}
+        for lr in LR_GRID:
+            tried[lr] = [runner.steps(lr, spec["target"], seed) for seed in SEEDS]
+            if all(runner.diverged[seed] for seed in SEEDS):
+                break
+        medians = {lr: float(np.median(steps)) for lr, steps in tried.items() if None not in steps}
+        if not medians:
+            raise RuntimeError(f"batch {batch}: no learning rate reached the target")
+        lr = min(medians, key=lambda rate: (medians[rate], rate))
+        rows.append(
+            dict(
+                batch=batch,
+                lr=lr,
+                steps=medians[lr],
+                samples=medians[lr] * batch,
+                steps_per_seed=tried[lr],
+                lrs_tried=len(tried),
+                lr_at_grid_edge=lr in (LR_GRID[0], LR_GRID[-1]),
+            )
+        )
+        log(
+            f"  B={batch:5d}  lr={lr:.3g}  S={medians[lr]:.0f}  E={medians[lr] * batch:.0f}  "
+            f"(seeds {tried[lr]}, {len(tried)} rates tried)"
+        )
+    return rows
+
+
+def fit_critical_batch(batches, steps) -> Dict[str, float]:
+    """Least squares on ``log S`` of ``S = S_min (1 + B_crit / B)``; returns ``S_min``,
+    ``B_crit``, ``E_min = S_min B_crit`` and the fit's RMS error in log S."""
+    from scipy.optimize import least_squares
+
+    b, s = np.asarray(batches, float), np.asarray(steps, float)
+
+    def residuals(p):
+        return np.log(np.exp(p[0]) * (1.0 + np.exp(p[1]) / b)) - np.log(s)
+
+    p = least_squares(residuals, [math.log(s.min()), math.log(np.median(b))]).x
+    s_min, b_crit = float(np.exp(p[0])), float(np.exp(p[1]))
+    return dict(
+        s_min=s_min,
+        b_crit=b_crit,
+        e_min=s_min * b_crit,
+        rms_log_error=float(np.sqrt(np.mean(residuals(p) ** 2))),
+    )
+
+
+# ---------------------------------------------------------------------------------- probe
+def probe(data, lr, seed, updates) -> Dict[str, Any]:
+    """One run of the product's noise-scale probe; returns its report."""
+    x, y, x_eval, y_eval = data
+    classes = int(y.max()) + 1
+    choices = [2**k for k in range(8) if MICRO * 2**k <= 1024]
+
+    def build(hp):
+        model = build_mlp(x.shape[1], classes, seed)
+        model.compile(keras.optimizers.SGD(lr), LOSS)
+        return model
+
+    hypermodel = AccumulationHyperModel(
+        build, {"accum_steps": choices, "micro_batch_size": MICRO}, replace_batchnorm=False
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        tuner = NoiseScaleProbe(
+            hypermodel,
+            objective="val_loss",
+            probe_accum_steps=PROBE_K,
+            seed=seed,
+            directory=directory,
+            project_name="probe",
+        )
+        keras.utils.set_random_seed(seed)
+        train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=seed).repeat()
+        tuner.search(
+            train,
+            samples_per_epoch=updates * PROBE_K * MICRO,
+            epochs=1,
+            validation_data=(x_eval, y_eval),
+            verbose=0,
+        )
+        report = tuner.probe_report()
+    report["lr"], report["seed"], report["updates"] = lr, seed, updates
+    return report
+
+
+# ---------------------------------------------------------------------------------- report
+def run_dataset(name, spec, log) -> Dict[str, Any]:
+    data = spec["load"]()
+    log(
+        f"{name}: {len(data[1])} train / {len(data[3])} eval rows, {data[0].shape[1]} features, "
+        f"target eval loss {spec['target']}"
+    )
+    started = time.time()
+    rows = sweep(data, spec, log)
+    fit = fit_critical_batch([r["batch"] for r in rows], [r["steps"] for r in rows])
+    log(f"  fit: S_min={fit['s_min']:.1f}  E_min={fit['e_min']:.0f}  B_crit={fit['b_crit']:.1f}")
+    sweep_seconds = time.time() - started
+    # The probe trains as the sweep did at its effective batch: the best rate there, and as many
+    # updates as that batch needed to reach the target (B_simple measured at the target loss,
+    # where B_crit is defined). No other figure of the sweep reaches the probe.
+    at_probe = next(r for r in rows if r["batch"] == PROBE_K * MICRO)
+    lr, updates = at_probe["lr"], max(2, int(round(at_probe["steps"])))
+    probes = [probe(data, lr, seed, updates) for seed in SEEDS]
+    variants = [probe(data, lr * f, SEEDS[0], updates) for f in (0.25, 0.5)] + [
+        probe(data, lr, SEEDS[0], u) for u in (max(2, updates // 2), updates * 2)
+    ]
+    for p in probes + variants:
+        rec = p["recommendation"]
+        p["ratio_to_b_crit"] = rec["effective_batch_size"] / fit["b_crit"]
+        p["b_simple_ratio_to_b_crit"] = rec["noise_scale"] / fit["b_crit"]
+        log(
+            f"  probe lr={p['lr']:.3g} seed={p['seed']} updates={p['updates']}: "
+            f"B_simple={rec['noise_scale']:.1f} -> accum_steps {rec['accum_steps']} "
+            f"(B={rec['effective_batch_size']}), {p['ratio_to_b_crit']:.2f} x B_crit"
+        )
+    return dict(
+        name=name,
+        source=spec["source"],
+        target=spec["target"],
+        rows_train=len(data[1]),
+        rows_eval=len(data[3]),
+        features=int(data[0].shape[1]),
+        sweep=rows,
+        fit=fit,
+        probe_lr=lr,
+        probe_updates=updates,
+        probes=probes,
+        variants=variants,
+        within_factor_2=all(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in probes),
+        probes_within_factor_2=sum(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in probes),
+        seconds=time.time() - started,
+        sweep_seconds=sweep_seconds,
+    )
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(2, len(results), figsize=(5.2 * len(results), 7.6), dpi=110)
+    axes = np.asarray(axes).reshape(2, len(results))
+    for column, result in enumerate(results):
+        b = np.array([r["batch"] for r in result["sweep"]], float)
+        s = np.array([r["steps"] for r in result["sweep"]], float)
+        fit = result["fit"]
+        grid = np.geomspace(b.min() / 1.5, b.max() * 1.5, 100)
+        s_fit = fit["s_min"] * (1 + fit["b_crit"] / grid)
+        recommended = sorted(
+            {p["recommendation"]["effective_batch_size"] for p in result["probes"]}
+        )
+        b_simple = [p["recommendation"]["noise_scale"] for p in result["probes"]]
+        for row, (measured, fitted, label) in enumerate(
+            (
+                (s, s_fit, "optimizer steps S to the target"),
+                (s * b, s_fit * grid, "samples E to the target"),
+            )
+        ):
+            ax = axes[row, column]
+            ax.loglog(
+                b, measured, "o", color="C0", label=f"brute force (median of {len(SEEDS)} seeds)"
+            )
+            ax.loglog(
+                grid, fitted, "-", color="C0", alpha=0.6, label="fit S = S_min (1 + B_crit / B)"
+            )
+            ax.axvline(fit["b_crit"], color="k", ls="--", label=f"B_crit = {fit['b_crit']:.0f}")
+            ax.axvspan(
+                fit["b_crit"] / 2,
+                fit["b_crit"] * 2,
+                color="k",
+                alpha=0.06,
+                label="B_crit / 2 .. 2 B_crit",
+            )
+            for k, value in enumerate(recommended):
+                ax.axvline(
+                    value, color="C3", lw=2, label="probe's recommendation" if k == 0 else None
+                )
+            ax.axvline(
+                float(np.median(b_simple)),
+                color="C1",
+                ls=":",
+                label=f"B_simple (median) = {np.median(b_simple):.0f}",
+            )
+            ax.set_xlabel("effective batch B (samples)")
+            ax.set_ylabel(label)
+            ax.grid(True, which="both", alpha=0.25)
+            if row == 0:
+                ax.set_title(f"{result['name']}: eval loss {result['target']}")
+            ax.legend(fontsize="x-small", loc="upper right" if row == 0 else "upper left")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def render(results, command, started, elapsed, facts) -> str:
+    out = ["# The critical batch: brute force against the noise-scale probe", ""]
+    out += [
+        f"Generated by `benchmarks/critical_batch.py` on {started} (wall time "
+        f"{elapsed / 60:.1f} min).",
+        "",
+        "Command (from the repository root):",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        f"Machine: {facts['cpus']} cores shared with other work (load average at start "
+        f"{facts['load_start']}, at end {facts['load_end']}); Python {facts['python']}, "
+        f"TensorFlow {facts['tensorflow']}; ga_tfx source at commit {facts['commit']}"
+        f"{' (with uncommitted changes)' if facts['dirty'] else ''}.",
+        "",
+        "## What is measured",
+        "",
+        "For each data set, a two-layer MLP (Dense(64, relu), Dense(classes); no "
+        "BatchNormalization) trained with plain SGD:",
+        "",
+        "1. **Brute force**: for each effective batch B, the optimizer steps S to bring the eval "
+        "loss (cross-entropy on the held-out third) to the target, at the best learning rate for "
+        f"that B (the lowest median on a grid of factor sqrt(2), {LR_GRID[0]:g} to "
+        f"{LR_GRID[-1]:g}), median of {len(SEEDS)} seeds (initialisation and data order); "
+        "E = S x B samples. Each "
+        "B is trained as one batch of B samples, which is what accumulation computes exactly.",
+        "2. **The fit** of McCandlish et al. (2018): S = S_min (1 + B_crit / B), least squares "
+        "on log S; E_min = S_min x B_crit; B_crit = E_min / S_min.",
+        f"3. **The probe**: `ga_tfx.tuning.NoiseScaleProbe` (what `ga-tfx run --tune "
+        f"--tune-strategy noise_scale` runs), micro-batches of {MICRO}, accum_steps {PROBE_K} "
+        f"(effective batch {PROBE_K * MICRO}), from the initial weights, trained as the sweep "
+        "trained that batch: at its best learning rate and for as many updates as it needed to "
+        "reach the target (B_simple measured at the target loss, where B_crit is defined; no "
+        "other figure of the sweep reaches the probe). It measures B_simple (the "
+        "ratio of the noise scale's moving averages at its last update) and recommends the "
+        "power of two accum_steps nearest to B_simple / micro-batch on a log scale. One probe "
+        f"per seed ({len(SEEDS)}). The check: the recommended effective batch within a factor 2 "
+        "of B_crit.",
+        "",
+    ]
+    out += ["## Results", ""]
+    out += [
+        f"| data set | target eval loss | S_min | E_min | fitted B_crit | B_simple (probe, "
+        f"{len(SEEDS)} seeds) | recommended effective batch | recommended / B_crit | "
+        "probes within 2x |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        fit = r["fit"]
+        simple = ", ".join(f"{p['recommendation']['noise_scale']:.1f}" for p in r["probes"])
+        rec = ", ".join(
+            f"{p['recommendation']['accum_steps']} x {MICRO} = "
+            f"{p['recommendation']['effective_batch_size']}"
+            for p in r["probes"]
+        )
+        ratios = ", ".join(f"{p['ratio_to_b_crit']:.2f}" for p in r["probes"])
+        out.append(
+            f"| {r['name']} | {r['target']} | {fit['s_min']:.1f} | {fit['e_min']:.0f} | "
+            f"{fit['b_crit']:.1f} | {simple} | {rec} | {ratios} | "
+            f"{r['probes_within_factor_2']} of {len(r['probes'])} |"
+        )
+    out += ["", "![critical batch](critical_batch.png)", ""]
+    out += ["## Verdict", ""]
+    for r in results:
+        ratios = [p["ratio_to_b_crit"] for p in r["probes"]]
+        simple = [p["b_simple_ratio_to_b_crit"] for p in r["probes"]]
+        verdict = (
+            "every probe's recommendation within a factor 2 of B_crit"
+            if r["within_factor_2"]
+            else f"only {r['probes_within_factor_2']} of {len(ratios)} probes' recommendations "
+            "within a factor 2 of B_crit: the check fails on this data set"
+        )
+        out.append(
+            f"- **{r['name']}**: {verdict} (recommended / B_crit {min(ratios):.2f} to "
+            f"{max(ratios):.2f}; B_simple / B_crit {min(simple):.2f} to {max(simple):.2f}, "
+            f"median {float(np.median(simple)):.2f})."
+        )
+    out.append("")
+    for r in results:
+        fit = r["fit"]
+        out += [
+            f"### {r['name']}",
+            "",
+            f"Data: {r['source']}; {r['rows_train']} train / {r['rows_eval']} eval rows, "
+            f"{r['features']} features. Target eval loss {r['target']}. Sweep "
+            f"{r['sweep_seconds']:.0f} s, all {r['seconds']:.0f} s. The probe: learning rate "
+            f"{r['probe_lr']:.3g}, {r['probe_updates']} updates.",
+            "",
+            "| effective batch B | best learning rate | steps S (median) | steps per seed | "
+            "samples E = S B | fit S |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for row in r["sweep"]:
+            fitted = fit["s_min"] * (1 + fit["b_crit"] / row["batch"])
+            edge = " (grid edge)" if row["lr_at_grid_edge"] else ""
+            out.append(
+                f"| {row['batch']} | {row['lr']:.3g}{edge} | {row['steps']:.0f} | "
+                f"{', '.join(str(s) for s in row['steps_per_seed'])} | {row['samples']:.0f} | "
+                f"{fitted:.1f} |"
+            )
+        out += [
+            "",
+            f"Fit: S_min = {fit['s_min']:.1f} steps, E_min = {fit['e_min']:.0f} samples, "
+            f"**B_crit = {fit['b_crit']:.1f}** (RMS error of the fit in log S: "
+            f"{fit['rms_log_error']:.3f}).",
+            "",
+            "The probe's recommendation (and how the estimate moves with the probe's learning "
+            "rate and length; seed 0 for the variants):",
+            "",
+            "| probe | learning rate | updates | B_simple | B_simple / B_crit | accum_steps | "
+            "effective batch | / B_crit |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for label, p in [(f"seed {p['seed']}", p) for p in r["probes"]] + [
+            ("variant", p) for p in r["variants"]
+        ]:
+            rec = p["recommendation"]
+            out.append(
+                f"| {label} | {p['lr']:.3g} | {p['updates']} | {rec['noise_scale']:.1f} | "
+                f"{p['b_simple_ratio_to_b_crit']:.2f} | {rec['accum_steps']} | "
+                f"{rec['effective_batch_size']} | {p['ratio_to_b_crit']:.2f} |"
+            )
+        reason = r["probes"][0]["recommendation"]["reason"]
+        out += ["", f'Seed 0\'s reason, as the tuning report prints it: "{reason}"', ""]
+    out += [
+        "## Reading it",
+        "",
+        "- Below B_crit a larger effective batch cuts the steps almost in proportion (the "
+        "samples stay near E_min); above it, the steps stop falling and the samples grow. At "
+        "B_crit both are twice their minimum.",
+        "- B_simple depends on where training is: it grows as the loss falls, and a learning "
+        "rate far below the batch's best measures it larger (the variant rows). Probe at the "
+        "rate you train with, and read the probe's curve (`noise_scale_probe.png`) before "
+        "trusting a value that is still moving.",
+        "- B_crit itself depends on the target: a lower loss has a larger critical batch.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _rounded(value):
+    """``value`` with its floats to 6 significant digits (the JSON record stays small)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.critical_batch")
+    parser.add_argument("--output", default=OUTPUT, help="the Markdown report to write")
+    parser.add_argument(
+        "--datasets", default=",".join(DATASETS), help=f"comma-separated: {', '.join(DATASETS)}"
+    )
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DATASETS]
+    if unknown or not names:
+        parser.error(f"--datasets: unknown {unknown or names}; allowed: {', '.join(DATASETS)}")
+    tf.config.threading.set_intra_op_parallelism_threads(1)  # steadier on shared cores
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    command = ".venv/bin/python -m benchmarks.critical_batch" + "".join(
+        f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])
+    )
+    started = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")
+    load_start = " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    t0 = time.time()
+    results = [
+        run_dataset(name, DATASETS[name], lambda line: print(line, flush=True)) for name in names
+    ]
+    elapsed = time.time() - t0
+
+    def git(*cmd):
+        return subprocess.run(["git", "-C", ROOT, *cmd], capture_output=True, text=True).stdout
+
+    facts = dict(
+        cpus=os.cpu_count(),
+        load_start=load_start,
+        load_end=" / ".join(f"{v:.1f}" for v in os.getloadavg()),
+        python=sys.version.split()[0],
+        tensorflow=tf.__version__,
+        commit=git("rev-parse", "--short", "HEAD").strip(),
+        dirty=bool(git("status", "--porcelain", "--", "ga_tfx").strip()),
+    )
+    folder = os.path.dirname(os.path.abspath(args.output))
+    png = os.path.join(folder, "critical_batch.png")
+    plot(results, png)
+    with open(args.output, "w") as f:
+        f.write(render(results, command, started, elapsed, facts))
+    with open(os.path.splitext(args.output)[0] + ".json", "w") as f:  # one line per data set
+        f.write(json.dumps(dict(command=command, started=started, facts=facts), default=float))
+        for result in results:
+            f.write("\n" + json.dumps(_rounded(result), default=float, separators=(",", ":")))
+        f.write("\n")
+    print(f"wrote {args.output}, {png}")
+    return 0 if all(r["within_factor_2"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
