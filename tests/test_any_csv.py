@@ -161,10 +161,6 @@ def test_a_csv_with_text_columns_trains_with_one_command(tmp_path):
             "diagnosis",
             "--output-dir",
             str(out),
-            "--train-updates",
-            "40",
-            "--updates-per-epoch",
-            "20",
         ],
         capture_output=True,
         text=True,
@@ -189,6 +185,7 @@ def test_a_csv_with_text_columns_trains_with_one_command(tmp_path):
         )
     )
     assert record["effective_batch_size"] == 128
+    assert record["updates"] == MIN_TRAIN_UPDATES  # 380 training rows: the least a run trains
 
 
 # ---------------------------------------------------------------------------- messy taxi, slow
