@@ -275,6 +275,16 @@ def autotrackable_children(obj: Any, save_type: str = "checkpoint", **kwargs: An
     return tf.__internal__.tracking.AutoTrackable._trackable_children(obj, save_type, **kwargs)
 
 
+def learning_rate_schedule(optimizer: Any) -> Any:
+    """The optimizer's ``LearningRateSchedule`` (``None`` for a constant learning rate): tf-keras'
+    ``learning_rate`` property returns a variable in both cases (``_learning_rate`` keeps the
+    schedule). A ``LossScaleOptimizer`` answers for its inner optimizer."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = getattr(inner, "_learning_rate", None)
+    schedules = tf_keras.optimizers.schedules.LearningRateSchedule
+    return rate if isinstance(rate, schedules) else None
+
+
 def local_component(variable: Any) -> Any:
     """This replica's copy of a replica-local (``ON_READ``) distributed variable; the variable
     itself when it is not distributed (``scatter_add`` needs the per-device component)."""

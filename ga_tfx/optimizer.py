@@ -339,7 +339,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         core = cast(WindowCore, self.core)
         steps = core.micro_steps.assign_add(1)
         return tf.cond(
-            steps >= self.accum_steps,
+            steps >= core.state.accum_steps,  # K: a schedule may change it
             lambda: core.finish(strategy, self.optimizer),
             lambda: tf.constant(False),
         )

@@ -51,6 +51,7 @@ micro-batch: under ``R`` replicas each window gives ``K·R`` small gradients, so
 exists from ``K = 1`` on with two replicas or more; on one device it needs ``K >= 2``.
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked
 from ga_tfx.accumulator import GradientAccumulator
@@ -79,7 +80,14 @@ RECORD_FIELDS = (
     "noise_trace",  # EMA(S): the smoothed estimate of tr(Σ), the per-sample gradient covariance
     "noise_grad_sq",  # EMA(G²): the smoothed estimate of |G_true|²
     "noise_small_batch",  # B_small = B / m: the samples of one replica micro-batch
+    "next_accum_steps",  # K of the next window (the schedule's choice at this window end)
+    "learning_rate",  # the learning rate after this window end (lr_scaling applied)
 )
+# The adaptive schedule's hysteresis: it changes K only after this many noise-scale estimates,
+# only when B_simple / b is outside [K/2, 2K], and only when that has held for this many
+# windows in a row; the new K is the power of two next to B_simple / b on the side of K.
+ADAPTIVE_WARMUP = 10
+ADAPTIVE_PATIENCE = 10
 # Windows whose records one poll can return: enough for the most windows one call of the
 # engine's train function runs (ga_tfx.engine.pacing caps it here).
 RECORD_CAPACITY = 256
@@ -109,11 +117,13 @@ class WindowEnd:
     noise_trace: float
     noise_grad_sq: float
     noise_small_batch: float
+    next_accum_steps: int
+    learning_rate: float
 
     @classmethod
     def from_row(cls, row: Sequence[float]) -> "WindowEnd":
         values: Dict[str, Any] = dict(zip(RECORD_FIELDS, (float(v) for v in row)))
-        for name in ("window", "update", "micro_batches"):
+        for name in ("window", "update", "micro_batches", "next_accum_steps"):
             values[name] = int(values[name])
         values["applied"] = bool(values["applied"])
         return cls(**values)
@@ -136,6 +146,10 @@ class WindowState(tf.Module):
       noise_trace_ema, noise_grad_sq_ema: float64, the moving averages of the noise-scale
         estimates ``S`` and ``G²`` (without bias correction; their ratio needs none).
       noise_windows: windows that gave a noise-scale estimate.
+      accum_steps: K of the current (next) window: the schedule's (:mod:`ga_tfx.config`)
+        choice at the last window end, or the config's ``accum_steps``.
+      adaptive_streak: windows in a row whose adaptive target K differed from ``accum_steps``.
+      base_learning_rate: float64, the learning rate at K0 (``lr_scaling``), or 0.
 
     The records of the last windows (:data:`RECORD_CAPACITY` rows of :data:`RECORD_FIELDS`)
     and the count of records written are process-local: not in checkpoints.
@@ -146,12 +160,15 @@ class WindowState(tf.Module):
 
     def __init__(self, name: str = "window_state") -> None:
         super().__init__(name=name)
-        with tf.name_scope(name):
+        with tf.init_scope(), tf.name_scope(name):
             self.windows = _scalar(0, tf.int64, "windows")
             self.updates = _scalar(0, tf.int64, "updates")
             self.noise_trace_ema = _scalar(0.0, tf.float64, "noise_trace_ema")
             self.noise_grad_sq_ema = _scalar(0.0, tf.float64, "noise_grad_sq_ema")
             self.noise_windows = _scalar(0, tf.int64, "noise_windows")
+            self.accum_steps = _scalar(0, tf.int64, "accum_steps")  # 0: not set yet
+            self.adaptive_streak = _scalar(0, tf.int64, "adaptive_streak")
+            self.base_learning_rate = _scalar(0.0, tf.float64, "base_learning_rate")
             self._log = Untracked(
                 (
                     tf.Variable(
@@ -272,6 +289,8 @@ class WindowCore(tf.Module):
         self.chain.build(variables)  # unsupported variables fail here, not while tracing
         self.accumulator = GradientAccumulator(variables)
         self.state = state if state is not None else WindowState()
+        with tf.init_scope():  # once, also when the core is made while a function is traced
+            self.state.accum_steps.assign(config.accum_steps)  # a restore overrides it
         with tf.init_scope(), tf.name_scope(name):
             # Replica-local window sums of the noise scale's micro-batch terms: Σ b·|ĝ|², Σ b.
             self.noise_sums = [
@@ -299,6 +318,11 @@ class WindowCore(tf.Module):
     def micro_steps(self) -> tf.Variable:
         """Micro-batches in the current window (int64, the same on every replica)."""
         return self.accumulator.micro_steps
+
+    @property
+    def accum_steps(self) -> int:
+        """K of the current window (host): the config's, or the schedule's latest choice."""
+        return int(self.state.accum_steps.numpy())
 
     @property
     def guard(self) -> Optional[NonFiniteGuard]:
@@ -414,6 +438,8 @@ class WindowCore(tf.Module):
         state = self.state
         windows = state.windows.assign_add(1)
         updates = state.updates.assign_add(tf.cast(applied, tf.int64))
+        next_k = self._next_accum_steps(windows, first(out["samples"]) / micro, noise[0])
+        learning_rate = self._scale_learning_rate(optimizer, next_k)
         row = [
             windows,
             updates,
@@ -425,10 +451,82 @@ class WindowCore(tf.Module):
             first(out["grad_norm_clipped"]),
             *noise,
             first(out["noise_small_batch"]),
+            next_k,
+            learning_rate,
         ]
         self._write_record(row)
         self.micro_steps.assign(0)
         return tf.identity(applied)
+
+    def _next_accum_steps(self, windows: Any, micro_batch: Any, noise_scale: Any) -> tf.Tensor:
+        """Cross-replica, at a window end: the schedule's K for the next window (window index
+        ``windows``, 0-based), stored in ``state.accum_steps``."""
+        config, state = self.config, self.state
+        kind = config.schedule_kind
+        current = state.accum_steps.read_value()
+        if kind is None:
+            return current
+        if kind == "piecewise":
+            starts = tf.constant([w for w, _ in config.schedule], tf.int64)
+            values = tf.constant([k for _, k in config.schedule], tf.int64)
+            index = tf.searchsorted(starts, tf.reshape(windows, [1]), side="right")[0] - 1
+            chosen = tf.gather(values, index)
+        elif kind == "callable":
+            fn = cast(Callable[[Any], Any], config.accum_schedule_fn)
+            chosen = tf.cast(fn(windows), tf.int64)
+            tf.debugging.assert_greater_equal(
+                chosen, tf.constant(1, tf.int64), message="accum_steps(window) must be >= 1"
+            )
+        else:  # adaptive
+            ((k_min, k_max),) = config.schedule
+            # Hysteresis band [K/2, 2K]: a target only outside it, the power of two next to the
+            # measured ratio B_simple / b on the side of K; within it K stays.
+            ratio = noise_scale / micro_batch
+            two = tf.constant(2.0, tf.float64)
+            log2 = tf.math.log(ratio) / tf.math.log(two)
+            k = tf.cast(current, tf.float64)
+            target = tf.where(
+                ratio >= 2 * k,
+                tf.pow(two, tf.floor(log2)),
+                tf.where(ratio <= k / 2, tf.pow(two, tf.math.ceil(log2)), k),
+            )
+            target = tf.clip_by_value(target, float(k_min), float(k_max))
+            target = tf.where(tf.math.is_finite(target), target, k)
+            ready = state.noise_windows >= ADAPTIVE_WARMUP
+            differs = ready & tf.not_equal(tf.cast(target, tf.int64), current)
+            streak = tf.where(differs, state.adaptive_streak + 1, 0)
+            switch = streak >= ADAPTIVE_PATIENCE
+            state.adaptive_streak.assign(tf.where(switch, tf.constant(0, tf.int64), streak))
+            chosen = tf.where(switch, tf.cast(target, tf.int64), current)
+        return state.accum_steps.assign(chosen)
+
+    def _scale_learning_rate(self, optimizer: Any, k: Any) -> tf.Tensor:
+        """Cross-replica: with ``lr_scaling``, the learning rate for a window of ``k``
+        micro-batches (``base · k/K0``, or its square root); returns the learning rate."""
+        config = self.config
+        if config.lr_scaling == "none":
+            return tf.cast(_learning_rate_value(optimizer), tf.float64)
+        variable = optimizer.learning_rate
+        if internals.learning_rate_schedule(optimizer) is not None or not isinstance(
+            variable, tf.Variable
+        ):
+            raise ValueError(
+                f"lr_scaling={config.lr_scaling!r} sets the optimizer's learning rate when K "
+                "changes, so it must be a constant learning rate (a variable), not a "
+                f"LearningRateSchedule; got {internals.learning_rate_schedule(optimizer)!r}. Use "
+                "lr_scaling='none' with a schedule."
+            )
+        state = self.state
+        base = tf.where(
+            state.base_learning_rate > 0,
+            state.base_learning_rate,
+            tf.cast(variable.read_value(), tf.float64),
+        )
+        state.base_learning_rate.assign(base)
+        ratio = tf.cast(k, tf.float64) / float(config.accum_steps)
+        factor = ratio if config.lr_scaling == "linear" else tf.sqrt(ratio)
+        value = variable.assign(tf.cast(base * factor, variable.dtype))
+        return tf.cast(value, tf.float64)
 
     def discard(self, strategy: Any) -> None:
         """Cross-replica context: clears the window without an update (not counted)."""
@@ -571,6 +669,12 @@ class WindowCore(tf.Module):
                 f"max_consecutive_skips={limit}; stopped at window {self.windows} after "
                 f"{self.updates} updates."
             )
+
+
+def _learning_rate_value(optimizer: Any) -> tf.Tensor:
+    """The optimizer's current learning rate as a tensor (a schedule evaluated)."""
+    rate = optimizer.learning_rate
+    return rate(optimizer.iterations) if callable(rate) else tf.convert_to_tensor(rate)
 
 
 def _squared_norm(gradient: Any) -> tf.Tensor:

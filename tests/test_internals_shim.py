@@ -141,6 +141,14 @@ def test_autotrackable_children_reads_attributes_now():
     assert {"first", "second"} <= set(internals.autotrackable_children(module))
 
 
+def test_learning_rate_schedule_tells_a_schedule_from_a_constant():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)
+    assert internals.learning_rate_schedule(keras.optimizers.SGD(schedule)) is schedule
+    assert internals.learning_rate_schedule(keras.optimizers.SGD(0.1)) is None
+    loss_scaled = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(schedule))
+    assert internals.learning_rate_schedule(loss_scaled) is schedule
+
+
 def test_local_component_of_replica_local_variable():
     plain = tf.Variable(0.0)
     assert internals.local_component(plain) is plain

@@ -107,8 +107,20 @@ class AccumulationEngine(WindowStep):
 
     @property
     def accum_steps(self) -> int:
-        """Micro-batches per optimizer update (``K``)."""
+        """Micro-batches per optimizer update (``K``; with a schedule, the first window's:
+        ``window_core.accum_steps`` is the current one)."""
         return self._accumulation_config.accum_steps
+
+    def _scheduled(self) -> bool:
+        return self._accumulation_config.schedule_kind is not None
+
+    def _steps_per_call(self) -> int:
+        """Micro-batches per call of the train function: the compiled ``steps_per_execution``,
+        or with a schedule one window of the current K."""
+        core = self.window_core
+        if self._scheduled() and core is not None:
+            return core.accum_steps
+        return self._execution_steps
 
     @property
     def partial_window(self) -> str:
@@ -178,7 +190,8 @@ class AccumulationEngine(WindowStep):
         """
         steps = kwargs.pop("steps_per_execution", None)
         self._execution_steps = self._check_execution_steps(steps)
-        self._pacing = pacing.mode_of(steps)
+        # With a schedule every call is one window of the K it chose: no pacing.
+        self._pacing = None if self._scheduled() else pacing.mode_of(steps)
         owner = self._train_step_model()
         inner = owner if owner is not None and owner is not self else None
         if inner is not None and type(inner).compile is not keras.Model.compile:
@@ -204,6 +217,13 @@ class AccumulationEngine(WindowStep):
         k = self.accum_steps
         if isinstance(steps, str) and steps == pacing.ALWAYS:
             return k
+        if self._scheduled() and steps not in (None, 1):
+            raise ValueError(
+                f"steps_per_execution={steps!r} is not supported with an accum_steps schedule "
+                f"({self._accumulation_config.accum_schedule or 'a callable'}): every call of "
+                "the train function runs one window of the K the schedule chose; leave it "
+                "unset (or 1, or 'auto')."
+            )
         try:
             checked = _validation.STEPS_PER_EXECUTION.check("steps_per_execution", steps)
         except _validation.SettingError:  # not an integer >= 1: the message below says why

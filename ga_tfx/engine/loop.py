@@ -109,11 +109,14 @@ class WindowLoop:
             raise
         if self._policy != "apply":
             self._end_last_window()
+        if model._scheduled():  # one window per call, of the K the schedule chose
+            internals.set_steps_per_execution(model, model._steps_per_call() - self.pending())
         if pacer is not None:
             # Whole windows; a window "carry" leaves pending at an epoch end is completed
             # first anyway: CarryAlignment sets the epoch's first execution after this.
-            windows = pacer.next_windows(time.perf_counter() - started, steps / model.accum_steps)
-            internals.set_steps_per_execution(model, windows * model.accum_steps)
+            k = model.window_core.accum_steps
+            windows = pacer.next_windows(time.perf_counter() - started, steps / k)
+            internals.set_steps_per_execution(model, windows * k)
         return self._window_ends(logs)
 
     def _window_ends(self, logs: Any) -> Any:
@@ -147,9 +150,9 @@ class WindowLoop:
         pending = self.pending()
         if pending == 0:
             return
-        if pending >= model.accum_steps or self._ending == "apply":
+        if pending >= model.window_core.accum_steps or self._ending == "apply":
             self._finish()
-            internals.set_steps_per_execution(model, model._execution_steps)
+            internals.set_steps_per_execution(model, model._steps_per_call())
         elif self._ending == "drop":
             self._discard()
         # carry: keep the partial window; CarryAlignment realigns the next epoch.
@@ -158,7 +161,7 @@ class WindowLoop:
         """Back to the compiled windows per call (the end of a paced ``fit``)."""
         if self.pacer is not None:
             self.pacer = None
-            internals.set_steps_per_execution(self._model, self._model._execution_steps)
+            internals.set_steps_per_execution(self._model, self._model._steps_per_call())
 
     def pending(self) -> int:
         """Micro-batches accumulated and not yet applied (host integer)."""
@@ -197,7 +200,7 @@ class WindowLoop:
         """
         model = self._model
         steps = model.window_core.micro_steps
-        window = tf.constant(model.accum_steps, tf.int64)
+        window = model.window_core.state.accum_steps.read_value()  # K: a schedule may change it
         execution = tf.cast(internals.steps_per_execution(model), tf.int64)
         # The first micro-batch outside the loops: an exhausted iterator ends the epoch here,
         # and the logs have their structure before the loops carry them.
@@ -256,14 +259,14 @@ class CarryAlignment(keras.callbacks.Callback):
         model = self._ga_model
         pending = self._pending()
         internals.set_steps_per_execution(
-            model, model.accum_steps - pending if pending else model._execution_steps
+            model, model.window_core.accum_steps - pending if pending else model._steps_per_call()
         )
 
     def on_train_end(self, logs: Any = None) -> None:
         model = self._ga_model
         if isinstance(model.train_function, WindowLoop):
             model.train_function.flush()
-        internals.set_steps_per_execution(model, model._execution_steps)
+        internals.set_steps_per_execution(model, model._steps_per_call())
 
 
 class CallPacing(keras.callbacks.Callback):

@@ -85,7 +85,7 @@ class LoopState(WindowState):
 
     def __init__(self, name: str = "training_loop_state") -> None:
         super().__init__(name=name)
-        with tf.name_scope(name):
+        with tf.init_scope(), tf.name_scope(name):
             self.epoch = tf.Variable(
                 0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="epoch"
             )
@@ -358,7 +358,7 @@ class TrainingLoop:
             while not self.stop_training:
                 if max_updates is not None and self.updates >= max_updates:
                     break
-                wanted = self.accum_steps - self._pending()
+                wanted = self.core.accum_steps - self._pending()
                 finish = budget is None or budget >= wanted
                 take = wanted if finish else cast(int, budget)  # not finish: budget is an int
                 count = int(self._window_fn(iterator, tf.constant(take, tf.int64), finish))
@@ -432,7 +432,8 @@ class TrainingLoop:
         pending = self.core.micro_steps.assign_add(count)
         self.state.position.assign_add(count)
         if finish:
-            least = 1 if self.config.partial_window == "apply" else self.accum_steps
+            k = self.core.state.accum_steps.read_value()
+            least = tf.constant(1, tf.int64) if self.config.partial_window == "apply" else k
             tf.cond(pending >= least, self._finish_window, lambda: tf.constant(False))
         return count
 
