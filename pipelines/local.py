@@ -52,6 +52,9 @@ class RunSummary:
     blessed_text: str = ""  # why blessed (or "no")
     not_pushed_reason: str = ""  # one line when nothing was pushed
     plan: Optional[data_plan.DataPlan] = None  # the data plan of a --label run
+    # From the Trainer's run record: the windows' K at each change, and B_simple at the end.
+    accum_schedule_used: Optional[List[List[int]]] = None
+    noise_scale: Optional[float] = None
 
     def lines(self):
         tuned = ", ".join(f"{k}={v}" for k, v in sorted(self.hyperparameters.items()))
@@ -62,6 +65,13 @@ class RunSummary:
             _resumed_line(self.resumed_from_update),
             f"tuned:                {tuned or 'no (Tuner off)'}",
         ]
+        if self.accum_schedule_used and len(self.accum_schedule_used) > 1:
+            used = ", ".join(f"K={k} from window {w}" for w, k in self.accum_schedule_used)
+            lines.append(f"accum_steps used:     {used}")
+        if self.noise_scale is not None:
+            lines.append(
+                f"noise scale B_simple: {self.noise_scale:.4g} samples at the end of training"
+            )
         if self.plan is not None and "DataPlanCheck" in self.cached_components:
             lines += ["data (cached):"] + ["  " + line for line in self.plan.summary_lines()]
         lines.append(f"evaluation (eval split): {metrics}")
@@ -184,6 +194,8 @@ def summarize(connection_config) -> RunSummary:
         effective_batch_size=record and record.effective_batch_size,
         updates=record and record.updates,
         resumed_from_update=record and record.resumed_from_update,
+        accum_schedule_used=record and record.accum_schedule_used,
+        noise_scale=record and record.noise_scale,
         hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
         metrics=evaluation.metrics if evaluation is not None else {},
         baseline_metrics=evaluation.baseline_metrics if evaluation is not None else {},

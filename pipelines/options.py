@@ -78,6 +78,14 @@ class TrainingOptions(Settings):
         8, kind=int, minimum=1, help="evaluation micro-batches after each epoch"
     )
     agc_clip_factor: Optional[float] = like(AccumulationSettings, "agc_clip_factor", 0.08)
+    accum_schedule: Optional[str] = like(
+        AccumulationSettings,
+        "accum_schedule",
+        help="K by window, 'FROM:K,...' (e.g. '0:2,20:4': K=2 for windows 0-19, then 4; its "
+        "first K replaces --accum-steps; None: --accum-steps throughout)",
+    )
+    lr_scaling: str = like(AccumulationSettings, "lr_scaling")
+    log_noise_scale: bool = like(AccumulationSettings, "log_noise_scale")
     strategy: str = like(AccumulationSettings, "strategy", "auto")
     min_accuracy: Optional[float] = setting(
         None,

@@ -13,6 +13,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.tuner import tuner_fn
+from ga_tfx.config import parse_schedule
 from ga_tfx.pipelines import data_check, data_plan, user_code
 from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, TrainingOptions
 
@@ -143,10 +144,18 @@ def create_pipeline(
     ).with_id("Transform")
     components += [statistics_gen, schema_gen, example_validator, checked, transform]
 
+    if options.accum_schedule and options.tune:
+        raise ValueError(
+            f"accum_schedule={options.accum_schedule!r} and tune: the Tuner sets accum_steps, a "
+            "schedule sets K by window; give one of them."
+        )
     settings = dict(
         label_key=code.label_key,
         raw_label_key=code.raw_label_key,
         micro_batch_size=options.micro_batch_size,
+        accum_schedule=options.accum_schedule,
+        lr_scaling=options.lr_scaling,
+        log_noise_scale=options.log_noise_scale,
         strategy=options.strategy,
         checkpoint_every_updates=options.checkpoint_every_updates,
         checkpoint_every_seconds=options.checkpoint_every_seconds,
@@ -207,7 +216,7 @@ def create_pipeline(
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=hyperparameters,
         **_user_code_args(code, "model_fn"),
-        accum_steps=options.accum_steps,
+        accum_steps=first_accum_steps(options),
         agc_clip_factor=options.agc_clip_factor,
         updates_per_epoch=updates_per_epoch,
         train_args=tfx.proto.TrainArgs(num_steps=updates),
@@ -246,6 +255,13 @@ def create_pipeline(
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=beam_pipeline_args or [],
     )
+
+
+def first_accum_steps(options):
+    """K of the Trainer's first window: the schedule's first K, else ``accum_steps``."""
+    if options.accum_schedule:
+        return parse_schedule(options.accum_schedule)[1][0][1]
+    return options.accum_steps
 
 
 def _user_code_args(code, dotted_name):

@@ -74,9 +74,7 @@ def _linear():
 def _fit(replicas):
     strategy = two_replica_strategy() if replicas == 2 else None
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = ga_tfx.wrap_model(
-            _linear(), K, log_noise_scale=True, noise_scale_decay=DECAY
-        )
+        model = ga_tfx.wrap_model(_linear(), K, log_noise_scale=True, noise_scale_decay=DECAY)
         model.compile(keras.optimizers.SGD(0.0), "mse")
     history = model.fit(_dataset(replicas), epochs=1, verbose=0)
     return history.history["noise_scale"][-1], model.window_core
@@ -155,7 +153,9 @@ def test_two_replicas_give_an_estimate_from_one_micro_batch_per_window():
         model = ga_tfx.wrap_model(_linear(), 1, log_noise_scale=True, noise_scale_decay=0.0)
         model.compile(keras.optimizers.SGD(0.0), "mse")
     x = np.random.default_rng(1).normal(size=(64, D)).astype("float32")
-    history = model.fit(x, x.sum(axis=1, keepdims=True), batch_size=16, epochs=1, verbose=0, shuffle=False)
+    history = model.fit(
+        x, x.sum(axis=1, keepdims=True), batch_size=16, epochs=1, verbose=0, shuffle=False
+    )
     assert np.isfinite(history.history["noise_scale"][-1])
     assert int(model.window_core.state.noise_windows.numpy()) == 4
 

@@ -47,3 +47,23 @@ def test_summary_says_whether_the_trainer_resumed(update, line):
         resumed_from_update=update,
     )
     assert line in summary.lines()
+
+
+def test_summary_shows_the_schedule_used_and_the_noise_scale():
+    summary = local.RunSummary(
+        effective_batch_size=64,
+        updates=8,
+        hyperparameters={},
+        metrics={},
+        blessed=True,
+        pushed_model=None,
+        serving_model=None,
+        cached_components=[],
+        accum_schedule_used=[[0, 2], [4, 8]],
+        noise_scale=123.456,
+    )
+    lines = summary.lines()
+    assert "accum_steps used:     K=2 from window 0, K=8 from window 4" in lines
+    assert "noise scale B_simple: 123.5 samples at the end of training" in lines
+    constant = dataclasses.replace(summary, accum_schedule_used=[[0, 4]], noise_scale=None)
+    assert not any("accum_steps used" in line or "noise scale" in line for line in constant.lines())

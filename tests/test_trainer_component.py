@@ -13,6 +13,7 @@ from ga_tfx.components.trainer import (
     Executor,
     GradientAccumulationTrainer,
     checkpoints,
+    run_record,
 )
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import run_fn as run_fn_lib
@@ -158,20 +159,27 @@ def _in_memory_answer(model, examples):
     return model({k: features[k] for k in FEATURES}, training=False)
 
 
+def _training_examples(n):
+    """The first ``n`` transformed training examples in the order the Trainer reads them
+    (file order, shuffle off), read apart from TFXIO: ``(x, y)``."""
+    files = sorted(
+        glob.glob(os.path.join(TESTDATA, "transform", "transformed_examples", "Split-train", "*"))
+    )
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(n)
+    spec = tft.TFTransformOutput(TRANSFORM_GRAPH).transformed_feature_spec()
+    parsed = tf.io.parse_example(tf.stack(list(records)), spec)
+    x = {k: tf.reshape(parsed[k], (-1, 1)) for k in FEATURES}
+    y = parsed["tips_xf"]
+    assert y.shape[0] == n  # the data holds that many examples
+    return x, y
+
+
 def _plain_keras_big_batch(hparams, batch_size, updates):
     """The reference of the Trainer comparisons: MODEL_MODULE's model trained by plain Keras
     ``fit`` (no ga-tfx, no TFXIO) on batches of ``batch_size``, ``updates`` of them, in the
     order the Trainer reads the data (the transformed training split's examples in file order,
     shuffle off). Returns the model."""
-    files = sorted(
-        glob.glob(os.path.join(TESTDATA, "transform", "transformed_examples", "Split-train", "*"))
-    )
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP").take(batch_size * updates)
-    spec = tft.TFTransformOutput(TRANSFORM_GRAPH).transformed_feature_spec()
-    parsed = tf.io.parse_example(tf.stack(list(records)), spec)
-    x = {k: tf.reshape(parsed[k], (-1, 1)) for k in FEATURES}
-    y = parsed["tips_xf"]
-    assert y.shape[0] == batch_size * updates  # the data holds that many examples
+    x, y = _training_examples(batch_size * updates)
     namespace = {}
     exec(textwrap.dedent(MODEL_MODULE), namespace)
     model = namespace["build_model"](hparams)
@@ -435,6 +443,40 @@ def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path, optimize
     moved = _max_diff(initial, reference.get_weights())
     print(f"max |w_trained - w_initial| = {moved:.3g}")
     assert moved > 100 * BIG_BATCH_TOLERANCE
+
+
+def test_a_piecewise_accum_schedule_trains_each_window_as_its_own_big_batch(tmp_path):
+    # accum_schedule "0:2,2:4" with micro-batches of 4 and 2 updates per epoch (one fit per
+    # epoch, its micro-batches the sum of its windows' K): windows of 8, 8, 16 and 16 examples.
+    # The reference is plain Keras, one train_on_batch per window on those examples in order.
+    hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
+    sizes = (8, 8, 16, 16)
+    x, y = _training_examples(sum(sizes))
+    namespace = {}
+    exec(textwrap.dedent(MODEL_MODULE), namespace)
+    reference = namespace["build_model"](hparams)
+    start = 0
+    for size in sizes:
+        part = {k: v[start : start + size] for k, v in x.items()}
+        reference.train_on_batch(part, y[start : start + size])
+        start += size
+    serving_dir, run_dir = _run(
+        tmp_path,
+        "scheduled",
+        micro_batch_size=4,
+        accum_steps=2,
+        accum_schedule="0:2,2:4",
+        updates_per_epoch=2,
+        num_steps=4,
+        hyperparameters=hparams,
+    )
+    scalars = _scalars(os.path.join(run_dir, "ga_tfx"))
+    windows = [v for _, v in sorted(scalars["ga_tfx/effective_batch_size"])]  # by update
+    assert windows == [float(size) for size in sizes]
+    diff = _max_diff(_exported_weights(serving_dir), reference.get_weights())
+    print(f"scheduled: max |w_trainer - w_plain_keras| = {diff:.3g}")
+    assert diff <= BIG_BATCH_TOLERANCE
+    assert run_record.read(run_dir).accum_schedule_used == [[0, 2], [2, 4]]
 
 
 KILLED_TRAINER = """

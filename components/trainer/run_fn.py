@@ -161,15 +161,16 @@ def train_and_export(
             if resumed:
                 logging.info("ga_tfx: resuming from update %d of %d", resumed, updates)
             metrics = {}
-            for initial_epoch, epochs, windows, skip in _fit_plan(resumed, updates, per_epoch):
+            plan = _fit_plan(resumed, updates, per_epoch, bool(settings.accum_schedule))
+            for initial_epoch, epochs, windows, skip in plan:
                 history = model.fit(
                     # A fresh dataset per fit, from the same seed: the order resumes too.
                     data.micro_batches(
                         fn_args, fn_args.train_files, settings, schema, settings.shuffle
-                    ).skip(skip * settings.accum_steps),
+                    ).skip(settings.micro_batches(0, skip)),
                     initial_epoch=initial_epoch,
                     epochs=epochs,
-                    steps_per_epoch=windows * settings.accum_steps,
+                    steps_per_epoch=settings.micro_batches(skip, skip + windows),
                     validation_data=evaluation if fn_args.eval_steps else None,
                     validation_steps=fn_args.eval_steps or None,
                     verbose=2,
@@ -212,28 +213,33 @@ def train_and_export(
                 micro_batch_size=settings.micro_batch_size,
                 accum_steps=settings.accum_steps,
                 replicas=strategy.num_replicas_in_sync,
-                skipped_windows=model.window_core.skipped_windows,
+                skipped_windows=model.window_core.skipped_windows if model.window_core else 0,
                 samples_per_second=logger.samples_per_second,
                 final_metrics=metrics,
                 noise_scale=logger.noise_scale,
+                accum_schedule_used=logger.schedule_used or None,
             ),
         )
     return plain
 
 
-def _fit_plan(done, updates, per_epoch):
+def _fit_plan(done, updates, per_epoch, one_fit_per_epoch=False):
     """The ``fit`` calls that train windows ``done+1 .. updates``: tuples (initial_epoch,
     epochs, windows per epoch, windows to skip in the data).
 
     Epochs have ``per_epoch`` windows (evaluation at each epoch end). A resume mid-epoch first
     finishes that epoch with a shorter ``fit``, so evaluations stay where the uninterrupted
-    run has them.
+    run has them. With ``one_fit_per_epoch`` (an ``accum_schedule``: an epoch's micro-batches
+    depend on its windows' K) every epoch is its own ``fit``.
     """
     epoch, into = divmod(done, per_epoch)
     plan = []
     if into:
         plan.append((epoch, epoch + 1, per_epoch - into, done))
         epoch += 1
-    if epoch < updates // per_epoch:
-        plan.append((epoch, updates // per_epoch, per_epoch, epoch * per_epoch))
+    last = updates // per_epoch
+    if one_fit_per_epoch:
+        plan += [(e, e + 1, per_epoch, e * per_epoch) for e in range(epoch, last)]
+    elif epoch < last:
+        plan.append((epoch, last, per_epoch, epoch * per_epoch))
     return plan

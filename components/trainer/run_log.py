@@ -18,7 +18,8 @@ class AccumulationLogger(keras.callbacks.Callback):
     ``samples_per_second`` (host wall time of the call of the train function that ran the
     window, over its samples) and, with ``log_noise_scale``, ``noise_scale``, ``noise_trace``
     and ``noise_grad_sq`` (:mod:`ga_tfx.window`). The console's progress line gets one event
-    per call. ``noise_scale`` keeps the latest estimate for the run record.
+    per call. ``noise_scale`` keeps the latest estimate for the run record, ``schedule_used``
+    the windows' K as ``[from_window, K]`` at each change (micro-batches per replica).
     """
 
     def __init__(self, log_dir, total_updates=None, label="Trainer"):
@@ -28,6 +29,8 @@ class AccumulationLogger(keras.callbacks.Callback):
         self._writer = None
         self.samples, self.train_seconds = 0, 0.0  # over all fits of this process
         self.noise_scale = None  # the latest B_simple estimate (log_noise_scale)
+        # [from_window (0-based), K] each time this process saw K change: the schedule used.
+        self.schedule_used = []
         self._events = []
 
     @property
@@ -45,6 +48,8 @@ class AccumulationLogger(keras.callbacks.Callback):
 
     def on_window_end(self, event):
         self._events.append(event)
+        if not self.schedule_used or self.schedule_used[-1][1] != event.micro_batches:
+            self.schedule_used.append([event.window - 1, event.micro_batches])
 
     def on_train_batch_end(self, batch, logs=None):
         events, self._events = self._events, []

@@ -12,6 +12,8 @@ TensorBoard logs. Fields:
 - ``skipped_windows``: windows not applied (non-finite gradients), over the whole training;
 - ``samples_per_second``: training samples per second of this attempt's train steps
   (host wall time, evaluation excluded; ``None`` when it trained nothing);
+- ``accum_schedule_used``: the K the windows of this attempt had, ``[[from_window, K], ...]``
+  at each change (0-based windows; a short last window of ``partial_window="apply"`` shows);
 - ``noise_scale``: the gradient noise scale ``B_simple`` at the end of training, in samples
   (``log_noise_scale``; ``None`` when off or not estimated, see :mod:`ga_tfx.window`);
 - ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...).
@@ -20,7 +22,7 @@ TensorBoard logs. Fields:
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 FILE_NAME = "ga_tfx_run.json"
 
@@ -40,6 +42,7 @@ class RunRecord:
     samples_per_second: Optional[float]
     final_metrics: Dict[str, float]
     noise_scale: Optional[float] = None
+    accum_schedule_used: Optional[List[List[int]]] = None
 
 
 def path(model_run_dir: str) -> str:

@@ -18,8 +18,8 @@ Settings travel as primitive execution properties (``int``/``float``/``str``, bo
 
 from ga_tfx._schema import SettingError, Settings, defaults, like, setting, specs
 from ga_tfx.components import keys
+from ga_tfx.config import ADAPTIVE, AccumulationConfig, parse_schedule
 from ga_tfx.config import FIELDS as LIBRARY_FIELDS
-from ga_tfx.config import AccumulationConfig
 
 import dataclasses
 from typing import Any, Dict, Mapping, Optional
@@ -54,6 +54,12 @@ class AccumulationSettings(Settings):
     agc_clip_factor: Optional[float] = like(
         AccumulationConfig, "agc_clip_factor", tunable=True, off_flag="--no-agc"
     )
+    accum_schedule: Optional[str] = like(
+        AccumulationConfig,
+        "accum_schedule",
+        rule=lambda text: _trainer_schedule_problem(text),
+    )
+    lr_scaling: str = like(AccumulationConfig, "lr_scaling")
     clip_global_norm: Optional[float] = like(AccumulationConfig, "clip_global_norm")
     gradient_noise: Optional[float] = like(AccumulationConfig, "gradient_noise")
     log_noise_scale: bool = like(AccumulationConfig, "log_noise_scale")
@@ -112,7 +118,20 @@ class AccumulationSettings(Settings):
 
     @property
     def effective_batch_size(self) -> int:
+        """Samples per update (of the first window, with a schedule)."""
         return self.accum_steps * self.micro_batch_size
+
+    def micro_batches(self, start: int, stop: int) -> int:
+        """Micro-batches in windows ``start .. stop - 1`` (0-based): ``(stop - start) x K``, or
+        their sum over a piecewise ``accum_schedule``."""
+        schedule = parse_schedule(self.accum_schedule)[1] if self.accum_schedule else ()
+        if not schedule:
+            return (stop - start) * self.accum_steps
+        total = 0
+        for i, (begin, k) in enumerate(schedule):
+            end = schedule[i + 1][0] if i + 1 < len(schedule) else stop
+            total += k * max(0, min(end, stop) - max(begin, start))
+        return total
 
     def to_exec_properties(self) -> Dict[str, Any]:
         """Primitive values only (booleans as 0/1, ``None`` left out)."""
@@ -131,6 +150,22 @@ class AccumulationSettings(Settings):
         if values.get("agc") is False:
             overrides["agc_clip_factor"] = None
         return dataclasses.replace(self, **overrides) if overrides else self
+
+
+def _trainer_schedule_problem(text: str) -> Optional[str]:
+    """The Trainer plans its data by windows: a schedule whose K is known in advance."""
+    try:
+        kind = parse_schedule(text)[0]
+    except ValueError as error:
+        return f"is not a schedule: {error}"
+    if kind == ADAPTIVE:
+        return (
+            "is 'adaptive', which the Trainer does not take (train_args.num_steps counts "
+            "windows and the data plan needs each window's K in advance); give a piecewise "
+            "schedule 'FROM:K,...' (the noise-scale probe, --tune-strategy noise_scale, "
+            "recommends K)"
+        )
+    return None
 
 
 def accumulation_config(settings: AccumulationSettings) -> AccumulationConfig:
