@@ -197,7 +197,9 @@ def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
     log_dir = os.path.join(model_run.uri, "ga_tfx")
     assert [v for _, v in _scalars(log_dir, "ga_tfx/effective_batch_size")] == [k * micro] * 2
     assert [v for _, v in _scalars(log_dir, "ga_tfx/updates")] == [1.0, 2.0]
-    assert [(kw["accum_steps"], kw["agc_clip_factor"]) for kw in wrapped] == [
+    # The Trainer wraps with one AccumulationConfig (ga_tfx.config), the tuned values in it.
+    configs = [kw["config"] for kw in wrapped]
+    assert [(c.accum_steps, c.agc_clip_factor) for c in configs] == [
         (k, best_values["agc_clip_factor"])
     ]
     assert os.path.exists(os.path.join(model.uri, "Format-Serving", "saved_model.pb"))
