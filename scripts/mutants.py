@@ -95,6 +95,7 @@ class Mutation:
 
 MIXED_FLOAT16 = ("tests/test_mixed_precision.py", "-k", "matches_float32 and float16")
 STEP, LOOP, ENGINE = "ga_tfx/engine/step.py", "ga_tfx/engine/loop.py", "ga_tfx/engine/__init__.py"
+WINDOW, CONFIG = "ga_tfx/window.py", "ga_tfx/config.py"
 PACING, ACCUMULATOR = "ga_tfx/engine/pacing.py", "ga_tfx/accumulator.py"
 PREEMPTION = "components/trainer/preemption.py"
 COMPAT = "ga_tfx/compat/gradient_accumulator/accumulators.py"
@@ -119,9 +120,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.skipped_window_counted",
-        STEP,
-        "optimizer.iterations.assign_sub(1 - tf.cast(finite, tf.int64))",
-        "optimizer.iterations.assign_sub(0 * tf.cast(finite, tf.int64))",
+        WINDOW,
+        "1 - tf.cast(all_finite(grads_and_vars), tf.int64)",
+        "0 * tf.cast(all_finite(grads_and_vars), tf.int64)",
         ("tests/test_mixed_precision.py", "-k", "non_finite_window"),
     ),
     Mutation(
@@ -133,9 +134,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.buffers_not_reset",
-        STEP,
-        "return acc.reset()",
-        "return tf.no_op()",
+        WINDOW,
+        "tf.group([self.accumulator.reset()] + [v.assign(0.0) for v in self.noise_sums])",
+        "tf.group([v.assign(0.0) for v in self.noise_sums])",
         (
             "tests/test_equivalence.py",
             "tests/test_windows.py",
@@ -145,9 +146,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.accum_steps_1_agc_ignored",
-        ENGINE,
-        "self._accum_steps > 1 or self._agc is not None or self._always_use_engine",
-        "self._accum_steps > 1 or self._always_use_engine",
+        "ga_tfx/config.py",
+        "for value in (self.clip_global_norm, self.agc_clip_factor, self.gradient_noise)",
+        "for value in (self.clip_global_norm, self.gradient_noise)",
         ("tests/test_agc.py", "-k", "accum_steps_one"),
     ),
     Mutation(
@@ -175,8 +176,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "engine.carry_not_realigned",
         LOOP,
-        "model, model.accum_steps - pending if pending else model._execution_steps",
-        "model, model._execution_steps",
+        "model, model.window_core.accum_steps - pending if pending else model._steps_per_call()",
+        "model, model._steps_per_call()",
         ("tests/test_windows.py", "-k", "policies or whole_window"),
     ),
     Mutation(
@@ -203,15 +204,15 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "engine.grad_norm_logged_before_the_update",
         LOOP,
-        "            logs = dict(logs, grad_norm=tracker.result())",
-        "            pass",
+        "        return model._figures.logs(logs)",
+        "        return model._figures.logs(dict(logs, grad_norm=model._figures.result()))",
         ("tests/test_grad_norm_metric.py",),
     ),
     Mutation(
         "engine.grad_norm_counts_skipped_windows",
-        STEP,
-        "tf.where(finite, norm, 0.0), sample_weight=tf.cast(finite, tf.float32)",
-        "norm",
+        LOOP,
+        "        if event.applied and math.isfinite(event.grad_norm):",
+        "        if math.isfinite(event.grad_norm) or True:",
         ("tests/test_grad_norm_metric.py", "-k", "skipped"),
     ),
     # ---- the accumulator (its replica factor: every strategy, the Trainer's too)
@@ -238,8 +239,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "optimizer.window_one_too_long",
         "ga_tfx/optimizer.py",
-        "            steps >= self.accum_steps,\n            lambda: self._apply_everywhere",
-        "            steps > self.accum_steps,\n            lambda: self._apply_everywhere",
+        "            steps >= core.state.accum_steps,",
+        "            steps > core.state.accum_steps,",
         ("tests/test_optimizer_api.py", "-k", "custom_loop_matches_big_batch"),
     ),
     Mutation(
@@ -303,14 +304,14 @@ MUTATIONS: List[Mutation] = [
     # ---- TrainingLoop
     Mutation(
         "training_loop.jit_compile_ignored",
-        "ga_tfx/training_loop.py",
-        "step = xla_step if self.jit_compile else (lambda function: function)",
-        "step = lambda function: function  # noqa: E731",
+        "ga_tfx/window.py",
+        "            wrap = xla_step if jit_compile else (lambda function: function)",
+        "            wrap = lambda function: function  # noqa: E731",
         ("tests/test_training_loop.py", "-k", "jit"),
     ),
     Mutation(
         "training_loop.dataset_redistributed_every_epoch",
-        "ga_tfx/training_loop.py",
+        "ga_tfx/training_loop/data.py",
         "        return self._whole_epoch\n",
         "        return self._distribute(self._dataset, 0)\n",
         ("tests/test_training_loop.py", "-k", "in_memory"),
@@ -340,8 +341,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "pacing.windows_not_whole",
         LOOP,
-        "windows * model.accum_steps)",
-        "windows * model.accum_steps + 1)",
+        "internals.set_steps_per_execution(model, windows * k)",
+        "internals.set_steps_per_execution(model, windows * k + 1)",
         ("tests/test_pacing.py",),
     ),
     Mutation(
@@ -355,8 +356,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "checkpoints.one_window_per_call",
         "components/trainer/checkpoints.py",
-        "        self.done += (batch + 1 - self._seen) // self._accum_steps\n",
         "        self.done += 1\n",
+        "        self.done += int(event.window > 0 and self.done % 2 == 0)\n",
         ("tests/test_preemption.py",),
     ),
     Mutation(
@@ -542,6 +543,91 @@ MUTATIONS: List[Mutation] = [
         "    foreign = [name for name in given if name in MIGRATION_HINTS]\n",
         "    foreign = []\n",
         ("tests/test_compat_gradient_accumulator.py", "-k", "reject_package_arguments"),
+    ),
+    # ---- the window core (ga_tfx/window.py): chain, guard, events, noise scale, schedules
+    Mutation(
+        "window.chain_result_dropped",
+        WINDOW,
+        "        pairs, vote = self.chain(pairs)\n",
+        "        _, vote = self.chain(pairs)\n",
+        ("tests/test_front_ends.py", "-k", "clip_global_norm or user_transform"),
+    ),
+    Mutation(
+        "window.guard_vote_ignored",
+        WINDOW,
+        "        elif self.chain.may_skip:\n",
+        "        elif False:\n",
+        ("tests/test_front_ends.py", "-k", "nonfinite_guard"),
+    ),
+    Mutation(
+        "window.events_lost",
+        WINDOW,
+        "        start = max(self._events_seen, written - RECORD_CAPACITY)\n",
+        "        start = written\n",
+        ("tests/test_schedules.py", "-k", "callable"),
+    ),
+    Mutation(
+        "window.consecutive_skips_off_by_one",
+        WINDOW,
+        "        if consecutive >= limit:\n",
+        "        if consecutive > limit:\n",
+        ("tests/test_training_loop.py", "-k", "max_consecutive_skips"),
+    ),
+    Mutation(
+        "noise.big_batch_term_dropped",
+        WINDOW,
+        '"noise_trace": tf.where(enough, samples * (small_sq - big_sq) / safe, nan),',
+        '"noise_trace": tf.where(enough, samples * small_sq / safe, nan),',
+        ("tests/test_noise_scale.py", "-k", "closed_form and fit-1"),
+    ),
+    Mutation(
+        "noise.micro_batch_weights_ignored",
+        WINDOW,
+        "sq_sum.assign_add(b * sq)",
+        "sq_sum.assign_add(sq * 8.0)",  # every micro-batch weighs the test's mean size
+        ("tests/test_noise_scale.py", "-k", "closed_form and fit-1"),
+    ),
+    Mutation(
+        "noise.replica_scale_dropped",
+        WINDOW,
+        "sq = tf.add_n(squares) * replicas * replicas",
+        "sq = tf.add_n(squares)",
+        ("tests/test_noise_scale.py", "-k", "closed_form and fit-2"),
+    ),
+    Mutation(
+        "schedule.piecewise_not_followed",
+        WINDOW,
+        "            chosen = tf.gather(values, index)\n",
+        "            chosen = current\n",
+        ("tests/test_schedules.py", "-k", "piecewise and fit"),
+    ),
+    Mutation(
+        "schedule.learning_rate_not_scaled",
+        WINDOW,
+        'factor = ratio if config.lr_scaling == "linear" else tf.sqrt(ratio)',
+        "factor = 1.0",
+        ("tests/test_schedules.py", "-k", "piecewise and fit and linear"),
+    ),
+    Mutation(
+        "schedule.adaptive_band_dropped",
+        WINDOW,
+        "tf.where(ratio <= k / 2, tf.pow(two, tf.math.ceil(log2)), k)",
+        "tf.where(ratio < k, tf.pow(two, tf.math.ceil(log2)), k)",
+        ("tests/test_schedules.py", "-k", "adaptive"),
+    ),
+    Mutation(
+        "optimizer.all_reduce_per_buffer",
+        ACCUMULATOR,
+        "            values = list(ctx.all_reduce(tf.distribute.ReduceOp.SUM, values))\n",
+        "            values = [ctx.all_reduce(tf.distribute.ReduceOp.SUM, v) for v in values]\n",
+        ("tests/test_optimizer_distributed.py", "-k", "one_all_reduce_per_update"),
+    ),
+    Mutation(
+        "training_loop.resume_from_the_start_of_the_epoch",
+        "ga_tfx/training_loop/data.py",
+        "        dataset = dataset.skip(position) if position else dataset\n",
+        "        dataset = dataset\n",
+        ("tests/test_training_loop.py", "-k", "resume_mid_window"),
     ),
 ]
 
