@@ -191,6 +191,13 @@ class AccumulationConfig(Settings):
         "(None: never)",
     )
     log_grad_norm: bool = setting(False, spec=_validation.LOG_GRAD_NORM)
+    oom_recovery: bool = setting(
+        True,
+        kind=bool,
+        help="on an out-of-memory error in a training step, discard the window, halve the "
+        "micro-batch, double K and train that window again (same samples per update); off "
+        "under jit_compile",
+    )
     # A callable schedule (accum_steps=fn): fn(window index) -> K, traced with an int64 tensor.
     # Not a declared setting: not checked by a spec, not in to_dict()/get_config().
     accum_schedule_fn: Optional[Callable[[Any], Any]] = dataclasses.field(

@@ -48,6 +48,7 @@ from ga_tfx._schema import spec_of
 from ga_tfx.batch_choice import Recommendation, recommend_accum_steps
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.conversion import replace_batchnorm_layers
+from ga_tfx.engine import recovery
 from ga_tfx.models import wrap_model
 from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noqa: F401
 
@@ -202,11 +203,34 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             kwargs["batch_size"] = micro
         callbacks = [_TrialRecorder(values["effective_batch_size"])] + list(callbacks or [])
         try:
-            return model.fit(x, y, callbacks=callbacks, **kwargs)
-        except tf.errors.ResourceExhaustedError as error:
+            # An out-of-memory error is first retried by the engine at half the micro-batch
+            # and twice K (the same effective batch; ga_tfx.engine.recovery), down to one
+            # sample; only then does the trial fail.
+            while True:
+                try:
+                    return model.fit(x, y, callbacks=callbacks, **kwargs)
+                except recovery.OutOfMemoryRecovered as error:
+                    if (error.epoch, error.position) != (0, 0):
+                        raise
+                    # In the trial's first window: nothing was trained, so the trial starts
+                    # over at the smaller micro-batch (the engine's split stays).
+        except (tf.errors.ResourceExhaustedError, RuntimeError) as error:
+            oom = error if isinstance(error, tf.errors.ResourceExhaustedError) else error.__cause__
+            if not isinstance(oom, tf.errors.ResourceExhaustedError):
+                raise
+            core = getattr(model, "window_core", None)
+            split = core.micro_batch_split if core is not None else 1
+            smallest = -(-micro // split)  # the last slice size tried, ceil(micro / split)
+            retried = (
+                f"; retried at micro-batch {smallest} and K "
+                f"{values['effective_batch_size'] // smallest} (the same effective batch) "
+                "before failing"
+                if split > 1
+                else ""
+            )
             raise keras_tuner.errors.FailedTrialError(
                 f"Trial ran out of memory at effective batch size "
-                f"{values['effective_batch_size']} (micro-batch {micro}): {error.message}"
+                f"{values['effective_batch_size']} (micro-batch {micro}){retried}: {oom.message}"
             ) from error
 
 
@@ -231,6 +255,9 @@ class _TrialRecorder(keras.callbacks.Callback):
             logs["effective_batch_size"] = float(self.effective_batch_size)
             logs["samples_seen"] = float(self.model.samples_seen)
             logs["updates"] = float(keras.backend.get_value(self.model.optimizer.iterations))
+            core = getattr(self.model, "window_core", None)
+            if core is not None and core.micro_batch_split > 1:  # out-of-memory recoveries
+                logs["micro_batch_split"] = float(core.micro_batch_split)
 
 
 # --------------------------------------------------------------------- the noise-scale probe

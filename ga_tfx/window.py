@@ -88,6 +88,8 @@ RECORD_FIELDS = (
 # windows in a row; the new K is the power of two next to B_simple / b on the side of K.
 ADAPTIVE_WARMUP = 10
 ADAPTIVE_PATIENCE = 10
+# The most slices out-of-memory recovery splits a micro-batch into when its size is unknown.
+MAX_SPLIT = 2**16
 # Windows whose records one poll can return: enough for the most windows one call of the
 # engine's train function runs (ga_tfx.engine.pacing caps it here).
 RECORD_CAPACITY = 256
@@ -150,6 +152,13 @@ class WindowState(tf.Module):
         choice at the last window end, or the config's ``accum_steps``.
       adaptive_streak: windows in a row whose adaptive target K differed from ``accum_steps``.
       base_learning_rate: float64, the learning rate at K0 (``lr_scaling``), or 0.
+      micro_batch_split: each micro-batch the front-end gives is processed as this many
+        consecutive slices (1; doubled by :meth:`WindowCore.recover_from_oom`): the micro-batch
+        halves and K doubles, the window's samples stay.
+      micro_batches_done: micro-batches of finished or discarded windows (the data they
+        consumed), for a front-end's data position.
+      micro_batch_rows: the largest micro-batch seen, per replica (of the data, before the
+        split): the limit of splitting.
 
     The records of the last windows (:data:`RECORD_CAPACITY` rows of :data:`RECORD_FIELDS`)
     and the count of records written are process-local: not in checkpoints.
@@ -169,6 +178,17 @@ class WindowState(tf.Module):
             self.accum_steps = _scalar(0, tf.int64, "accum_steps")  # 0: not set yet
             self.adaptive_streak = _scalar(0, tf.int64, "adaptive_streak")
             self.base_learning_rate = _scalar(0.0, tf.float64, "base_learning_rate")
+            self.micro_batch_split = _scalar(1, tf.int64, "micro_batch_split")
+            self.micro_batches_done = _scalar(0, tf.int64, "micro_batches_done")
+            # Replica-local (assigned per micro-batch slice, inside the split's loop).
+            self.micro_batch_rows = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=_FIRST,
+                name="micro_batch_rows",
+            )
             self._log = Untracked(
                 (
                     tf.Variable(
@@ -325,6 +345,12 @@ class WindowCore(tf.Module):
         return int(self.state.accum_steps.numpy())
 
     @property
+    def micro_batch_split(self) -> int:
+        """Slices each micro-batch is processed as (1; doubled by each out-of-memory
+        recovery)."""
+        return int(self.state.micro_batch_split.numpy())
+
+    @property
     def guard(self) -> Optional[NonFiniteGuard]:
         """The chain's non-finite guard (``None`` with ``nonfinite_policy=None``)."""
         return cast(Optional[NonFiniteGuard], self.chain.member(NonFiniteGuard))
@@ -371,6 +397,17 @@ class WindowCore(tf.Module):
         acc = self.accumulator
         acc.record_connected(acc.accumulated_variables, grads)
         ops = [acc.add(grads, weight, loss)]
+        if self.config.oom_recovery:  # the largest slice yet, per replica (recovery's limit)
+            rows = tf.cast(
+                tf.math.ceil(
+                    tf.cast(weight if local_samples is None else local_samples, tf.float32)
+                ),
+                tf.int64,
+            )
+            rows = rows * self.state.micro_batch_split.read_value()
+            ops.append(
+                self.state.micro_batch_rows.assign(tf.maximum(self.state.micro_batch_rows, rows))
+            )
         if self.config.log_noise_scale:
             ops.append(
                 self._add_noise_terms(grads, weight if local_samples is None else local_samples)
@@ -455,6 +492,7 @@ class WindowCore(tf.Module):
             learning_rate,
         ]
         self._write_record(row)
+        state.micro_batches_done.assign_add(self.micro_steps.read_value())
         self.micro_steps.assign(0)
         return tf.identity(applied)
 
@@ -529,9 +567,78 @@ class WindowCore(tf.Module):
         return tf.cast(value, tf.float64)
 
     def discard(self, strategy: Any) -> None:
-        """Cross-replica context: clears the window without an update (not counted)."""
+        """Cross-replica context: clears the window without an update (not counted as a
+        window; its micro-batches count as consumed)."""
         strategy.run(self._discard_step)
+        self.state.micro_batches_done.assign_add(self.micro_steps.read_value())
         self.micro_steps.assign(0)
+
+    # ------------------------------------------------------------------ out of memory
+    def run_micro_batch(self, strategy: Any, step: Callable[[Any], Any], data: Any) -> Any:
+        """Cross-replica context: ``strategy.run(step)`` on the micro-batch ``data``, as
+        ``micro_batch_split`` consecutive slices of each replica's part (one call when the
+        split is 1, the default); returns the last call's outputs. With ``oom_recovery`` off,
+        ``strategy.run(step, args=(data,))``.
+
+        Slices of a micro-batch of ``b`` samples have ``ceil(b / split)`` samples (the last
+        fewer): the same sub-micro-batches, in the same order, as a run at that micro-batch.
+        The loop over slices runs in cross-replica context: ``step`` (Keras' metrics, a
+        ``merge_call``) never runs inside a replica-context loop.
+        """
+        if not self.config.oom_recovery:
+            return strategy.run(step, args=(data,))
+        split = self.state.micro_batch_split.read_value()
+
+        def sliced(part: Any, i: Any) -> Any:
+            samples = tf.cast(batch_size(part), tf.int64)
+            size = (samples + split - 1) // split
+            start = tf.minimum(i * size, samples)
+            stop = tf.minimum(start + size, samples)
+            return step(tf.nest.map_structure(lambda t: _rows(t, start, stop), part))
+
+        first = tf.constant(0, tf.int64)
+        outputs = strategy.run(sliced, args=(data, first))
+        local = strategy.experimental_local_results(outputs) if outputs is not None else [None]
+        if all(o is None or isinstance(o, tf.Operation) for o in local):  # no outputs
+            for i in tf.range(tf.constant(1, tf.int64), split):
+                tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+                strategy.run(sliced, args=(data, i))
+            return outputs
+        for i in tf.range(tf.constant(1, tf.int64), split):
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            outputs = strategy.run(sliced, args=(data, i))
+        return outputs
+
+    def recover_from_oom(self, strategy: Any, error: BaseException) -> int:
+        """Host side, after ``error`` (a ``ResourceExhaustedError``) inside a window: discards
+        the window in progress (buffers, AccumBN statistics; the weights and the optimizer
+        are those of the window's start, as no update ran), doubles ``micro_batch_split`` (the
+        micro-batch halves, K doubles: the same samples per update) and returns the micro-
+        batches the discarded window had consumed, for the front-end to read them again.
+
+        Raises ``RuntimeError`` (from ``error``) when the micro-batch cannot be split further
+        (a slice of one sample) or ``oom_recovery`` is off.
+        """
+        split = int(self.state.micro_batch_split.numpy())
+        # The largest micro-batch trained so far; before the first one (an error in the very
+        # first step) it is unknown: then the split doubles up to MAX_SPLIT.
+        largest = int(self.state.micro_batch_rows.numpy()) or MAX_SPLIT
+        if not self.config.oom_recovery or largest <= split:
+            reason = (
+                "oom_recovery is off"
+                if not self.config.oom_recovery
+                else f"the micro-batch is already split into {split} slices of "
+                f"{-(-largest // split)} sample(s) per replica"
+            )
+            raise RuntimeError(
+                f"Out of memory in a training step and {reason}: nothing smaller to try. Lower "
+                f"the model's memory (or use a device with more), or set oom_recovery=True."
+            ) from error
+        pending = int(self.micro_steps.numpy())
+        self.discard(strategy)
+        self.state.micro_batches_done.assign_sub(pending)  # to be read again, not consumed
+        self.state.micro_batch_split.assign(2 * split)
+        return pending
 
     def _end_window(self, strategy: Any, end_fn: Callable, applied: Any, optimizer: Any) -> None:
         """Ends the window layers (statistics folded in if applied) and clears the buffers."""
@@ -573,7 +680,8 @@ class WindowCore(tf.Module):
         if extra_gradient is not None:
             pairs, loss = _add_extra_gradient(pairs, loss, extra_gradient, acc)
         norm = global_norm(pairs) if extra_gradient is not None else data_norm
-        noise = _noise_estimates(extra_sums, data_norm, acc.micro_steps) if noise_on else {}
+        small = acc.micro_steps.read_value() * self.state.micro_batch_split.read_value()
+        noise = _noise_estimates(extra_sums, data_norm, small) if noise_on else {}
         finite = all_finite(pairs)
         pairs, vote = self.chain(pairs)
         self._applied_variables.value = [v for _, v in pairs]
@@ -671,6 +779,29 @@ class WindowCore(tf.Module):
             )
 
 
+def batch_size(x: Any) -> tf.Tensor:
+    """Number of samples in a (nested) batch, as float32: the leading axis of its first leaf."""
+    first = tf.nest.flatten(x)[0]
+    if isinstance(first, tf.SparseTensor):
+        return tf.cast(first.dense_shape[0], tf.float32)
+    if isinstance(first, tf.RaggedTensor):
+        return tf.cast(first.nrows(), tf.float32)
+    return tf.cast(tf.shape(first)[0], tf.float32)
+
+
+def _rows(t: Any, start: Any, stop: Any) -> Any:
+    """Rows ``start:stop`` of a batch leaf (dense, ragged or sparse)."""
+    if isinstance(t, tf.SparseTensor):
+        return tf.sparse.slice(
+            t,
+            tf.concat([[start], tf.zeros_like(t.dense_shape[1:])], 0),
+            tf.concat([[stop - start], t.dense_shape[1:]], 0),
+        )
+    if not tf.is_tensor(t) and not isinstance(t, tf.RaggedTensor):
+        return t
+    return t[start:stop]
+
+
 def _learning_rate_value(optimizer: Any) -> tf.Tensor:
     """The optimizer's current learning rate as a tensor (a schedule evaluated)."""
     rate = optimizer.learning_rate
@@ -687,12 +818,13 @@ def _squared_norm(gradient: Any) -> tf.Tensor:
 
 
 def _noise_estimates(sums: Sequence[Any], big_norm: Any, micro_steps: Any) -> Dict[str, Any]:
+    # micro_steps: the micro-batches (slices, with an out-of-memory split) of each replica.
     """Replica context, after the all-reduce: this window's ``S``, ``G²`` and ``B_small``
     (NaN when the window has fewer than two small gradients)."""
     sq_sum, samples = (tf.cast(s, tf.float64) for s in sums)
     ctx = tf.distribute.get_replica_context()
     replicas = tf.constant(ctx.num_replicas_in_sync if ctx is not None else 1, tf.float64)
-    m = tf.cast(micro_steps.read_value(), tf.float64) * replicas
+    m = tf.cast(micro_steps, tf.float64) * replicas
     small_sq = sq_sum / samples
     big_sq = tf.square(tf.cast(big_norm, tf.float64))
     nan = tf.constant(math.nan, tf.float64)

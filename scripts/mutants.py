@@ -127,7 +127,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.micro_batches_weighted_equally",
-        STEP,
+        WINDOW,
         "return tf.cast(tf.shape(first)[0], tf.float32)",
         "return tf.constant(1.0)",
         ("tests/test_windows.py", "-k", "uneven"),
@@ -304,9 +304,9 @@ MUTATIONS: List[Mutation] = [
     # ---- TrainingLoop
     Mutation(
         "training_loop.jit_compile_ignored",
-        "ga_tfx/window.py",
-        "            wrap = xla_step if jit_compile else (lambda function: function)",
-        "            wrap = lambda function: function  # noqa: E731",
+        "ga_tfx/training_loop/__init__.py",
+        "xla_step(self._micro_step) if self.jit_compile else self._micro_step\n",
+        "self._micro_step\n",
         ("tests/test_training_loop.py", "-k", "jit"),
     ),
     Mutation(
@@ -460,8 +460,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "tuning.out_of_memory_not_caught",
         "ga_tfx/tuning.py",
-        "except tf.errors.ResourceExhaustedError as error:",
-        "except tf.errors.CancelledError as error:",
+        "except (tf.errors.ResourceExhaustedError, RuntimeError) as error:",
+        "except (tf.errors.CancelledError, ValueError) as error:",
         ("tests/test_tuning.py", "-k", "out_of_memory"),
     ),
     Mutation(
@@ -609,10 +609,10 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_schedules.py", "-k", "piecewise and fit and linear"),
     ),
     Mutation(
-        "schedule.adaptive_band_dropped",
+        "schedule.adaptive_without_patience",
         WINDOW,
-        "tf.where(ratio <= k / 2, tf.pow(two, tf.math.ceil(log2)), k)",
-        "tf.where(ratio < k, tf.pow(two, tf.math.ceil(log2)), k)",
+        "            switch = streak >= ADAPTIVE_PATIENCE\n",
+        "            switch = differs\n",
         ("tests/test_schedules.py", "-k", "adaptive"),
     ),
     Mutation(
@@ -621,6 +621,27 @@ MUTATIONS: List[Mutation] = [
         "            values = list(ctx.all_reduce(tf.distribute.ReduceOp.SUM, values))\n",
         "            values = [ctx.all_reduce(tf.distribute.ReduceOp.SUM, v) for v in values]\n",
         ("tests/test_optimizer_distributed.py", "-k", "one_all_reduce_per_update"),
+    ),
+    Mutation(
+        "oom.window_position_not_restored",
+        WINDOW,
+        "self.state.micro_batches_done.assign_sub(pending)  # to be read again, not consumed\n",
+        "pass\n",
+        ("tests/test_oom_recovery.py", "-k", "fit_survives"),
+    ),
+    Mutation(
+        "oom.micro_batch_not_split",
+        WINDOW,
+        "            return step(tf.nest.map_structure(lambda t: _rows(t, start, stop), part))\n",
+        "            return step(part)\n",
+        ("tests/test_oom_recovery.py", "-k", "fit_survives"),
+    ),
+    Mutation(
+        "oom.tuner_trial_not_retried",
+        "ga_tfx/tuning.py",
+        "                    if (error.epoch, error.position) != (0, 0):\n",
+        "                    if True:\n",
+        ("tests/test_tuning.py", "-k", "retried_at_half"),
     ),
     Mutation(
         "training_loop.resume_from_the_start_of_the_epoch",

@@ -138,8 +138,35 @@ def test_a_nan_trial_and_an_out_of_memory_trial_fail_alone_and_the_search_goes_o
     assert "Loss became nan" in trials[2].message
     assert trials[4].status == "FAILED"
     assert "ran out of memory at effective batch size 32 (micro-batch 8)" in trials[4].message
+    # The engine retried it at smaller micro-batches first (the error here comes from a
+    # callback at every batch, so it never fits).
+    assert "retried at micro-batch 1 and K 32 (the same effective batch)" in trials[4].message
     assert trials[1].status == "COMPLETED"
     assert tuner.get_best_hyperparameters()[0].get("accum_steps") == 1
+
+
+class _OutOfMemoryUnsplit(keras.callbacks.Callback):
+    """Raises TensorFlow's out-of-memory error at the first step of the K=4 trial while its
+    micro-batch is whole (8): half of it fits."""
+
+    def on_train_batch_begin(self, batch, logs=None):
+        core = self.model.window_core
+        if self.model.accum_steps == 4 and core is not None and core.micro_batch_split == 1:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+
+def test_a_trial_out_of_memory_at_its_first_step_is_retried_at_half_the_micro_batch(tmp_path):
+    x, y = classification_data(n=N)
+    space = {"accum_steps": [1, 2, 4], "micro_batch_size": 8}
+    tuner = _tuner(tmp_path, AccumulationHyperModel(build_fixed_model, space), max_trials=3)
+    tuner.search(x, y, epochs=1, verbose=0, callbacks=[_OutOfMemoryUnsplit()])
+    trials = {t.hyperparameters.get("accum_steps"): t for t in tuner.oracle.trials.values()}
+    assert all(t.status == "COMPLETED" for t in trials.values())
+    retried = trials[4].metrics
+    assert retried.get_last_value("micro_batch_split") == 2  # micro-batch 4, K 8
+    assert retried.get_last_value("effective_batch_size") == 32  # the effective batch kept
+    assert retried.get_last_value("samples_seen") == N  # one whole epoch, nothing twice
+    assert not trials[2].metrics.exists("micro_batch_split")
 
 
 @pytest.mark.parametrize(

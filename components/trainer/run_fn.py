@@ -54,6 +54,7 @@ from ga_tfx.components.trainer import (
 )
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import settings as settings_lib
+from ga_tfx.engine import recovery
 
 import contextlib
 import os
@@ -160,29 +161,32 @@ def train_and_export(
             resumed = checkpoint.restore()
             if resumed:
                 logging.info("ga_tfx: resuming from update %d of %d", resumed, updates)
-            metrics = {}
-            plan = _fit_plan(resumed, updates, per_epoch, bool(settings.accum_schedule))
-            for initial_epoch, epochs, windows, skip in plan:
-                history = model.fit(
-                    # A fresh dataset per fit, from the same seed: the order resumes too.
-                    data.micro_batches(
-                        fn_args, fn_args.train_files, settings, schema, settings.shuffle
-                    ).skip(settings.micro_batches(0, skip)),
-                    initial_epoch=initial_epoch,
-                    epochs=epochs,
-                    steps_per_epoch=settings.micro_batches(skip, skip + windows),
-                    validation_data=evaluation if fn_args.eval_steps else None,
-                    validation_steps=fn_args.eval_steps or None,
-                    verbose=2,
-                    callbacks=[
-                        keras.callbacks.TensorBoard(
-                            log_dir=fn_args.model_run_dir, update_freq="epoch"
-                        ),
-                        logger,
-                        checkpoint,
-                    ],
-                )
-                metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
+            done = resumed
+            while True:  # again from the windows done after an out-of-memory recovery
+                try:
+                    metrics = _train(
+                        model,
+                        fn_args,
+                        settings,
+                        schema,
+                        evaluation,
+                        done,
+                        updates,
+                        per_epoch,
+                        [
+                            keras.callbacks.TensorBoard(
+                                log_dir=fn_args.model_run_dir, update_freq="epoch"
+                            ),
+                            logger,
+                            checkpoint,
+                        ],
+                    )
+                    break
+                except recovery.OutOfMemoryRecovered as error:
+                    # The window was discarded and the micro-batch halved (same samples per
+                    # update): the data again from the first window not done.
+                    logging.warning("ga_tfx: %s", error)
+                    done = checkpoint.done
             checkpoint.finish()  # the final state: an export killed later re-runs from here
             plain = ga_tfx.unwrap_model(model)
             raw_label_keys = (
@@ -218,9 +222,33 @@ def train_and_export(
                 final_metrics=metrics,
                 noise_scale=logger.noise_scale,
                 accum_schedule_used=logger.schedule_used or None,
+                micro_batch_split=model.window_core.micro_batch_split if model.window_core else 1,
             ),
         )
     return plain
+
+
+def _train(model, fn_args, settings, schema, evaluation, done, updates, per_epoch, callbacks):
+    """The ``fit`` calls of windows ``done+1 .. updates`` (:func:`_fit_plan`); returns the
+    last epoch's logs."""
+    metrics = {}
+    plan = _fit_plan(done, updates, per_epoch, bool(settings.accum_schedule))
+    for initial_epoch, epochs, windows, skip in plan:
+        history = model.fit(
+            # A fresh dataset per fit, from the same seed: the order resumes too.
+            data.micro_batches(
+                fn_args, fn_args.train_files, settings, schema, settings.shuffle
+            ).skip(settings.micro_batches(0, skip)),
+            initial_epoch=initial_epoch,
+            epochs=epochs,
+            steps_per_epoch=settings.micro_batches(skip, skip + windows),
+            validation_data=evaluation if fn_args.eval_steps else None,
+            validation_steps=fn_args.eval_steps or None,
+            verbose=2,
+            callbacks=callbacks,
+        )
+        metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
+    return metrics
 
 
 def _fit_plan(done, updates, per_epoch, one_fit_per_epoch=False):

@@ -14,6 +14,8 @@ TensorBoard logs. Fields:
   (host wall time, evaluation excluded; ``None`` when it trained nothing);
 - ``accum_schedule_used``: the K the windows of this attempt had, ``[[from_window, K], ...]``
   at each change (0-based windows; a short last window of ``partial_window="apply"`` shows);
+- ``micro_batch_split``: slices each micro-batch was trained as at the end (1; 2, 4, ... after
+  out-of-memory recoveries: the micro-batch halved, K doubled, the same samples per update);
 - ``noise_scale``: the gradient noise scale ``B_simple`` at the end of training, in samples
   (``log_noise_scale``; ``None`` when off or not estimated, see :mod:`ga_tfx.window`);
 - ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...).
@@ -43,6 +45,7 @@ class RunRecord:
     final_metrics: Dict[str, float]
     noise_scale: Optional[float] = None
     accum_schedule_used: Optional[List[List[int]]] = None
+    micro_batch_split: int = 1
 
 
 def path(model_run_dir: str) -> str:

@@ -57,12 +57,12 @@ Where the code is (split along Keras' own seam, ``train_step`` vs ``make_train_f
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
-from ga_tfx._keras import keras
+from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.agc import AdaptiveGradientClipping, make_agc
 from ga_tfx.config import AccumulationConfig
-from ga_tfx.engine import pacing
+from ga_tfx.engine import pacing, recovery
 from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowFigures, WindowLoop
 from ga_tfx.engine.step import WindowStep, train_step_error
 from ga_tfx.transforms import Member
@@ -255,12 +255,32 @@ class AccumulationEngine(WindowStep):
         """``keras.Model.fit`` on micro-batches; ``steps_per_epoch`` counts micro-batches.
 
         With ``steps_per_execution`` unset, a ``fit`` whose callbacks watch no batches runs as
-        many whole windows per call as take about 0.2 s (:mod:`ga_tfx.engine.pacing`).
+        many whole windows per call as take about 0.2 s (:mod:`ga_tfx.engine.pacing`). An
+        out-of-memory error in a training step discards the window, halves the micro-batch and
+        trains that window again (:mod:`ga_tfx.engine.recovery`; ``oom_recovery``).
         """
         arguments = inspect.signature(keras.Model.fit).bind(self, *args, **kwargs).arguments
         arguments.pop("self")
-        if self._engine_active():
-            arguments["callbacks"] = self._engine_callbacks(arguments.get("callbacks"))
+        if not self._engine_active():
+            return self._fit_once(arguments)
+        position = recovery.FitPosition(self)
+        histories: list = []
+        plan = [arguments]
+        while plan:
+            attempt = plan.pop(0)
+            engine = dict(
+                attempt, callbacks=[position] + self._engine_callbacks(attempt.get("callbacks"))
+            )
+            try:
+                histories.append(self._fit_once(engine))
+            except tf.errors.ResourceExhaustedError as error:
+                failed = getattr(self, "history", None)  # Keras sets it at the fit's start
+                if failed is not None and failed.epoch and all(failed is not h for h in histories):
+                    histories.append(failed)  # the epochs done before the error
+                plan = recovery.continuation(self, attempt, position, error) + plan[1:]
+        return recovery.join_histories(histories)
+
+    def _fit_once(self, arguments: Dict[str, Any]) -> Any:
         try:
             return super().fit(**arguments)
         except ValueError as error:

@@ -73,6 +73,9 @@ class WindowLoop:
         # How a call's last window ends: by the policy, or "apply" inside one_window_per_call.
         self._ending = self._policy
         self._micro_batch_step = self._xla(model._accumulate_micro_batch)
+        # Out-of-memory recovery splits micro-batches (ga_tfx.window); not under XLA, whose
+        # computations want static shapes.
+        self._split = model.accumulation.oom_recovery and not model.jit_compile
         if self._policy == "apply":
             self._run_execution = self._trace(self._train_execution_and_apply)
         else:
@@ -178,7 +181,10 @@ class WindowLoop:
         """Cross-replica: one micro-batch on every replica, then counts it in the window."""
         model = self._model
         strategy = model.distribute_strategy
-        outputs = strategy.run(self._micro_batch_step, args=(data,))
+        if self._split:  # micro_batch_split slices of it (out-of-memory recovery)
+            outputs = model.window_core.run_micro_batch(strategy, self._micro_batch_step, data)
+        else:
+            outputs = strategy.run(self._micro_batch_step, args=(data,))
         logs = internals.reduce_per_replica(outputs, strategy, model.distribute_reduction_method)
         with tf.control_dependencies(tf.nest.flatten(logs)):
             model.window_core.micro_steps.assign_add(1)

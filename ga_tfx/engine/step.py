@@ -16,21 +16,10 @@ Keras' ``make_train_function`` decides for ``train_step``.
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
-from ga_tfx.window import is_loss_scale_optimizer
+from ga_tfx.window import batch_size, is_loss_scale_optimizer
 
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
-
-
-def batch_size(x: Any) -> tf.Tensor:
-    """Number of samples in a (nested) input batch, as float32."""
-    first = tf.nest.flatten(x)[0]
-    if isinstance(first, tf.SparseTensor):
-        return tf.cast(first.dense_shape[0], tf.float32)
-    if isinstance(first, tf.RaggedTensor):
-        return tf.cast(first.nrows(), tf.float32)
-    return tf.cast(tf.shape(first)[0], tf.float32)
-
 
 # The mixins are bases of keras.Model subclasses: type-check them as models.
 _ModelBase: Any = keras.Model if TYPE_CHECKING else object

@@ -361,7 +361,15 @@ class TrainingLoop:
                 wanted = self.core.accum_steps - self._pending()
                 finish = budget is None or budget >= wanted
                 take = wanted if finish else cast(int, budget)  # not finish: budget is an int
-                count = int(self._window_fn(iterator, tf.constant(take, tf.int64), finish))
+                try:
+                    count = int(self._window_fn(iterator, tf.constant(take, tf.int64), finish))
+                except tf.errors.ResourceExhaustedError as error:
+                    # The window again from its first micro-batch, at half the micro-batch.
+                    pending = self.core.recover_from_oom(self.strategy, error)
+                    self.state.position.assign_sub(pending)
+                    budget = None if budget is None else budget + pending
+                    iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
+                    continue
                 if budget is not None:
                     budget -= count
                 epoch_ended = count < take
@@ -427,7 +435,10 @@ class TrainingLoop:
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break
-            self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
+            if self.jit_compile:  # no split under XLA: its computations want static shapes
+                self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
+            else:  # micro_batch_split slices of it (out-of-memory recovery)
+                self.core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
             count += 1
         pending = self.core.micro_steps.assign_add(count)
         self.state.position.assign_add(count)

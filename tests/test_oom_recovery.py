@@ -1,0 +1,185 @@
+"""Out-of-memory recovery (issue 26): the window again at half the micro-batch, same result.
+
+The out-of-memory error is real: a layer of the model asks TensorFlow's allocator for an
+impossible tensor (``tf.fill`` of 2^40 floats per call, a size read from a variable so that
+nothing folds it away) when its call count reaches ``at_call`` and its batch has more rows than
+``limit`` -- as a device runs out of memory at a micro-batch size, mid-training. TensorFlow
+raises ``tf.errors.ResourceExhaustedError`` (``OOM when allocating tensor``). The suite's BFC
+CPU allocator retries an allocation for 10 s before it fails, so each injection costs 10 s of
+waiting: one case is in the fast tier.
+
+References: plain big-batch Keras training (SGD with momentum) and an uninterrupted ga-tfx run
+at the smaller micro-batch from the start; tolerance 1e-5 against big batch (float32
+round-off) and 1e-6 against the run at the smaller micro-batch (the same sums, in the same
+order). Each test asserts that the error happened (the split is 2) and that training moved the
+weights.
+"""
+
+import ga_tfx
+from ga_tfx import keras, tf
+from ga_tfx._state import Untracked
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from tests.helpers import (
+    MIN_MOVEMENT,
+    classification_data,
+    max_weight_diff,
+    sparse_ce,
+    two_replica_strategy,
+)
+
+pytestmark = []  # fast tier (one case), library only (no TFX)
+
+N, EPOCHS, LR = 96, 2, 0.3
+
+
+class OutOfMemoryAt(keras.layers.Layer):
+    """The identity, which runs out of memory on its ``at_call``-th training call (and later
+    ones) when its batch has more than ``limit`` rows. The call counter lives outside the
+    layer's weights (held where Keras does not track it)."""
+
+    def __init__(self, at_call, limit, **kwargs):
+        super().__init__(**kwargs)
+        self.at_call, self.limit = at_call, limit
+        self._counter = Untracked(tf.Variable(0, dtype=tf.int64, trainable=False))
+
+    @property
+    def calls(self):
+        return self._counter.value
+
+    def call(self, inputs, training=None):
+        if not training:
+            return inputs
+        calls = self.calls.assign_add(1)
+        rows = tf.cast(tf.shape(inputs)[0], tf.int64)
+
+        def allocate():
+            size = tf.reshape(calls * 2**40, [1])  # 4 * 2^40 bytes and more: impossible
+            return tf.reduce_sum(tf.fill(size, 0.0))
+
+        boom = tf.cond((calls >= self.at_call) & (rows > self.limit), allocate, lambda: 0.0)
+        return inputs + boom
+
+
+def _model(seed=5, oom=None, batchnorm=False):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((8,), name="x")
+    h = oom(inputs) if oom is not None else inputs
+    h = keras.layers.Dense(16, activation="tanh", name="hidden")(h)
+    if batchnorm:
+        h = ga_tfx.AccumBatchNormalization(1, momentum=0.5, name="bn")(h)
+    return keras.Model(inputs, keras.layers.Dense(3, name="logits")(h))
+
+
+def _fit(micro, k, oom=None, batchnorm=False, strategy=None):
+    x, y = classification_data(n=N, seed=3)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = ga_tfx.wrap_model(_model(oom=oom, batchnorm=batchnorm), k)
+        model.compile(keras.optimizers.SGD(LR, momentum=0.9), sparse_ce())
+    history = model.fit(x, y, batch_size=micro, epochs=EPOCHS, shuffle=False, verbose=0)
+    return model, history
+
+
+def _big_batch(window):
+    x, y = classification_data(n=N, seed=3)
+    model = _model()
+    model.compile(keras.optimizers.SGD(LR, momentum=0.9), sparse_ce())
+    model.fit(x, y, batch_size=window, epochs=EPOCHS, shuffle=False, verbose=0)
+    return model
+
+
+def test_fit_survives_an_out_of_memory_error_mid_training_with_the_same_result():
+    # Micro-batches of 8, K=4: windows of 32, 3 per epoch. The 10th micro-batch (epoch 0,
+    # window 3) runs out of memory; micro-batches of 4 fit.
+    oom = OutOfMemoryAt(at_call=10, limit=4)
+    model, history = _fit(8, 4, oom=oom)
+    assert model.window_core.micro_batch_split == 2  # it happened, and was recovered
+    smaller, _ = _fit(4, 8)  # micro-batches of 4 from the start, the same windows of 32
+    reference = _big_batch(32)
+    print(
+        f"vs micro-batch 4: {max_weight_diff(model, smaller):.2e}, "
+        f"vs big batch: {max_weight_diff(model, reference):.2e}"
+    )
+    assert max_weight_diff(model, smaller) <= 1e-6
+    assert max_weight_diff(model, reference) <= 1e-5
+    assert max_weight_diff(model, _model()) > MIN_MOVEMENT
+    assert len(history.history["loss"]) == EPOCHS and history.epoch == [0, 1]
+    assert model.window_core.windows == 3 * EPOCHS
+
+
+@pytest.mark.slow
+def test_accum_bn_statistics_after_a_recovery_equal_the_smaller_micro_batch():
+    # The second micro-batch runs out of memory: every window is then trained at 4, so with
+    # AccumBatchNormalization (ghost statistics per micro-batch) the weights, and the moving
+    # statistics (window statistics), equal a run at micro-batch 4 from the start.
+    model, _ = _fit(8, 4, oom=OutOfMemoryAt(at_call=2, limit=4), batchnorm=True)
+    smaller, _ = _fit(4, 8, batchnorm=True)
+    assert model.window_core.micro_batch_split == 2
+    assert max_weight_diff(model, smaller) <= 1e-6
+    bn, want = model.get_layer("bn"), smaller.get_layer("bn")
+    np.testing.assert_allclose(bn.moving_variance.numpy(), want.moving_variance.numpy(), rtol=1e-6)
+    assert np.max(np.abs(bn.moving_mean.numpy())) > 1e-3  # the statistics moved
+
+
+@pytest.mark.slow
+def test_fit_on_two_replicas_survives_an_out_of_memory_error():
+    # Global micro-batches of 16, 8 per replica; each replica runs out of memory above 4.
+    strategy = two_replica_strategy()
+    with strategy.scope():
+        oom = OutOfMemoryAt(at_call=5, limit=4)
+    model, _ = _fit(16, 2, oom=oom, strategy=strategy)
+    assert model.window_core.micro_batch_split == 2
+    assert max_weight_diff(model, _big_batch(32)) <= 1e-5
+
+
+def _loop(micro, k, oom=None):
+    x, y = classification_data(n=N, seed=3)
+    model = _model(oom=oom)
+    loop = ga_tfx.TrainingLoop(
+        model,
+        keras.optimizers.SGD(LR, momentum=0.9),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(micro),
+        k,
+        verbose=False,
+    )
+    loop.run(epochs=EPOCHS)
+    return loop
+
+
+@pytest.mark.slow
+def test_training_loop_survives_an_out_of_memory_error_with_the_same_result():
+    loop = _loop(8, 4, oom=OutOfMemoryAt(at_call=7, limit=4))
+    assert loop.core.micro_batch_split == 2
+    assert max_weight_diff(loop.model, _loop(4, 8).model) <= 1e-6
+    assert max_weight_diff(loop.model, _big_batch(32)) <= 1e-5
+    assert loop.windows == 3 * EPOCHS
+
+
+def test_recovery_refuses_when_the_micro_batch_is_one_sample():
+    model, _ = _fit(1, 2)
+    core = model.window_core
+    with pytest.raises(RuntimeError, match="split into 1 slices of 1 sample.*nothing smaller"):
+        core.recover_from_oom(
+            model.distribute_strategy, tf.errors.ResourceExhaustedError(None, None, "OOM")
+        )
+    assert core.micro_batch_split == 1  # nothing changed
+
+
+def test_fit_that_cannot_read_the_window_again_says_where_to_continue():
+    x, y = classification_data(n=N, seed=3)
+    model = ga_tfx.wrap_model(_model(), 4)
+    model.compile(keras.optimizers.SGD(LR), sparse_ce())
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # builds the core
+    from ga_tfx.engine import recovery
+
+    position = recovery.FitPosition(model)
+    position.on_epoch_begin(0)
+    error = tf.errors.ResourceExhaustedError(None, None, "OOM")
+    with pytest.raises(recovery.OutOfMemoryRecovered, match="shuffled arrays.*epoch 0"):
+        recovery.continuation(model, dict(x=x, y=y, batch_size=8, shuffle=True), position, error)
+    assert model.window_core.micro_batch_split == 2  # recovered, only the data is the caller's
