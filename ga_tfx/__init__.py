@@ -35,6 +35,7 @@ _PUBLIC = {
     "replace_batchnorm_layers": "ga_tfx.conversion",
     "unwrap_model": "ga_tfx.models",
     "WindowEnd": "ga_tfx.window",
+    "fit_micro_batch": "ga_tfx.memory",
     "wrap_model": "ga_tfx.models",
     "keras": "ga_tfx._keras",
     "tf": "ga_tfx._keras",
@@ -68,6 +69,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx.batchnorm import AccumBatchNormalization  # noqa: F401
     from ga_tfx.config import AccumulationConfig  # noqa: F401
     from ga_tfx.conversion import replace_batchnorm_layers  # noqa: F401
+    from ga_tfx.memory import fit_micro_batch  # noqa: F401
     from ga_tfx.models import AccumulatingModel, GradientAccumulateModel, unwrap_model, wrap_model  # noqa: F401
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401
     from ga_tfx.training_loop import TrainingLoop, UpdateCallback  # noqa: F401

@@ -1,0 +1,262 @@
+"""The micro-batch fitted to a memory budget, the effective batch kept.
+
+:func:`fit_micro_batch` measures the peak device memory of one training micro-step (forward,
+loss, backward: what a micro-batch of the window costs) at candidate micro-batch sizes, with
+TensorFlow's allocator statistics (``tf.config.experimental.get_memory_info``: on a GPU, and on
+the CPU when TensorFlow's BFC CPU allocator is on, ``TF_CPU_ALLOCATOR_USE_BFC=true`` before
+TensorFlow starts), and picks the largest micro-batch that divides the effective batch and
+fits the budget; ``K`` is then ``effective_batch_size / micro_batch``, so the updates are the
+ones asked for. The choice says why (:class:`MicroBatchChoice`).
+
+What a micro-step costs: the peak of the tensors one micro-step of ga-tfx ``fit`` allocates
+(activations, gradients, the batch, the kernels' work space: the allocator's peak minus what
+was in use before it; measured by running it, at learning rate 0, the model put back after),
+plus what training keeps for the whole run: the model's variables, the optimizer's slots (built
+here if they are not yet) and the accumulation buffers (one float32 copy of the trainable
+variables). What else the process holds is not counted. The budget is per device: under a
+strategy, measure with the replica's share of the micro-batch (``replicas``).
+
+``parse_budget`` reads ``"2GiB"``, ``"512MiB"``, a number of bytes, or a fraction
+(``"0.8"``) of the device's memory where TensorFlow reports it.
+"""
+
+from ga_tfx import _tf_keras_internals as internals
+from ga_tfx._keras import tf
+
+import dataclasses
+import re
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+}
+
+
+def parse_budget(budget: Any, device: str = "GPU:0") -> int:
+    """Bytes of a budget: an int, ``"2GiB"``/``"512MiB"``/``"1.5GB"``, or a fraction in (0, 1]
+    (``0.8``, ``"0.8"``) of ``device``'s memory as TensorFlow reports it; ``ValueError``
+    naming the value and what is allowed otherwise."""
+    allowed = (
+        "bytes (an integer), '2GiB', '512MiB', '1.5GB', or a fraction in (0, 1] of the device "
+        "memory"
+    )
+    if isinstance(budget, bool):
+        raise ValueError(f"memory_budget must be {allowed}, got {budget!r}.")
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        value, unit = float(budget), ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(budget))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise ValueError(f"memory_budget must be {allowed}, got {budget!r}.")
+        value, unit = float(match.group(1)), match.group(2).lower()
+    if value <= 0:
+        raise ValueError(f"memory_budget must be {allowed} (> 0), got {budget!r}.")
+    if unit == "" and value <= 1:
+        total = device_memory(device)
+        if total is None:
+            raise ValueError(
+                f"memory_budget={budget!r} is a fraction of the device memory, but TensorFlow "
+                f"reports no total memory for {device}; give bytes or '2GiB'."
+            )
+        return int(value * total)
+    return int(value * _UNITS[unit])
+
+
+def device_memory(device: str) -> Optional[int]:
+    """Total memory of ``device`` (``"GPU:0"``) as TensorFlow reports it, or ``None``."""
+    kind, _, index = device.partition(":")
+    physical = tf.config.list_physical_devices(kind)
+    if not physical:
+        return None
+    try:
+        details = tf.config.experimental.get_device_details(physical[int(index or 0)])
+    except (ValueError, IndexError, RuntimeError):
+        return None
+    limit = details.get("device_memory_limit") if details else None
+    return int(limit) if limit else None
+
+
+def default_device() -> str:
+    """``"GPU:0"`` when a GPU is visible, else ``"CPU:0"``."""
+    return "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatchChoice:
+    """What :func:`fit_micro_batch` chose, and why.
+
+    Attributes:
+      micro_batch: the chosen micro-batch (global; a divisor of ``effective_batch_size``).
+      accum_steps: ``effective_batch_size / micro_batch``.
+      effective_batch_size: the effective batch asked for (kept).
+      budget_bytes: the budget, per device.
+      peaks: ``{micro-batch: bytes of one micro-step, persistent memory included}`` for every
+        size measured (largest first).
+      persistent_bytes: what each peak counts for the whole run: variables, optimizer slots,
+        accumulation buffers.
+      device: the device measured.
+    """
+
+    micro_batch: int
+    accum_steps: int
+    effective_batch_size: int
+    budget_bytes: int
+    peaks: Dict[int, int]
+    persistent_bytes: int
+    device: str
+
+    def explain(self) -> str:
+        """One line: the choice, its measured peak, the budget, the sizes that did not fit."""
+        over = [
+            f"{size} ({_mib(peak)})"
+            for size, peak in self.peaks.items()
+            if peak > self.budget_bytes
+        ]
+        return (
+            f"micro-batch {self.micro_batch} x accum_steps {self.accum_steps} = effective batch "
+            f"{self.effective_batch_size}: one micro-step peaks at "
+            f"{_mib(self.peaks[self.micro_batch])} on {self.device}, within the budget of "
+            f"{_mib(self.budget_bytes)}"
+            + (f"; over it: micro-batch {', '.join(over)}" if over else "")
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def step_peak(step: Callable[[], Any], device: str) -> int:
+    """Peak bytes ``step()`` allocates on ``device`` above what was in use before it
+    (TensorFlow's allocator statistics); ``RuntimeError`` naming the fix when the device keeps
+    none."""
+    try:
+        before = int(tf.config.experimental.get_memory_info(device)["current"])
+        tf.config.experimental.reset_memory_stats(device)
+        step()
+        return int(tf.config.experimental.get_memory_info(device)["peak"]) - before
+    except ValueError as error:
+        raise RuntimeError(
+            f"TensorFlow keeps no memory statistics for {device} ({error}). On the CPU set "
+            "TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts; on a GPU they are always "
+            "kept."
+        ) from error
+
+
+def fit_micro_batch(
+    model: Any,
+    x: Any,
+    y: Any,
+    effective_batch_size: int,
+    memory_budget: Any,
+    *,
+    candidates: Optional[Sequence[int]] = None,
+    replicas: int = 1,
+    device: Optional[str] = None,
+) -> MicroBatchChoice:
+    """The largest micro-batch whose training micro-step fits ``memory_budget``.
+
+    Args:
+      model: a compiled Keras model (its loss is differentiated; nothing is updated).
+      x, y: at least ``effective_batch_size`` samples (arrays or nested arrays); the first
+        ``micro-batch`` of them are measured at each size.
+      effective_batch_size: the samples per update to keep.
+      memory_budget: see :func:`parse_budget` (per device).
+      candidates: micro-batch sizes to try, each a divisor of ``effective_batch_size``
+        (default: the effective batch, then halved while it divides evenly).
+      replicas: devices the global micro-batch is split over (each measures its share).
+      device: the device whose statistics are read (default :func:`default_device`).
+
+    Raises ``ValueError`` when even the smallest candidate does not fit (naming its peak and
+    the budget) or a candidate does not divide the effective batch.
+    """
+    device = device or default_device()
+    budget = parse_budget(memory_budget, device)
+    sizes = list(candidates) if candidates is not None else _halvings(effective_batch_size)
+    bad = [size for size in sizes if size < 1 or effective_batch_size % size]
+    if bad:
+        raise ValueError(
+            f"micro-batch candidates {bad} do not divide effective_batch_size="
+            f"{effective_batch_size} (the effective batch must be whole micro-batches)."
+        )
+    trainable = model.trainable_variables
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and hasattr(optimizer, "build"):
+        optimizer.build(trainable)  # its slots exist during training: count them
+    optimizer_variables = list(optimizer.variables) if optimizer is not None else []
+    persistent = (
+        sum(_bytes(v) for v in model.variables + optimizer_variables)
+        + sum(int(v.shape.num_elements()) for v in trainable) * 4  # float32 accumulation
+    )
+    peaks: Dict[int, int] = {}
+    # The probe trains (at learning rate 0) through the engine itself: BatchNormalization
+    # statistics move, so every variable is put back afterwards.
+    kept = [(v, v.numpy()) for v in model.variables]
+    try:
+        for size in sorted(set(sizes), reverse=True):
+            share = max(1, size // replicas)
+            peaks[size] = _micro_step_peak(model, _rows(x, share), _rows(y, share), device)
+            peaks[size] += persistent
+            if peaks[size] <= budget:
+                return MicroBatchChoice(
+                    size,
+                    effective_batch_size // size,
+                    effective_batch_size,
+                    budget,
+                    peaks,
+                    persistent,
+                    device,
+                )
+    finally:
+        for variable, value in kept:
+            variable.assign(value)
+        for layer in internals.flatten_layers(model):
+            if hasattr(layer, "ga_window_end"):  # AccumBatchNormalization's window
+                layer.ga_window_end(apply=False)
+    smallest = min(peaks)
+    raise ValueError(
+        f"No micro-batch fits memory_budget={memory_budget!r} ({_mib(budget)} per device): the "
+        f"smallest tried, {smallest}, peaks at {_mib(peaks[smallest])} on {device}. Raise the "
+        "budget or make the model smaller."
+    )
+
+
+def _bytes(variable: Any) -> int:
+    return int(variable.shape.num_elements()) * variable.dtype.size
+
+
+def _halvings(n: int) -> Tuple[int, ...]:
+    sizes = [n]
+    while sizes[-1] % 2 == 0:
+        sizes.append(sizes[-1] // 2)
+    return tuple(sizes)
+
+
+def _rows(data: Any, n: int) -> Any:
+    return tf.nest.map_structure(lambda a: tf.convert_to_tensor(a[:n]), data)
+
+
+def _micro_step_peak(model: Any, x: Any, y: Any, device: str) -> int:
+    """Peak bytes one ga-tfx training micro-step of ``(x, y)`` allocates: a ``fit`` of one
+    micro-batch through the engine (a window of one, learning rate 0), measured on its second
+    run (the first traces)."""
+    from ga_tfx._keras import keras
+    from ga_tfx.models import wrap_model
+
+    probe = wrap_model(model, 1, oom_recovery=False)
+    probe._use_engine_always()  # the engine's own step, also at K=1
+    arguments = dict(internals.compile_args(model), optimizer=keras.optimizers.SGD(0.0))
+    probe.compile(**arguments)
+    samples = int(tf.nest.flatten(x)[0].shape[0])
+
+    def train() -> None:
+        probe.fit(x, y, batch_size=samples, epochs=1, shuffle=False, verbose=0)
+
+    train()
+    return step_peak(train, device)

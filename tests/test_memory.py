@@ -1,0 +1,117 @@
+"""The micro-batch fitted to a memory budget (issue 26), checked against real training runs.
+
+The suite runs TensorFlow's BFC CPU allocator (tests/conftest.py), which keeps the statistics
+``fit_micro_batch`` reads. The independent answer is a brute-force one: the memory a whole
+ga-tfx ``fit`` epoch allocates above what was in use before it (its peak), plus what training
+holds for the run (variables, optimizer slots, accumulation buffers: read from the trained
+model), at the chosen micro-batch must be within the budget, and at the next larger candidate
+over it -- so the choice is the largest that fits. The budget is placed between the two
+measured training costs, so the test does not depend on this machine's absolute figures.
+"""
+
+import ga_tfx
+from ga_tfx import keras, tf
+
+import numpy as np
+import pytest
+
+pytestmark = []  # fast tier; library only (no TFX)
+
+EFFECTIVE = 256
+SHAPE = (32, 32, 3)
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(SHAPE)
+    h = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+    h = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    model = keras.Model(inputs, keras.layers.Dense(4)(h))
+    model.compile(
+        keras.optimizers.SGD(0.01, momentum=0.9),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def _data(n=EFFECTIVE):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n,) + SHAPE).astype("float32"), rng.integers(0, 4, n)
+
+
+def _fit_peak(micro):
+    """Bytes one epoch of ga-tfx fit at ``micro`` (K = EFFECTIVE / micro) costs: its peak
+    above the memory in use before it, plus the run's variables, optimizer slots and
+    accumulation buffers (the first epoch traces; the second is measured)."""
+    x, y = _data()
+    model = ga_tfx.wrap_model(_model(), EFFECTIVE // micro)
+    model.compile(
+        keras.optimizers.SGD(0.01, momentum=0.9),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(x, y, batch_size=micro, epochs=1, shuffle=False, verbose=0)
+    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    model.fit(x, y, batch_size=micro, epochs=1, shuffle=False, verbose=0)
+    epoch = tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
+    held = model.variables + list(model.optimizer.variables) + model.gradient_accumulator.sums
+    return epoch + sum(int(v.shape.num_elements()) * v.dtype.size for v in held)
+
+
+def test_the_chosen_micro_batch_is_the_largest_whose_training_fits_the_budget():
+    x, y = _data()
+    # Place the budget halfway between the training costs at 64 and at 128.
+    peaks = {micro: _fit_peak(micro) for micro in (64, 128)}
+    print({k: v / 2**20 for k, v in peaks.items()})
+    assert peaks[128] > peaks[64] * 1.3  # activations dominate: the sizes differ
+    budget = (peaks[64] + peaks[128]) // 2
+    choice = ga_tfx.fit_micro_batch(_model(), x, y, EFFECTIVE, budget, device="CPU:0")
+    print(choice.explain())
+    assert (choice.micro_batch, choice.accum_steps) == (64, 4)  # the effective batch kept
+    assert choice.peaks[64] <= budget < choice.peaks[128]  # its own measurement agrees
+    assert "micro-batch 64 x accum_steps 4 = effective batch 256" in choice.explain()
+    # A budget above every size: the whole effective batch in one micro-batch.
+    whole = ga_tfx.fit_micro_batch(_model(), x, y, EFFECTIVE, 2**40, device="CPU:0")
+    assert (whole.micro_batch, whole.accum_steps) == (EFFECTIVE, 1)
+
+
+def test_the_probe_leaves_the_model_as_it_was_and_refuses_what_cannot_fit():
+    x, y = _data()
+    model = _model()
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(SHAPE)
+    h = keras.layers.BatchNormalization()(keras.layers.Conv2D(8, 3)(inputs))
+    bn_model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.Flatten()(h)))
+    bn_model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in bn_model.get_weights()]
+    ga_tfx.fit_micro_batch(bn_model, x, y, EFFECTIVE, 2**40, device="CPU:0")
+    for a, b in zip(before, bn_model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # moving statistics untouched
+    with pytest.raises(
+        ValueError, match=r"No micro-batch fits memory_budget=1024 .*smallest tried, 1,"
+    ):
+        ga_tfx.fit_micro_batch(model, x, y, EFFECTIVE, 1024, device="CPU:0")
+    with pytest.raises(
+        ValueError, match=r"candidates \[48\] do not divide effective_batch_size=256"
+    ):
+        ga_tfx.fit_micro_batch(model, x, y, EFFECTIVE, 2**40, candidates=[64, 48])
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), (4096, 4096)],
+)
+def test_budgets_are_read_in_bytes(text, expected):
+    assert ga_tfx.memory.parse_budget(text) == expected
+
+
+@pytest.mark.parametrize("text", ["2 potatoes", "-1GiB", True, "0"])
+def test_bad_budgets_name_what_is_allowed(text):
+    with pytest.raises(ValueError, match="memory_budget must be bytes"):
+        ga_tfx.memory.parse_budget(text)
+
+
+def test_a_fraction_needs_a_device_that_reports_its_memory():
+    with pytest.raises(ValueError, match="reports no total memory for CPU:0"):
+        ga_tfx.memory.parse_budget("0.8", "CPU:0")
