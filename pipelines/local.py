@@ -55,6 +55,7 @@ class RunSummary:
     # From the Trainer's run record: the windows' K at each change, and B_simple at the end.
     accum_schedule_used: Optional[List[List[int]]] = None
     noise_scale: Optional[float] = None
+    micro_batch_choice: Optional[str] = None  # with --memory-budget: the choice and why
 
     def lines(self):
         tuned = ", ".join(f"{k}={v}" for k, v in sorted(self.hyperparameters.items()))
@@ -68,6 +69,8 @@ class RunSummary:
         if self.accum_schedule_used and len(self.accum_schedule_used) > 1:
             used = ", ".join(f"K={k} from window {w}" for w, k in self.accum_schedule_used)
             lines.append(f"accum_steps used:     {used}")
+        if self.micro_batch_choice:
+            lines.append(f"memory budget:        {self.micro_batch_choice}")
         if self.noise_scale is not None:
             lines.append(
                 f"noise scale B_simple: {self.noise_scale:.4g} samples at the end of training"
@@ -196,6 +199,7 @@ def summarize(connection_config) -> RunSummary:
         resumed_from_update=record and record.resumed_from_update,
         accum_schedule_used=record and record.accum_schedule_used,
         noise_scale=record and record.noise_scale,
+        micro_batch_choice=record and record.micro_batch_choice,
         hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
         metrics=evaluation.metrics if evaluation is not None else {},
         baseline_metrics=evaluation.baseline_metrics if evaluation is not None else {},

@@ -86,6 +86,7 @@ class TrainingOptions(Settings):
     )
     lr_scaling: str = like(AccumulationSettings, "lr_scaling")
     log_noise_scale: bool = like(AccumulationSettings, "log_noise_scale")
+    memory_budget: Optional[str] = like(AccumulationSettings, "memory_budget")
     strategy: str = like(AccumulationSettings, "strategy", "auto")
     min_accuracy: Optional[float] = setting(
         None,

@@ -156,6 +156,7 @@ def create_pipeline(
         accum_schedule=options.accum_schedule,
         lr_scaling=options.lr_scaling,
         log_noise_scale=options.log_noise_scale,
+        memory_budget=options.memory_budget,
         strategy=options.strategy,
         checkpoint_every_updates=options.checkpoint_every_updates,
         checkpoint_every_seconds=options.checkpoint_every_seconds,

@@ -479,6 +479,28 @@ def test_a_piecewise_accum_schedule_trains_each_window_as_its_own_big_batch(tmp_
     assert run_record.read(run_dir).accum_schedule_used == [[0, 2], [2, 4]]
 
 
+def test_a_memory_budget_sets_the_micro_batch_and_keeps_the_effective_batch(tmp_path):
+    # Asked for micro-batches of 4 x K 4; with room for the whole effective batch the Trainer
+    # trains micro-batches of 16 x K 1: the same updates as plain Keras at 16.
+    hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
+    reference = _plain_keras_big_batch(hparams, batch_size=16, updates=3)
+    serving_dir, run_dir = _run(
+        tmp_path,
+        "budget",
+        micro_batch_size=4,
+        accum_steps=4,
+        memory_budget="64GiB",
+        num_steps=3,
+        hyperparameters=hparams,
+    )
+    record = run_record.read(run_dir)
+    assert (record.micro_batch_size, record.accum_steps, record.effective_batch_size) == (16, 1, 16)
+    assert record.micro_batch_choice.startswith(
+        "micro-batch 16 x accum_steps 1 = effective batch 16"
+    )
+    assert _max_diff(_exported_weights(serving_dir), reference.get_weights()) <= BIG_BATCH_TOLERANCE
+
+
 KILLED_TRAINER = """
 import json, os, pathlib, signal, sys
 import ga_tfx

@@ -40,7 +40,7 @@ and ``custom_config={"ga_tfx": {...settings...}, "model_fn": "my_pkg.my_module"}
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx._keras import keras
+from ga_tfx._keras import keras, tf
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import (
     checkpoints,
@@ -57,6 +57,7 @@ from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.engine import recovery
 
 import contextlib
+import dataclasses
 import os
 
 from absl import logging
@@ -120,6 +121,15 @@ def train_and_export(
     )
 
     schema, transform_output = data.schema_and_transform(fn_args)
+    choice = None
+    if settings.memory_budget:  # the micro-batch that fits, the effective batch kept
+        choice = _fit_micro_batch(
+            fn_args, settings, schema, build_model, hparams, transform_output, strategy
+        )
+        settings = dataclasses.replace(
+            settings, micro_batch_size=choice.micro_batch, accum_steps=choice.accum_steps
+        )
+        logging.info("ga_tfx: memory budget: %s", choice.explain())
     evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
     resume_dir = checkpoints.resume_directory(
         fn_args.model_run_dir,
@@ -223,9 +233,32 @@ def train_and_export(
                 noise_scale=logger.noise_scale,
                 accum_schedule_used=logger.schedule_used or None,
                 micro_batch_split=model.window_core.micro_batch_split if model.window_core else 1,
+                micro_batch_choice=choice.explain() if choice is not None else None,
             ),
         )
     return plain
+
+
+def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_output, strategy):
+    """The micro-batch that fits ``settings.memory_budget`` (:func:`ga_tfx.fit_micro_batch`),
+    measured on the first effective batch of training examples with the user's model (built
+    once for the probe, under the run's strategy and dtype policy; per device)."""
+    examples = data.micro_batches(fn_args, fn_args.train_files, settings, schema, False).take(
+        settings.accum_steps
+    )
+    parts = list(examples)
+    x = tf.nest.map_structure(lambda *t: tf.concat(t, 0), *[p[0] for p in parts])
+    y = tf.concat([p[1] for p in parts], 0)
+    with model_lib.mixed_precision_policy(settings.mixed_precision), strategy.scope():
+        probe = user_module.call_build_model(build_model, hparams, transform_output)
+        return ga_tfx.fit_micro_batch(
+            probe,
+            x,
+            y,
+            settings.effective_batch_size,
+            settings.memory_budget,
+            replicas=strategy.num_replicas_in_sync,
+        )
 
 
 def _train(model, fn_args, settings, schema, evaluation, done, updates, per_epoch, callbacks):

@@ -16,6 +16,9 @@ TensorBoard logs. Fields:
   at each change (0-based windows; a short last window of ``partial_window="apply"`` shows);
 - ``micro_batch_split``: slices each micro-batch was trained as at the end (1; 2, 4, ... after
   out-of-memory recoveries: the micro-batch halved, K doubled, the same samples per update);
+- ``micro_batch_choice``: with ``memory_budget``, the choice and why (micro-batch x K, the
+  measured peak, the budget, the sizes over it); ``micro_batch_size``/``accum_steps`` are the
+  chosen ones;
 - ``noise_scale``: the gradient noise scale ``B_simple`` at the end of training, in samples
   (``log_noise_scale``; ``None`` when off or not estimated, see :mod:`ga_tfx.window`);
 - ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...).
@@ -46,6 +49,7 @@ class RunRecord:
     noise_scale: Optional[float] = None
     accum_schedule_used: Optional[List[List[int]]] = None
     micro_batch_split: int = 1
+    micro_batch_choice: Optional[str] = None
 
 
 def path(model_run_dir: str) -> str:

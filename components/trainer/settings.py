@@ -22,6 +22,7 @@ from ga_tfx.config import ADAPTIVE, AccumulationConfig, parse_schedule
 from ga_tfx.config import FIELDS as LIBRARY_FIELDS
 
 import dataclasses
+import re
 from typing import Any, Dict, Mapping, Optional
 
 STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
@@ -100,6 +101,16 @@ class AccumulationSettings(Settings):
         help="optimizer updates between two evaluations; must divide the train updates "
         "(None: one epoch)",
     )
+    memory_budget: Optional[str] = setting(
+        None,
+        kind=str,
+        optional=True,
+        rule=lambda text: _budget_problem(text),
+        help="fit the micro-batch to this much memory per device ('2GiB', '512MiB', bytes, or a "
+        "fraction of the device memory): the largest divisor of the effective batch whose "
+        "training step fits, K adjusted so that the effective batch is kept (None: "
+        "micro_batch_size as given)",
+    )
     checkpoint_every_updates: int = setting(
         100,
         kind=int,
@@ -150,6 +161,13 @@ class AccumulationSettings(Settings):
         if values.get("agc") is False:
             overrides["agc_clip_factor"] = None
         return dataclasses.replace(self, **overrides) if overrides else self
+
+
+def _budget_problem(text: str) -> Optional[str]:
+    """A budget's form (its bytes, for a fraction, are known only on the device)."""
+    if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*([KMG]i?B|B)?\s*", text, re.IGNORECASE):
+        return None
+    return "must be bytes, '2GiB', '512MiB', '1.5GB' or a fraction such as '0.8'"
 
 
 def _trainer_schedule_problem(text: str) -> Optional[str]:
