@@ -201,7 +201,7 @@ def fit_micro_batch(
     try:
         for size in sorted(set(sizes), reverse=True):
             share = max(1, size // replicas)
-            peaks[size] = _micro_step_peak(model, _rows(x, share), _rows(y, share), device)
+            peaks[size] = _micro_step_peak(model, x, y, share, device)
             peaks[size] += persistent
             if peaks[size] <= budget:
                 return MicroBatchChoice(
@@ -242,21 +242,23 @@ def _rows(data: Any, n: int) -> Any:
     return tf.nest.map_structure(lambda a: tf.convert_to_tensor(a[:n]), data)
 
 
-def _micro_step_peak(model: Any, x: Any, y: Any, device: str) -> int:
-    """Peak bytes one ga-tfx training micro-step of ``(x, y)`` allocates: a ``fit`` of one
-    micro-batch through the engine (a window of one, learning rate 0), measured on its second
-    run (the first traces)."""
+def _micro_step_peak(model: Any, x: Any, y: Any, samples: int, device: str) -> int:
+    """Peak bytes a ga-tfx ``fit`` window of micro-batches of ``samples`` allocates (two
+    micro-batches when ``x`` holds them, as training runs them back to back; learning rate 0),
+    measured on its second run (the first traces)."""
     from ga_tfx._keras import keras
     from ga_tfx.models import wrap_model
 
-    probe = wrap_model(model, 1, oom_recovery=False)
+    rows = int(tf.nest.flatten(x)[0].shape[0])
+    k = 2 if rows >= 2 * samples else 1
+    probe = wrap_model(model, k, oom_recovery=False)
     probe._use_engine_always()  # the engine's own step, also at K=1
     arguments = dict(internals.compile_args(model), optimizer=keras.optimizers.SGD(0.0))
     probe.compile(**arguments)
-    samples = int(tf.nest.flatten(x)[0].shape[0])
+    xs, ys = _rows(x, k * samples), _rows(y, k * samples)
 
     def train() -> None:
-        probe.fit(x, y, batch_size=samples, epochs=1, shuffle=False, verbose=0)
+        probe.fit(xs, ys, batch_size=samples, epochs=1, shuffle=False, verbose=0)
 
     train()
     return step_peak(train, device)
