@@ -267,8 +267,9 @@ def _schedule_from_accum_steps(given: Dict[str, Any]) -> None:
     """``accum_steps`` given as a schedule becomes ``accum_schedule`` (or, a callable,
     ``accum_schedule_fn``) and the first window's K."""
     steps = given.get("accum_steps")
-    if steps is None or isinstance(steps, (bool, int)) or type(steps).__module__ == "numpy":
-        return
+    schedule_text_given = isinstance(steps, str) and (":" in steps or steps.startswith(ADAPTIVE))
+    if not (callable(steps) or isinstance(steps, (list, tuple)) or schedule_text_given):
+        return  # an integer K (or a bad value, refused by the config naming it)
     if callable(steps):
         given["accum_schedule_fn"] = steps
         first = steps(0)

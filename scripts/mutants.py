@@ -392,7 +392,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "trainer.resume_does_not_skip_trained_data",
         "components/trainer/run_fn.py",
-        ".skip(skip * settings.accum_steps)",
+        ".skip(settings.micro_batches(0, skip))",
         ".skip(0)",
         ("tests/test_trainer_component.py", "-k", "killed"),
         slow=True,
