@@ -576,9 +576,10 @@ class WindowCore(tf.Module):
     # ------------------------------------------------------------------ out of memory
     def run_micro_batch(self, strategy: Any, step: Callable[[Any], Any], data: Any) -> Any:
         """Cross-replica context: ``strategy.run(step)`` on the micro-batch ``data``, as
-        ``micro_batch_split`` consecutive slices of each replica's part (one call when the
-        split is 1, the default); returns the last call's outputs. With ``oom_recovery`` off,
-        ``strategy.run(step, args=(data,))``.
+        ``micro_batch_split`` consecutive slices of each replica's part; returns the last
+        call's outputs. With ``oom_recovery`` off, ``strategy.run(step, args=(data,))``.
+        Front-ends trace it only once the split is above 1 (after a recovery they trace their
+        step again): at 1 they run ``step`` on the whole micro-batch, with no loop.
 
         Slices of a micro-batch of ``b`` samples have ``ceil(b / split)`` samples (the last
         fewer): the same sub-micro-batches, in the same order, as a run at that micro-batch.

@@ -72,6 +72,15 @@ def pytest_configure(config):
         )
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests listed in tests/tiers.py join the slow tier (one list, one reason each)."""
+    from tests.tiers import is_slow
+
+    for item in items:
+        if is_slow(item.nodeid.split("/")[-1]):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_ignore_collect(collection_path, config):
     if _HAS_TFX or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None

@@ -89,13 +89,13 @@ def test_the_probe_leaves_the_model_as_it_was_and_refuses_what_cannot_fit():
     bn_model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.Flatten()(h)))
     bn_model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     before = [w.copy() for w in bn_model.get_weights()]
-    ga_tfx.fit_micro_batch(bn_model, x, y, EFFECTIVE, 2**40, device="CPU:0")
+    ga_tfx.fit_micro_batch(bn_model, x, y, EFFECTIVE, 2**40, candidates=[64], device="CPU:0")
     for a, b in zip(before, bn_model.get_weights()):
         np.testing.assert_array_equal(a, b)  # moving statistics untouched
     with pytest.raises(
         ValueError, match=r"No micro-batch fits memory_budget=1024 .*smallest tried, 1,"
     ):
-        ga_tfx.fit_micro_batch(model, x, y, EFFECTIVE, 1024, device="CPU:0")
+        ga_tfx.fit_micro_batch(model, x, y, EFFECTIVE, 1024, candidates=[2, 1], device="CPU:0")
     with pytest.raises(
         ValueError, match=r"candidates \[48\] do not divide effective_batch_size=256"
     ):

@@ -73,9 +73,14 @@ class WindowLoop:
         # How a call's last window ends: by the policy, or "apply" inside one_window_per_call.
         self._ending = self._policy
         self._micro_batch_step = self._xla(model._accumulate_micro_batch)
-        # Out-of-memory recovery splits micro-batches (ga_tfx.window); not under XLA, whose
-        # computations want static shapes.
-        self._split = model.accumulation.oom_recovery and not model.jit_compile
+        # After an out-of-memory recovery the core trains each micro-batch as slices
+        # (ga_tfx.window): that loop is traced only then (the train function is made again),
+        # never under XLA, whose computations want static shapes.
+        self._split = (
+            model.accumulation.oom_recovery
+            and not model.jit_compile
+            and model.window_core.micro_batch_split > 1
+        )
         if self._policy == "apply":
             self._run_execution = self._trace(self._train_execution_and_apply)
         else:

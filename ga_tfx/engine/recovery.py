@@ -64,6 +64,7 @@ def continuation(
             "memory recovery, or a smaller micro-batch."
         ) from error
     core.recover_from_oom(model.distribute_strategy, error)
+    model.train_function = None  # made again, with the split micro-batch step
     epoch = position.epoch
     consumed = int(core.state.micro_batches_done.numpy()) - position.start
     rest = _rest_of_epoch(arguments, consumed)

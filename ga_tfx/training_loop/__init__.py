@@ -246,7 +246,8 @@ class TrainingLoop:
         self.chain = self.core.chain
         # The replica-context micro-batch step: one XLA computation under jit_compile.
         self._micro_step_fn = xla_step(self._micro_step) if self.jit_compile else self._micro_step
-        self._window_fn = tf.function(self._window)
+        self._split = False
+        self._trace_window()
         self._flush_fn = tf.function(self._flush)
         self._restored = False
 
@@ -346,6 +347,7 @@ class TrainingLoop:
         budget = _validation.MICRO_BATCHES.check("max_micro_batches", max_micro_batches)
         if not self._restored:
             self.restore()
+            self._trace_window()  # a restored out-of-memory split
         self.core.start_events()
         self.stop_training = False
         self._log.start()
@@ -366,6 +368,7 @@ class TrainingLoop:
                 except tf.errors.ResourceExhaustedError as error:
                     # The window again from its first micro-batch, at half the micro-batch.
                     pending = self.core.recover_from_oom(self.strategy, error)
+                    self._trace_window()  # with the split
                     self.state.position.assign_sub(pending)
                     budget = None if budget is None else budget + pending
                     iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
@@ -393,6 +396,15 @@ class TrainingLoop:
             if hasattr(callback, "on_train_end"):
                 callback.on_train_end(self, logs)
         return logs
+
+    def _trace_window(self) -> None:
+        """(Re)makes the traced window function: its micro-batch step runs on
+        ``micro_batch_split`` slices once an out-of-memory recovery split it (never under
+        XLA, whose computations want static shapes)."""
+        split = not self.jit_compile and self.core.micro_batch_split > 1
+        if split != self._split or not hasattr(self, "_window_fn"):
+            self._split = split
+            self._window_fn = tf.function(self._window)
 
     def _pending(self) -> int:
         return int(self.core.micro_steps.numpy())
@@ -435,9 +447,9 @@ class TrainingLoop:
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break
-            if self.jit_compile:  # no split under XLA: its computations want static shapes
+            if not self._split:  # (read when traced: see _trace_window)
                 self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
-            else:  # micro_batch_split slices of it (out-of-memory recovery)
+            else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
                 self.core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
             count += 1
         pending = self.core.micro_steps.assign_add(count)
