@@ -644,6 +644,14 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_tuning.py", "-k", "retried_at_half"),
     ),
     Mutation(
+        "oom.trainer_replans_from_the_start",
+        "components/trainer/run_fn.py",
+        "                    done = checkpoint.done\n",
+        "                    done = 0\n",
+        ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
+        slow=True,
+    ),
+    Mutation(
         "training_loop.resume_from_the_start_of_the_epoch",
         "ga_tfx/training_loop/data.py",
         "        dataset = dataset.skip(position) if position else dataset\n",

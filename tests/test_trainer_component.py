@@ -501,6 +501,64 @@ def test_a_memory_budget_sets_the_micro_batch_and_keeps_the_effective_batch(tmp_
     assert _max_diff(_exported_weights(serving_dir), reference.get_weights()) <= BIG_BATCH_TOLERANCE
 
 
+OUT_OF_MEMORY_MODULE = (
+    MODEL_MODULE
+    + """
+class OutOfMemoryAt(keras.layers.Layer):
+    # The identity; a real allocator OOM on its 6th training call when the batch has more than
+    # 4 rows (tests/test_oom_recovery.py's injection). Its call counter is a weight of its own.
+    def build(self, input_shape):
+        self.calls = self.add_weight("calls", [], tf.int64, "zeros", trainable=False)
+
+    def call(self, inputs, training=None):
+        if not training:
+            return inputs
+        calls = self.calls.assign_add(1)
+        rows = tf.cast(tf.shape(inputs)[0], tf.int64)
+        boom = tf.cond(
+            (calls >= 6) & (rows > 4),
+            lambda: tf.reduce_sum(tf.fill(tf.reshape(calls * 2**40, [1]), 0.0)),
+            lambda: 0.0,
+        )
+        return inputs + boom
+
+
+_plain_build = build_model
+
+
+def build_model(hparams):
+    model = _plain_build(hparams)
+    outputs = OutOfMemoryAt(name="oom")(model.output)
+    wrapped = keras.Model(model.inputs, outputs)
+    wrapped.compile(model.optimizer, model.loss)
+    return wrapped
+"""
+)
+
+
+@pytest.mark.slow  # a real out-of-memory error: the allocator retries for 10 s first
+def test_the_trainer_survives_an_out_of_memory_error_with_the_big_batch_weights(tmp_path):
+    # Micro-batches of 8, K=2: the 6th micro-batch (the 3rd window) runs out of memory; the
+    # Trainer re-plans from the windows done at micro-batches of 4 (K 4), the same windows of
+    # 16, and ends with plain Keras' big-batch weights.
+    hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
+    reference = _plain_keras_big_batch(hparams, batch_size=16, updates=4)
+    serving_dir, run_dir = _run(
+        tmp_path,
+        "oom",
+        module_file=_module(tmp_path, OUT_OF_MEMORY_MODULE, "oom_module.py"),
+        micro_batch_size=8,
+        accum_steps=2,
+        num_steps=4,
+        hyperparameters=hparams,
+    )
+    assert run_record.read(run_dir).micro_batch_split == 2
+    exported = keras.models.load_model(serving_dir, compile=False)
+    trained = [w for name in ("hidden", "logits") for w in exported.get_layer(name).get_weights()]
+    want = [w for name in ("hidden", "logits") for w in reference.get_layer(name).get_weights()]
+    assert _max_diff(trained, want) <= BIG_BATCH_TOLERANCE
+
+
 KILLED_TRAINER = """
 import json, os, pathlib, signal, sys
 import ga_tfx
