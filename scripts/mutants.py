@@ -97,7 +97,7 @@ MIXED_FLOAT16 = ("tests/test_mixed_precision.py", "-k", "matches_float32 and flo
 STEP, LOOP, ENGINE = "ga_tfx/engine/step.py", "ga_tfx/engine/loop.py", "ga_tfx/engine/__init__.py"
 WINDOW, CONFIG = "ga_tfx/window.py", "ga_tfx/config.py"
 PACING, ACCUMULATOR = "ga_tfx/engine/pacing.py", "ga_tfx/accumulator.py"
-PREEMPTION = "components/trainer/preemption.py"
+PREEMPTION = "ga_tfx/preemption.py"
 COMPAT = "ga_tfx/compat/gradient_accumulator/accumulators.py"
 
 MUTATIONS: List[Mutation] = [
@@ -650,6 +650,13 @@ MUTATIONS: List[Mutation] = [
         "                    done = 0\n",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
+    ),
+    Mutation(
+        "training_loop.signal_not_acted_on",
+        "ga_tfx/training_loop/__init__.py",
+        "                self._stop_if_requested(max_updates)\n",
+        "                pass\n",
+        ("tests/test_preemption_in_step.py", "-k", "training_loop"),
     ),
     Mutation(
         "training_loop.resume_from_the_start_of_the_epoch",

@@ -39,7 +39,7 @@ Where the code is: this module is the loop (micro-batches into windows, the run)
 """
 
 from ga_tfx import _tf_keras_internals as internals
-from ga_tfx import _validation
+from ga_tfx import _validation, preemption
 from ga_tfx._keras import keras, tf
 from ga_tfx._schema import Spec
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
@@ -174,6 +174,12 @@ class TrainingLoop:
         gradient chain) and the optimizer update. The loop around them (the dataset
         iterator, the skip decision) stays a ``tf.function``. An op XLA cannot compile raises
         when the first window is traced, as in plain Keras. Default ``False``.
+      stop_on_signals: with ``checkpoint_dir``, SIGTERM (what Kubernetes sends before an
+        eviction) and SIGINT (Ctrl-C) stop :meth:`run` at the next window end -- a signal
+        that arrives while a step runs is handled when it returns --: it saves a checkpoint
+        and raises :class:`ga_tfx.preemption.TrainingInterrupted` ("interrupted at update N;
+        checkpoint saved; ..."); a new ``run`` resumes exactly. A second signal is not held
+        back. Only from the main thread. Default ``True``.
     """
 
     def __init__(
@@ -200,6 +206,7 @@ class TrainingLoop:
         log_every_n_windows: int = 1,
         verbose: bool = True,
         jit_compile: bool = False,
+        stop_on_signals: bool = True,
         **settings: Any,
     ) -> None:
         self.config = resolve(
@@ -216,6 +223,8 @@ class TrainingLoop:
             "checkpoint_every_n_updates", checkpoint_every_n_updates
         )
         self.jit_compile = _JIT_COMPILE.check("jit_compile", jit_compile)
+        self.stop_on_signals = bool(stop_on_signals)
+        self._stop = preemption.StopRequest()
         self.callbacks = list(callbacks)
         self.stop_training = False
         self._data = EpochData(dataset, self.strategy)
@@ -345,6 +354,15 @@ class TrainingLoop:
         epochs = _validation.EPOCHS.check("epochs", epochs)
         max_updates = _validation.UPDATES.check("max_updates", max_updates)
         budget = _validation.MICRO_BATCHES.check("max_micro_batches", max_micro_batches)
+        # With checkpoints, SIGTERM/SIGINT stop at the next window end with a checkpoint
+        # (ga_tfx.preemption): TrainingInterrupted, and a new run resumes.
+        with preemption.stop_on_signals(
+            self.stop_on_signals and self.checkpoint_dir is not None
+        ) as stop:
+            self._stop = stop
+            return self._run(epochs, max_updates, budget)
+
+    def _run(self, epochs: int, max_updates: Optional[int], budget: Optional[int]) -> dict:
         if not self._restored:
             self.restore()
             self._trace_window()  # a restored out-of-memory split
@@ -360,6 +378,7 @@ class TrainingLoop:
             while not self.stop_training:
                 if max_updates is not None and self.updates >= max_updates:
                     break
+                self._stop_if_requested(max_updates)
                 wanted = self.core.accum_steps - self._pending()
                 finish = budget is None or budget >= wanted
                 take = wanted if finish else cast(int, budget)  # not finish: budget is an int
@@ -396,6 +415,17 @@ class TrainingLoop:
             if hasattr(callback, "on_train_end"):
                 callback.on_train_end(self, logs)
         return logs
+
+    def _stop_if_requested(self, max_updates: Optional[int]) -> None:
+        """Between windows: on a stop signal (agreed by every worker), save and raise
+        :class:`~ga_tfx.preemption.TrainingInterrupted`."""
+        requested = self._stop.requested
+        if internals.in_multi_worker_mode(self.strategy):  # any worker's signal stops all
+            flag = self.strategy.run(lambda: tf.constant(int(requested), tf.int32))
+            requested = bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None))
+        if requested:
+            self.save()
+            raise preemption.TrainingInterrupted(self.updates, max_updates, self._stop.signum or 0)
 
     def _trace_window(self) -> None:
         """(Re)makes the traced window function: its micro-batch step runs on
