@@ -21,7 +21,7 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 LINE = "interrupted at update {done}{of_total}; checkpoint saved; re-run the same command to resume"
@@ -71,7 +71,7 @@ def stop_on_signals(enabled: bool = True) -> Iterator[StopRequest]:
         return
     previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
 
-    def handle(signum, frame):
+    def handle(signum: int, frame: Any) -> None:
         if not stop.requested:
             stop.request(signum)
             return
@@ -91,13 +91,13 @@ def stop_on_signals(enabled: bool = True) -> Iterator[StopRequest]:
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
-def interruption(error: BaseException) -> Optional[TrainingInterrupted]:
+def interruption(error: Optional[BaseException]) -> Optional[TrainingInterrupted]:
     """The :class:`TrainingInterrupted` that caused ``error`` (itself, or in its
     ``__cause__``/``__context__`` chain, as TFX's launcher may wrap it), else ``None``.
 
-    See :func:`report_interruption`.
+    See ``ga_tfx.components.trainer.preemption.report_interruption``.
     """
-    seen = set()
+    seen: set = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, TrainingInterrupted):
             return error
