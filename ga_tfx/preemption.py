@@ -69,7 +69,7 @@ def stop_on_signals(enabled: bool = True) -> Iterator[StopRequest]:
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    previous: dict = {signum: signal.getsignal(signum) for signum in SIGNALS}
 
     def handle(signum: int, frame: Any) -> None:
         if not stop.requested:
