@@ -50,12 +50,7 @@ from ga_tfx.training_loop.callbacks import UpdateCallback
 from ga_tfx.training_loop.checkpoints import LoopCheckpoints
 from ga_tfx.training_loop.data import EpochData
 from ga_tfx.training_loop.logs import LOG_KEYS, NOISE_KEYS, LoopLog
-from ga_tfx.training_loop.step import (
-    default_inputs,
-    default_targets,
-    mean_loss,
-    regularization_gradients,
-)
+from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
@@ -94,7 +89,7 @@ class LoopState(WindowState):
             )
 
 
-class TrainingLoop:
+class TrainingLoop(LoopSteps):
     """Runs ``model`` on micro-batches; one optimizer update per ``accum_steps`` of them.
 
     Args:
@@ -464,60 +459,3 @@ class TrainingLoop:
                 if hasattr(callback, "on_update_end"):
                     callback.on_update_end(self, logs)
         return logs
-
-    # ------------------------------------------------------------------ traced parts
-    def _window(self, iterator: Any, take: Any, finish: bool) -> Any:
-        """Cross-replica, traced: accumulates up to ``take`` micro-batches; with ``finish``
-        (a Python bool) the window core ends the window when it is complete (or, with
-        ``partial_window="apply"``, whenever it holds any: the data ended). Returns the
-        number of micro-batches taken."""
-        count = tf.constant(0, tf.int64)
-        while count < take:
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            optional = iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            if not self._split:  # (read when traced: see _trace_window)
-                self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
-            else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
-                self.core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
-            count += 1
-        pending = self.core.micro_steps.assign_add(count)
-        self.state.position.assign_add(count)
-        if finish:
-            k = self.core.state.accum_steps.read_value()
-            least = tf.constant(1, tf.int64) if self.config.partial_window == "apply" else k
-            tf.cond(pending >= least, self._finish_window, lambda: tf.constant(False))
-        return count
-
-    def _flush(self) -> None:
-        """Cross-replica, traced: ends the pending window (if any) as an update."""
-        tf.cond(self.core.micro_steps > 0, self._finish_window, lambda: tf.constant(False))
-
-    def _finish_window(self) -> tf.Tensor:
-        return self.core.finish(
-            self.strategy,
-            self.optimizer,
-            jit_compile=self.jit_compile,
-            extra_gradient=self._regularization_gradients,
-        )
-
-    def _micro_step(self, batch: Any) -> Any:
-        """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss`` to the
-        window (the replica's mean loss over the number of replicas, as Keras scales it)."""
-        x = self.inputs_fn(batch)
-        samples = (
-            batch_size(x)
-            if self.sample_count_fn is None
-            else tf.cast(self.sample_count_fn(batch), tf.float32)
-        )
-        replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
-        with tf.GradientTape() as tape:
-            outputs = self.model(x, training=True)
-            loss = mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples) / replicas
-        grads = tape.gradient(loss, self.variables)
-        return self.core.add(grads, samples, loss)
-
-    def _regularization_gradients(self) -> Any:
-        """Replica context: ``(R, ∇R)`` of the regularisation, or ``(None, None)``."""
-        return regularization_gradients(self.model, self.variables, self._regularization)

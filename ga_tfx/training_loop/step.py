@@ -1,6 +1,9 @@
-"""``TrainingLoop``'s per-micro-batch math: inputs, targets, the mean loss, regularisation."""
+"""``TrainingLoop``'s traced steps: one micro-batch's math (inputs, targets, the mean loss,
+regularisation) and one window (micro-batches in, the window core ends it); the host loop
+that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop`)."""
 
 from ga_tfx._keras import tf
+from ga_tfx.window import batch_size
 
 from typing import Any, Callable, Union
 
@@ -48,3 +51,81 @@ def regularization_gradients(
                 return None, None
             reg = tf.add_n([tf.cast(t, tf.float32) for t in terms])
     return tf.cast(reg, tf.float32), tape.gradient(reg, variables)
+
+
+class LoopSteps:
+    """Mixin of :class:`~ga_tfx.TrainingLoop`: the traced functions of one window and one
+    micro-batch. Expects the loop's ``core``, ``strategy``, ``state``, ``model``,
+    ``optimizer``, ``variables``, ``config`` and its user functions."""
+
+    core: Any
+    strategy: Any
+    state: Any
+    model: Any
+    optimizer: Any
+    variables: Any
+    config: Any
+    jit_compile: bool
+    inputs_fn: Callable
+    targets_fn: Callable
+    loss_fn: Callable
+    sample_count_fn: Any
+    _regularization: Any
+    _split: bool
+    _micro_step_fn: Callable
+
+    def _window(self, iterator: Any, take: Any, finish: bool) -> Any:
+        """Cross-replica, traced: accumulates up to ``take`` micro-batches; with ``finish``
+        (a Python bool) the window core ends the window when it is complete (or, with
+        ``partial_window="apply"``, whenever it holds any: the data ended). Returns the
+        number of micro-batches taken."""
+        count = tf.constant(0, tf.int64)
+        while count < take:
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            optional = iterator.get_next_as_optional()
+            if not optional.has_value():
+                break
+            if not self._split:  # (read when traced: see _trace_window)
+                self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
+            else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
+                self.core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
+            count += 1
+        pending = self.core.micro_steps.assign_add(count)
+        self.state.position.assign_add(count)
+        if finish:
+            k = self.core.state.accum_steps.read_value()
+            least = tf.constant(1, tf.int64) if self.config.partial_window == "apply" else k
+            tf.cond(pending >= least, self._finish_window, lambda: tf.constant(False))
+        return count
+
+    def _flush(self) -> None:
+        """Cross-replica, traced: ends the pending window (if any) as an update."""
+        tf.cond(self.core.micro_steps > 0, self._finish_window, lambda: tf.constant(False))
+
+    def _finish_window(self) -> tf.Tensor:
+        return self.core.finish(
+            self.strategy,
+            self.optimizer,
+            jit_compile=self.jit_compile,
+            extra_gradient=self._regularization_gradients,
+        )
+
+    def _micro_step(self, batch: Any) -> Any:
+        """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss`` to the
+        window (the replica's mean loss over the number of replicas, as Keras scales it)."""
+        x = self.inputs_fn(batch)
+        samples = (
+            batch_size(x)
+            if self.sample_count_fn is None
+            else tf.cast(self.sample_count_fn(batch), tf.float32)
+        )
+        replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
+        with tf.GradientTape() as tape:
+            outputs = self.model(x, training=True)
+            loss = mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples) / replicas
+        grads = tape.gradient(loss, self.variables)
+        return self.core.add(grads, samples, loss)
+
+    def _regularization_gradients(self) -> Any:
+        """Replica context: ``(R, ∇R)`` of the regularisation, or ``(None, None)``."""
+        return regularization_gradients(self.model, self.variables, self._regularization)
