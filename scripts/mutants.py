@@ -595,6 +595,14 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-2"),
     ),
     Mutation(
+        "noise.replica_scale_once_on_workers",
+        WINDOW,
+        "sq = tf.add_n(squares) * replicas * replicas",
+        "sq = tf.add_n(squares) * replicas",
+        ("tests/test_training_loop_multi_worker.py",),
+        slow=True,
+    ),
+    Mutation(
         "schedule.piecewise_not_followed",
         WINDOW,
         "            chosen = tf.gather(values, index)\n",

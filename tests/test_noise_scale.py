@@ -77,7 +77,7 @@ def _fit(replicas):
         model = ga_tfx.wrap_model(_linear(), K, log_noise_scale=True, noise_scale_decay=DECAY)
         model.compile(keras.optimizers.SGD(0.0), "mse")
     history = model.fit(_dataset(replicas), epochs=1, verbose=0)
-    return history.history["noise_scale"][-1], model.window_core
+    return history.history["noise_scale"][-1], _estimated_windows(model.window_core)
 
 
 def _wrapper(replicas):
@@ -101,11 +101,21 @@ def _wrapper(replicas):
         step(x, y)
     events = optimizer.window_events()
     assert len(events) == min(WINDOWS, ga_tfx.window.RECORD_CAPACITY)
-    return events[-1].noise_scale, optimizer.core
+    return events[-1].noise_scale, _estimated_windows(optimizer.core)
 
 
-def _loop(replicas):
-    strategy = two_replica_strategy() if replicas == 2 else None
+def _estimated_windows(core):
+    return int(core.state.noise_windows.numpy())
+
+
+def loop_estimate(strategy):
+    """TrainingLoop's B_simple after the whole stream, and the windows that gave an estimate.
+
+    ``strategy``: None (one device), a 2-replica MirroredStrategy, or the
+    MultiWorkerMirroredStrategy of 2 workers (tests/training_loop_worker.py runs it there: each
+    worker takes its part of every global micro-batch).
+    """
+    replicas = strategy.num_replicas_in_sync if strategy else 1
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = _linear()
         optimizer = keras.optimizers.SGD(0.0)
@@ -121,7 +131,11 @@ def _loop(replicas):
         verbose=False,
     )
     logs = loop.run(epochs=1)
-    return logs["noise_scale"], loop.core
+    return float(logs["noise_scale"]), _estimated_windows(loop.core)
+
+
+def _loop(replicas):
+    return loop_estimate(two_replica_strategy() if replicas == 2 else None)
 
 
 FRONT_ENDS = {"fit": _fit, "optimizer_wrapper": _wrapper, "training_loop": _loop}
@@ -138,11 +152,11 @@ FRONT_ENDS = {"fit": _fit, "optimizer_wrapper": _wrapper, "training_loop": _loop
     ],
 )
 def test_noise_scale_lands_within_ten_percent_of_the_closed_form(front_end, replicas):
-    estimate, core = FRONT_ENDS[front_end](replicas)
+    estimate, windows = FRONT_ENDS[front_end](replicas)
     print(f"{front_end} x{replicas}: B_simple {estimate:.3f}, true {TRUE_B_SIMPLE}")
     assert abs(estimate - TRUE_B_SIMPLE) <= 0.10 * TRUE_B_SIMPLE
     # Every window gave an estimate (K x replicas >= 2 small gradients each).
-    assert int(core.state.noise_windows.numpy()) == WINDOWS
+    assert windows == WINDOWS
 
 
 def test_two_replicas_give_an_estimate_from_one_micro_batch_per_window():

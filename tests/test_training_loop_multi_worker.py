@@ -6,6 +6,9 @@ a resume by new objects from the shared checkpoint directory, with Adam one unin
 The result must equal big-batch training on one device
 (this process) over the applied windows, within float32 round-off (1e-5, see
 tests/test_training_loop.py), and only the chief may write checkpoints and TensorBoard logs.
+The gradient noise scale the workers measure on the closed-form problem of
+tests/test_noise_scale.py (B_small: a replica's micro-batch, so 2 x K small gradients per
+window) must land within 10 % of the true B_simple, on both workers alike.
 """
 
 import glob
@@ -16,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from tests import test_noise_scale as closed_form
 from tests import training_loop_worker as worker
 from tests.test_training_loop import TOLERANCE, big_batch, max_diff
 from tests.worker_processes import run_workers
@@ -49,6 +53,14 @@ def test_two_workers_match_big_batch_and_only_the_chief_writes(tmp_path):
         # 2 epochs x (3 windows, the NaN one skipped); interrupted 1 micro-batch into a window.
         assert (s["updates"], s["iterations"], s["skipped_windows"]) == (4, 4, 2)
         assert s["pending_at_interrupt"] == 1
+
+    # The noise scale: one estimate (the workers agree), every window measured.
+    assert stats[0]["noise_scale"] == stats[1]["noise_scale"]
+    true = closed_form.TRUE_B_SIMPLE
+    print(f"noise scale, 2 workers: {stats[0]['noise_scale']:.3f}, true {true}")
+    for s in stats:
+        assert abs(s["noise_scale"] - true) <= 0.10 * true
+        assert s["noise_windows"] == closed_form.WINDOWS
 
     # Reference: one device, big batches of the applied windows (the NaN window left out).
     x, y = worker.data()

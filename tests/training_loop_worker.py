@@ -5,7 +5,8 @@ tests/test_training_loop_multi_worker.py.
 strategy first (as it must be), trains the test model with :class:`ga_tfx.TrainingLoop`
 with SGD (Nesterov momentum; interrupted mid-window after ``INTERRUPT_AFTER`` micro-batches,
 then resumed by new loop objects from the shared checkpoint directory) and with Adam
-(uninterrupted), and writes ``OUT/weights.npz``, ``OUT/weights_adam.npz`` and
+(uninterrupted), measures the gradient noise scale on the closed-form problem of
+tests/test_noise_scale.py, and writes ``OUT/weights.npz``, ``OUT/weights_adam.npz`` and
 ``OUT/stats.json``. The data (see :func:`data`) has a NaN window and a short last window; it
 is read from two TFRecord files, so that the AUTO auto-shard policy would give each worker
 other files (the loop sets DATA: every worker takes its part of each global micro-batch).
@@ -19,6 +20,8 @@ import os
 import sys
 
 import numpy as np
+
+from tests import test_noise_scale as closed_form
 
 MICRO, K, EPOCHS = 7, 3, 2
 N_SAMPLES = 57  # 9 micro-batches: 8 of 7 samples, 1 of 1 sample; windows of 21, 21, 15
@@ -112,6 +115,7 @@ def main(out, checkpoint_dir):
     adam = make_loop(strategy, paths, None, None, seed=22, optimizer="adam")  # uninterrupted
     adam.run(epochs=EPOCHS)
     np.savez(os.path.join(out, "weights_adam.npz"), *adam.model.get_weights())
+    noise_scale, noise_windows = closed_form.loop_estimate(strategy)
     stats = {
         "replicas": strategy.num_replicas_in_sync,
         "pending_at_interrupt": pending,
@@ -119,6 +123,8 @@ def main(out, checkpoint_dir):
         "skipped_windows": second.skipped_windows,
         "iterations": int(second.optimizer.iterations.numpy()),
         "is_chief": bool(strategy.extended.should_checkpoint),
+        "noise_scale": noise_scale,
+        "noise_windows": noise_windows,
     }
     with open(os.path.join(out, "stats.json"), "w") as f:
         json.dump(stats, f)
