@@ -82,7 +82,9 @@ class TrainingOptions(Settings):
         AccumulationSettings,
         "accum_schedule",
         help="K by window, 'FROM:K,...' (e.g. '0:2,20:4': K=2 for windows 0-19, then 4; its "
-        "first K replaces --accum-steps; None: --accum-steps throughout)",
+        "first K replaces --accum-steps), or 'adaptive[:MIN-MAX]' (from --accum-steps, K follows "
+        "the measured noise scale / micro-batch, powers of two in [MIN, MAX], default 2-64); "
+        "None: --accum-steps throughout",
     )
     lr_scaling: str = like(AccumulationSettings, "lr_scaling")
     log_noise_scale: bool = like(AccumulationSettings, "log_noise_scale")

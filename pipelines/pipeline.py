@@ -13,7 +13,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.tuner import tuner_fn
-from ga_tfx.config import parse_schedule
+from ga_tfx.config import ADAPTIVE, parse_schedule
 from ga_tfx.pipelines import data_check, data_plan, user_code
 from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, TrainingOptions
 
@@ -259,9 +259,12 @@ def create_pipeline(
 
 
 def first_accum_steps(options):
-    """K of the Trainer's first window: the schedule's first K, else ``accum_steps``."""
+    """K of the Trainer's first window: a piecewise schedule's first K, else ``accum_steps``
+    (an adaptive schedule starts there)."""
     if options.accum_schedule:
-        return parse_schedule(options.accum_schedule)[1][0][1]
+        kind, schedule = parse_schedule(options.accum_schedule)
+        if kind != ADAPTIVE:
+            return schedule[0][1]
     return options.accum_steps
 
 

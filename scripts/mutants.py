@@ -392,7 +392,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "trainer.resume_does_not_skip_trained_data",
         "components/trainer/run_fn.py",
-        ".skip(settings.micro_batches(0, skip))",
+        ".skip(_data_position(checkpoint, settings, skip))",
         ".skip(0)",
         ("tests/test_trainer_component.py", "-k", "killed"),
         slow=True,
@@ -595,6 +595,27 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-2"),
     ),
     Mutation(
+        "schedule.restored_k_not_in_first_call",
+        ENGINE,
+        "self, self._steps_per_call() - self.train_function.pending()",
+        "self, self._execution_steps",
+        ("tests/test_schedules.py", "-k", "restored_from_a_checkpoint"),
+    ),
+    Mutation(
+        "trainer.adaptive_position_from_the_bound",
+        "components/trainer/run_fn.py",
+        "    return checkpoint.position\n",
+        "    return settings.micro_batches(0, windows)\n",
+        ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
+    ),
+    Mutation(
+        "trainer.adaptive_fit_not_stopped",
+        "components/trainer/run_fn.py",
+        "            self.model.stop_training = True\n",
+        "            pass\n",
+        ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
+    ),
+    Mutation(
         "noise.replica_scale_once_on_workers",
         WINDOW,
         "sq = tf.add_n(squares) * replicas * replicas",
@@ -654,8 +675,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "oom.trainer_replans_from_the_start",
         "components/trainer/run_fn.py",
-        "                    done = checkpoint.done\n",
-        "                    done = 0\n",
+        "_fit_plan(checkpoint.done, updates,",
+        "_fit_plan(0, updates,",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
     ),

@@ -220,6 +220,39 @@ def test_a_checkpoint_in_the_middle_of_a_schedule_resumes_exactly(tmp_path):
     assert second.optimizer.learning_rate.numpy() == whole.optimizer.learning_rate.numpy()
 
 
+def test_a_fit_restored_from_a_checkpoint_after_a_switch_goes_on_with_the_schedule(tmp_path):
+    # Two fits by two model objects: the first trains windows 0-1 (K=2) and is saved; the
+    # second is restored, with K=4 in its window core, and trains the rest. Its first call must
+    # run one window of the restored K (4 micro-batches), not of the compiled first K (2: a
+    # window of 2 would end early, applied by partial_window="apply").
+    x, y = _data()
+    reference = _reference("sgd_momentum", x, y, WINDOW_KS, "linear")
+
+    def model():
+        m = ga_tfx.wrap_model(mlp(seed=5), SCHEDULE, lr_scaling="linear")
+        m.compile(OPTIMIZERS["sgd_momentum"](LR["sgd_momentum"]), sparse_ce())
+        return m
+
+    first = model()
+    split = MICRO * sum(WINDOW_KS[:2])
+    first.fit(x[:split], y[:split], batch_size=MICRO, shuffle=False, verbose=0)
+    assert first.window_core.accum_steps == 4
+    path = tf.train.Checkpoint(model=first).save(str(tmp_path / "ckpt"))
+    second = model()
+    tf.train.Checkpoint(model=second).restore(path)
+    events = []
+
+    class Record(keras.callbacks.Callback):
+        def on_window_end(self, event):
+            events.append(event)
+
+    second.fit(
+        x[split:], y[split:], batch_size=MICRO, shuffle=False, verbose=0, callbacks=[Record()]
+    )
+    assert [e.micro_batches for e in events] == list(WINDOW_KS[2:])
+    _check(second, reference, second.window_core, WINDOW_KS)
+
+
 def _least_squares_stream(micro_batches, micro, seed=0):
     """Linear least squares with Gaussian inputs (B_simple = 17, see test_noise_scale.py)."""
     rng = np.random.default_rng(seed)

@@ -479,6 +479,50 @@ def test_a_piecewise_accum_schedule_trains_each_window_as_its_own_big_batch(tmp_
     assert run_record.read(run_dir).accum_schedule_used == [[0, 2], [2, 4]]
 
 
+def test_an_adaptive_accum_schedule_follows_the_windows_k_across_epochs(tmp_path):
+    # accum_schedule "adaptive:2-2" from accum_steps 4: the noise scale's target is clamped to
+    # 2, so K switches from 4 to 2 once, after the warm-up and patience (about window 20), in
+    # the fourth of five epochs of 6 windows. Each epoch's fit has an upper bound of
+    # micro-batches and ends at its last window; the next one reads the data from the position
+    # the window events counted (the fifth starts after the switch). The reference is plain
+    # Keras, one train_on_batch per window on the examples of the K the run record says each
+    # window had, in order.
+    hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
+    serving_dir, run_dir = _run(
+        tmp_path,
+        "adaptive",
+        micro_batch_size=4,
+        accum_steps=4,
+        accum_schedule="adaptive:2-2",
+        updates_per_epoch=6,
+        num_steps=30,
+        eval_steps=1,
+        hyperparameters=hparams,
+    )
+    record = run_record.read(run_dir)
+    used = record.accum_schedule_used
+    print(f"adaptive: schedule used {used}")
+    assert len(used) == 2 and used[0] == [0, 4] and used[1][1] == 2 and 12 <= used[1][0] < 24
+    ks = [4] * used[1][0] + [2] * (30 - used[1][0])
+    sizes = [4 * k for k in ks]
+    x, y = _training_examples(sum(sizes))
+    namespace = {}
+    exec(textwrap.dedent(MODEL_MODULE), namespace)
+    reference = namespace["build_model"](hparams)
+    start = 0
+    for size in sizes:
+        part = {k: v[start : start + size] for k, v in x.items()}
+        reference.train_on_batch(part, y[start : start + size])
+        start += size
+    scalars = _scalars(os.path.join(run_dir, "ga_tfx"))
+    windows = [v for _, v in sorted(scalars["ga_tfx/effective_batch_size"])]  # by update
+    assert windows == [float(size) for size in sizes]
+    diff = _max_diff(_exported_weights(serving_dir), reference.get_weights())
+    print(f"adaptive: max |w_trainer - w_plain_keras| = {diff:.3g}")
+    assert diff <= BIG_BATCH_TOLERANCE
+    assert record.updates == 30 and record.noise_scale is not None
+
+
 def test_a_memory_budget_sets_the_micro_batch_and_keeps_the_effective_batch(tmp_path):
     # Asked for micro-batches of 4 x K 4; with room for the whole effective batch the Trainer
     # trains micro-batches of 16 x K 1: the same updates as plain Keras at 16.
@@ -559,6 +603,27 @@ def test_the_trainer_survives_an_out_of_memory_error_with_the_big_batch_weights(
     assert _max_diff(trained, want) <= BIG_BATCH_TOLERANCE
 
 
+def _kill_a_trainer(tmp_path, settings, at_update):
+    """Runs ``_run(tmp_path, "killed", **settings)`` in a process killed (SIGKILL) right after
+    the checkpoint of update ``at_update`` is written."""
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            KILLED_TRAINER,
+            str(tmp_path),
+            json.dumps(settings),
+            str(at_update),
+        ],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not os.path.exists(tmp_path / "killed" / "model" / "Format-Serving")
+
+
 KILLED_TRAINER = """
 import json, os, pathlib, signal, sys
 import ga_tfx
@@ -569,9 +634,11 @@ from tests import test_trainer_component as t
 tf.config.experimental.enable_op_determinism()
 save = checkpoints.UpdateCheckpoint.save
 
+KILL_AT = int(sys.argv[3])
+
 def save_then_die(self):
     save(self)
-    if self.done == 2:  # two updates checkpointed: the machine goes away, no clean-up
+    if self.done == KILL_AT:  # KILL_AT updates checkpointed: the machine goes away, no clean-up
         os.kill(os.getpid(), signal.SIGKILL)
 
 checkpoints.UpdateCheckpoint.save = save_then_die
@@ -593,15 +660,7 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
         shuffle=1,
         shuffle_seed=3,
     )
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_TRAINER, str(tmp_path), json.dumps(settings)],
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert not os.path.exists(tmp_path / "killed" / "model" / "Format-Serving")
+    _kill_a_trainer(tmp_path, settings, at_update=2)
     (resume_dir,) = glob.glob(str(tmp_path / ".ga_tfx_resume" / "*"))
     assert tf.train.latest_checkpoint(resume_dir).endswith("ckpt-2")
 
@@ -621,6 +680,36 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
     assert checkpoints.resume_directory(
         "r/T/model_run/1", {"seed": 1}
     ) != checkpoints.resume_directory("r/T/model_run/2", {"seed": 2})
+
+
+@pytest.mark.slow  # a Trainer process killed mid-training, then two more Trainer runs
+def test_a_killed_trainer_resumes_an_adaptive_schedule_after_its_switch(tmp_path):
+    # The adaptive K's switch (4 -> 2, about window 20) happens before the kill at update 24;
+    # the re-run must take the data position from the checkpoint (the sum of the windows' K),
+    # the schedule's state (K, its streak) and the noise-scale averages, and end bitwise where
+    # the uninterrupted run ends.
+    settings = dict(
+        accum_steps=4,
+        accum_schedule="adaptive:2-2",
+        micro_batch_size=4,
+        num_steps=30,
+        updates_per_epoch=6,
+        checkpoint_every_updates=1,
+        eval_steps=0,
+        shuffle=1,
+        shuffle_seed=3,
+    )
+    _kill_a_trainer(tmp_path, settings, at_update=23)
+    resumed, resumed_run = _run(tmp_path, "rerun", **settings)
+    uninterrupted, uninterrupted_run = _run(tmp_path, "uninterrupted", **settings)
+    whole = run_record.read(uninterrupted_run).accum_schedule_used
+    assert len(whole) == 2 and whole[1][1] == 2 and whole[1][0] < 23  # switched before the kill
+    assert run_record.read(resumed_run).accum_schedule_used == [[23, 2]]
+    got, want = _saved_variables(resumed), _saved_variables(uninterrupted)
+    assert set(got) == set(want) and want
+    diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    print(f"adaptive, killed and resumed: max |w_resumed - w_uninterrupted| = {diff:.3g}")
+    assert diff == 0.0
 
 
 @pytest.mark.slow  # four Trainer executions, each exporting a SavedModel

@@ -9,9 +9,10 @@ window ends -- one call of the engine's train function runs whole windows (one; 
 where ``steps_per_execution`` is a multiple of ``K`` or ``"auto"``), so Keras'
 ``on_train_batch_end`` is a window end, where the accumulation buffers are empty and the
 AccumBN window statistics have been folded into the moving ones -- which may be mid-epoch. The
-data position is the number of windows: the data order is a function of ``shuffle_seed``, so
-the resumed run skips ``windows x accum_steps`` micro-batches and continues as the
-uninterrupted run would.
+data position is the number of micro-batches the finished windows consumed (``position``, the
+sum of their K: ``windows x accum_steps`` without a schedule; an adaptive schedule's K is known
+only from the events): the data order is a function of ``shuffle_seed``, so the resumed run
+skips that many micro-batches and continues as the uninterrupted run would.
 
 Writes are atomic: ``tf.train.CheckpointManager.save`` writes the new checkpoint's files, then
 replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoints beyond
@@ -86,7 +87,12 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     ):
         super().__init__()
         self.updates_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates_done")
-        self._checkpoint = tf.train.Checkpoint(model=model, updates_done=self.updates_done)
+        self.micro_batches_done = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="micro_batches_done"
+        )
+        self._checkpoint = tf.train.Checkpoint(
+            model=model, updates_done=self.updates_done, micro_batches_done=self.micro_batches_done
+        )
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=2)
         self._directory = directory
         self._write_dir = worker_write_dir(directory, model.distribute_strategy)
@@ -101,6 +107,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._stop = stop or StopRequest()
         self._clock = clock
         self.done = self.saved_at = 0
+        self.position = 0  # micro-batches of the ``done`` windows
         # Updates (applied windows) since the latest checkpoint.
         self._updates_since_save = 0
         self._has_checkpoint = False  # (not read from the index: the same on every worker)
@@ -119,6 +126,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
             self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
         self.done = self.saved_at = int(self.updates_done.numpy())
+        self.position = int(self.micro_batches_done.numpy())
         self._updates_since_save = 0
         self._saved_time = self._clock()
         return self.done
@@ -128,6 +136,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         if self._has_checkpoint and self.saved_at == self.done:
             return
         self.updates_done.assign(self.done)
+        self.micro_batches_done.assign(self.position)
         self._write_manager.save(checkpoint_number=self.done)
         self.saved_at, self._saved_time = self.done, self._clock()
         self._updates_since_save = 0
@@ -155,6 +164,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     def on_window_end(self, event):
         """The window core's event: one more window trained (an update unless skipped)."""
         self.done += 1
+        self.position += int(event.micro_batches)
         self._updates_since_save += int(event.applied)
 
     def on_train_batch_end(self, batch, logs=None):

@@ -171,7 +171,6 @@ def train_and_export(
             resumed = checkpoint.restore()
             if resumed:
                 logging.info("ga_tfx: resuming from update %d of %d", resumed, updates)
-            done = resumed
             while True:  # again from the windows done after an out-of-memory recovery
                 try:
                     metrics = _train(
@@ -180,7 +179,7 @@ def train_and_export(
                         settings,
                         schema,
                         evaluation,
-                        done,
+                        checkpoint,
                         updates,
                         per_epoch,
                         [
@@ -196,7 +195,6 @@ def train_and_export(
                     # The window was discarded and the micro-batch halved (same samples per
                     # update): the data again from the first window not done.
                     logging.warning("ga_tfx: %s", error)
-                    done = checkpoint.done
             checkpoint.finish()  # the final state: an export killed later re-runs from here
             plain = ga_tfx.unwrap_model(model)
             raw_label_keys = (
@@ -261,27 +259,55 @@ def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_
         )
 
 
-def _train(model, fn_args, settings, schema, evaluation, done, updates, per_epoch, callbacks):
-    """The ``fit`` calls of windows ``done+1 .. updates`` (:func:`_fit_plan`); returns the
-    last epoch's logs."""
+def _train(model, fn_args, settings, schema, evaluation, checkpoint, updates, per_epoch, callbacks):
+    """The ``fit`` calls of windows ``checkpoint.done + 1 .. updates`` (:func:`_fit_plan`);
+    returns the last epoch's logs."""
     metrics = {}
-    plan = _fit_plan(done, updates, per_epoch, bool(settings.accum_schedule))
+    plan = _fit_plan(checkpoint.done, updates, per_epoch, bool(settings.accum_schedule))
+    adaptive = settings.adaptive_range is not None
     for initial_epoch, epochs, windows, skip in plan:
         history = model.fit(
             # A fresh dataset per fit, from the same seed: the order resumes too.
             data.micro_batches(
                 fn_args, fn_args.train_files, settings, schema, settings.shuffle
-            ).skip(settings.micro_batches(0, skip)),
+            ).skip(_data_position(checkpoint, settings, skip)),
             initial_epoch=initial_epoch,
             epochs=epochs,
+            # Adaptive K: as many as the windows may take; _StopAfterWindows ends the fit.
             steps_per_epoch=settings.micro_batches(skip, skip + windows),
             validation_data=evaluation if fn_args.eval_steps else None,
             validation_steps=fn_args.eval_steps or None,
             verbose=2,
-            callbacks=callbacks,
+            callbacks=callbacks + ([_StopAfterWindows(windows)] if adaptive else []),
         )
         metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
     return metrics
+
+
+def _data_position(checkpoint, settings, windows):
+    """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
+    chosen as the training went) the sum of their K (``checkpoint.position``: counted from the
+    window events, restored with the checkpoint)."""
+    if settings.adaptive_range is None:
+        return settings.micro_batches(0, windows)
+    if checkpoint.done != windows:
+        raise RuntimeError(f"{checkpoint.done} windows trained, the plan expects {windows}")
+    return checkpoint.position
+
+
+class _StopAfterWindows(keras.callbacks.Callback):
+    """Ends a ``fit`` after its ``windows`` windows (an adaptive K is known only as the
+    training goes, so ``steps_per_epoch`` is an upper bound): Keras then evaluates and ends
+    the epoch as at its last step."""
+
+    def __init__(self, windows):
+        super().__init__()
+        self._left = windows
+
+    def on_window_end(self, event):
+        self._left -= 1
+        if self._left <= 0:
+            self.model.stop_training = True
 
 
 def _fit_plan(done, updates, per_epoch, one_fit_per_epoch=False):

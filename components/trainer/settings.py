@@ -23,7 +23,7 @@ from ga_tfx.config import FIELDS as LIBRARY_FIELDS
 
 import dataclasses
 import re
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
 MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -55,11 +55,7 @@ class AccumulationSettings(Settings):
     agc_clip_factor: Optional[float] = like(
         AccumulationConfig, "agc_clip_factor", tunable=True, off_flag="--no-agc"
     )
-    accum_schedule: Optional[str] = like(
-        AccumulationConfig,
-        "accum_schedule",
-        rule=lambda text: _trainer_schedule_problem(text),
-    )
+    accum_schedule: Optional[str] = like(AccumulationConfig, "accum_schedule")
     lr_scaling: str = like(AccumulationConfig, "lr_scaling")
     clip_global_norm: Optional[float] = like(AccumulationConfig, "clip_global_norm")
     gradient_noise: Optional[float] = like(AccumulationConfig, "gradient_noise")
@@ -132,9 +128,22 @@ class AccumulationSettings(Settings):
         """Samples per update (of the first window, with a schedule)."""
         return self.accum_steps * self.micro_batch_size
 
+    @property
+    def adaptive_range(self) -> Optional[Tuple[int, int]]:
+        """``(MIN, MAX)`` of an ``'adaptive[:MIN-MAX]'`` ``accum_schedule``, else None."""
+        if not self.accum_schedule:
+            return None
+        kind, values = parse_schedule(self.accum_schedule)
+        return values[0] if kind == ADAPTIVE else None
+
     def micro_batches(self, start: int, stop: int) -> int:
         """Micro-batches in windows ``start .. stop - 1`` (0-based): ``(stop - start) x K``, or
-        their sum over a piecewise ``accum_schedule``."""
+        their sum over a piecewise ``accum_schedule``. Adaptive K is chosen as the training
+        goes: then the most they can be, ``(stop - start) x`` the largest K it may take (the
+        first window's ``accum_steps``, or the range's MAX)."""
+        adaptive = self.adaptive_range
+        if adaptive is not None:
+            return (stop - start) * max(self.accum_steps, adaptive[1])
         schedule = parse_schedule(self.accum_schedule)[1] if self.accum_schedule else ()
         if not schedule:
             return (stop - start) * self.accum_steps
@@ -168,22 +177,6 @@ def _budget_problem(text: str) -> Optional[str]:
     if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*([KMG]i?B|B)?\s*", text, re.IGNORECASE):
         return None
     return "must be bytes, '2GiB', '512MiB', '1.5GB' or a fraction such as '0.8'"
-
-
-def _trainer_schedule_problem(text: str) -> Optional[str]:
-    """The Trainer plans its data by windows: a schedule whose K is known in advance."""
-    try:
-        kind = parse_schedule(text)[0]
-    except ValueError as error:
-        return f"is not a schedule: {error}"
-    if kind == ADAPTIVE:
-        return (
-            "is 'adaptive', which the Trainer does not take (train_args.num_steps counts "
-            "windows and the data plan needs each window's K in advance); give a piecewise "
-            "schedule 'FROM:K,...' (the noise-scale probe, --tune-strategy noise_scale, "
-            "recommends K)"
-        )
-    return None
 
 
 def accumulation_config(settings: AccumulationSettings) -> AccumulationConfig:
