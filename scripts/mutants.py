@@ -192,7 +192,7 @@ MUTATIONS: List[Mutation] = [
         ENGINE,
         "            with loop.one_window_per_call():\n",
         "            if True:\n",
-        ("tests/test_windows.py", "-k", "train_on_batch"),
+        ("tests/test_windows.py", "-k", "train_on_batch and drop"),
     ),
     Mutation(
         "engine.data_end_leaves_the_window_pending",
