@@ -188,6 +188,28 @@ def _plain_keras_big_batch(hparams, batch_size, updates):
     return model
 
 
+def _saved_variables_diff(serving_dir_a, serving_dir_b):
+    """(max |a - b| over the exported variables, their number); the same names in both."""
+    a, b = _saved_variables(serving_dir_a), _saved_variables(serving_dir_b)
+    assert set(a) == set(b) and b
+    return max(float(np.max(np.abs(a[k] - b[k]))) for k in b), len(b)
+
+
+def _plain_keras_by_window(hparams, sizes):
+    """MODEL_MODULE's model trained by plain Keras, one ``train_on_batch`` per window on the
+    next ``size`` examples in the Trainer's order, for each of ``sizes``. Returns the model."""
+    x, y = _training_examples(sum(sizes))
+    namespace = {}
+    exec(textwrap.dedent(MODEL_MODULE), namespace)
+    model = namespace["build_model"](hparams)
+    start = 0
+    for size in sizes:
+        part = {k: v[start : start + size] for k, v in x.items()}
+        model.train_on_batch(part, y[start : start + size])
+        start += size
+    return model
+
+
 def _exported_weights(serving_dir):
     """The exported model's weights, in the order of ``get_weights()``."""
     return keras.models.load_model(serving_dir, compile=False).get_weights()
@@ -451,15 +473,7 @@ def test_a_piecewise_accum_schedule_trains_each_window_as_its_own_big_batch(tmp_
     # The reference is plain Keras, one train_on_batch per window on those examples in order.
     hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
     sizes = (8, 8, 16, 16)
-    x, y = _training_examples(sum(sizes))
-    namespace = {}
-    exec(textwrap.dedent(MODEL_MODULE), namespace)
-    reference = namespace["build_model"](hparams)
-    start = 0
-    for size in sizes:
-        part = {k: v[start : start + size] for k, v in x.items()}
-        reference.train_on_batch(part, y[start : start + size])
-        start += size
+    reference = _plain_keras_by_window(hparams, sizes)
     serving_dir, run_dir = _run(
         tmp_path,
         "scheduled",
@@ -505,15 +519,7 @@ def test_an_adaptive_accum_schedule_follows_the_windows_k_across_epochs(tmp_path
     assert len(used) == 2 and used[0] == [0, 4] and used[1][1] == 2 and 12 <= used[1][0] < 24
     ks = [4] * used[1][0] + [2] * (30 - used[1][0])
     sizes = [4 * k for k in ks]
-    x, y = _training_examples(sum(sizes))
-    namespace = {}
-    exec(textwrap.dedent(MODEL_MODULE), namespace)
-    reference = namespace["build_model"](hparams)
-    start = 0
-    for size in sizes:
-        part = {k: v[start : start + size] for k, v in x.items()}
-        reference.train_on_batch(part, y[start : start + size])
-        start += size
+    reference = _plain_keras_by_window(hparams, sizes)
     scalars = _scalars(os.path.join(run_dir, "ga_tfx"))
     windows = [v for _, v in sorted(scalars["ga_tfx/effective_batch_size"])]  # by update
     assert windows == [float(size) for size in sizes]
@@ -668,9 +674,8 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
     resumed, resumed_run = _run(tmp_path, "rerun", **settings)
     assert not os.path.exists(resume_dir)  # cleaned up once the model is exported
     uninterrupted, _ = _run(tmp_path, "uninterrupted", **settings)
-    got, want = _saved_variables(resumed), _saved_variables(uninterrupted)
-    assert set(got) == set(want) and len(want) >= 8  # weights, BN statistics, Adam slots
-    diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    diff, variables = _saved_variables_diff(resumed, uninterrupted)
+    assert variables >= 8  # weights, BN statistics, Adam slots
     print(f"max |w_resumed - w_uninterrupted| = {diff:.3g}")
     assert diff == 0.0
     # The re-run made updates 3 and 4 only; without the checkpoint it would redo 1 and 2.
@@ -684,7 +689,7 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
 
 @pytest.mark.slow  # a Trainer process killed mid-training, then two more Trainer runs
 def test_a_killed_trainer_resumes_an_adaptive_schedule_after_its_switch(tmp_path):
-    # The adaptive K's switch (4 -> 2, about window 20) happens before the kill at update 24;
+    # The adaptive K's switch (4 -> 2, about window 20) happens before the kill at update 23;
     # the re-run must take the data position from the checkpoint (the sum of the windows' K),
     # the schedule's state (K, its streak) and the noise-scale averages, and end bitwise where
     # the uninterrupted run ends.
@@ -705,9 +710,8 @@ def test_a_killed_trainer_resumes_an_adaptive_schedule_after_its_switch(tmp_path
     whole = run_record.read(uninterrupted_run).accum_schedule_used
     assert len(whole) == 2 and whole[1][1] == 2 and whole[1][0] < 23  # switched before the kill
     assert run_record.read(resumed_run).accum_schedule_used == [[23, 2]]
-    got, want = _saved_variables(resumed), _saved_variables(uninterrupted)
-    assert set(got) == set(want) and want
-    diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    diff, variables = _saved_variables_diff(resumed, uninterrupted)
+    assert variables >= 6  # weights, momentum slots
     print(f"adaptive, killed and resumed: max |w_resumed - w_uninterrupted| = {diff:.3g}")
     assert diff == 0.0
 
