@@ -171,7 +171,7 @@ MUTATIONS: List[Mutation] = [
         LOOP,
         'elif self._ending == "drop":',
         "elif False:",
-        ("tests/test_windows.py", "-k", "policies"),
+        ("tests/test_windows.py", "-k", "policies and drop"),
     ),
     Mutation(
         "engine.carry_not_realigned",
@@ -336,7 +336,8 @@ MUTATIONS: List[Mutation] = [
         PACING,
         " or internals.in_multi_worker_mode(model.distribute_strategy):\n",
         ":\n",
-        ("tests/test_pacing.py",),
+        ("tests/test_pacing.py", "-k", "several_workers"),  # 2 worker processes: slow tier
+        slow=True,
     ),
     Mutation(
         "pacing.windows_not_whole",
