@@ -427,6 +427,7 @@ MUTATIONS: List[Mutation] = [
         "        outputs = model(features)\n",
         "        outputs = model(features, training=True)\n",
         ("tests/test_trainer_component.py", "-k", "in_memory"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
         "export.serving_default_is_the_transform",
@@ -434,6 +435,7 @@ MUTATIONS: List[Mutation] = [
         '        "serving_default": serving.get_concrete_function(),\n',
         '        "serving_default": transform_features_fn.get_concrete_function(),\n',
         ("tests/test_trainer_serving.py", "-k", "serving_default"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     # ---- the pipeline's data gate and the CLI
     Mutation(
@@ -464,6 +466,7 @@ MUTATIONS: List[Mutation] = [
         "except (tf.errors.ResourceExhaustedError, RuntimeError) as error:",
         "except (tf.errors.CancelledError, ValueError) as error:",
         ("tests/test_tuning.py", "-k", "out_of_memory"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
         "tuning.steps_per_epoch_off_by_one",
@@ -594,6 +597,7 @@ MUTATIONS: List[Mutation] = [
         "sq = tf.add_n(squares) * replicas * replicas",
         "sq = tf.add_n(squares)",
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-2"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
         "schedule.restored_k_not_in_first_call",
@@ -658,6 +662,7 @@ MUTATIONS: List[Mutation] = [
         "self.state.micro_batches_done.assign_sub(pending)  # to be read again, not consumed\n",
         "pass\n",
         ("tests/test_oom_recovery.py", "-k", "fit_survives"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
         "oom.micro_batch_not_split",
@@ -665,6 +670,7 @@ MUTATIONS: List[Mutation] = [
         "            return step(tf.nest.map_structure(lambda t: _rows(t, start, stop), part))\n",
         "            return step(part)\n",
         ("tests/test_oom_recovery.py", "-k", "fit_survives"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
         "oom.tuner_trial_not_retried",
@@ -672,6 +678,7 @@ MUTATIONS: List[Mutation] = [
         "                    if (error.epoch, error.position) != (0, 0):\n",
         "                    if True:\n",
         ("tests/test_tuning.py", "-k", "retried_at_half"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
         "oom.trainer_replans_from_the_start",
