@@ -731,6 +731,30 @@ def list_problems(mutations: Sequence[Mutation] = MUTATIONS) -> List[str]:
     return problems
 
 
+def selected(m: Mutation, node_ids: Sequence[str]) -> List[str]:
+    """The node ids (``tests/file.py::test[param]``) of ``node_ids`` that ``m.tests`` selects:
+    its files or node ids, then its ``-k`` expression, matched as pytest's ``-k`` matches
+    names (a case-insensitive substring of the test's file or name; markers not counted)."""
+    from _pytest.mark.expression import Expression  # pytest's own -k grammar
+
+    paths, expressions, args = [], [], list(m.tests)
+    while args:
+        arg = args.pop(0)
+        if arg == "-k":
+            expressions.append(Expression.compile(args.pop(0)))
+        elif not arg.startswith("-"):
+            paths.append(arg)
+    chosen = []
+    for node in node_ids:
+        if not any(node == p or node.startswith(p + "::") for p in paths):
+            continue
+        names = [node.split("::")[0].rsplit("/", 1)[-1], *node.split("::")[1:]]
+        text = " ".join(names).lower()
+        if all(e.evaluate(lambda sub: sub.lower() in text) for e in expressions):
+            chosen.append(node)
+    return chosen
+
+
 def anchor_problems(tree: str, m: Mutation) -> List[str]:
     """Why ``m`` cannot be applied to ``tree`` as listed ([] when it can): its file is
     missing, its text occurs other than ``count`` times there, the mutated file does not

@@ -7,6 +7,8 @@ running a mutant (standard library only: no TensorFlow).
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,21 @@ def test_a_sample_is_drawn_by_its_seed_alone():
     draws = {tuple(m.name for m in mutants.draw_sample(fast, 4, seed)) for seed in "abcdef"}
     assert len(draws) > 1  # another commit draws other mutations
     assert mutants.draw_sample(fast, len(fast) + 5, "x") == fast
+
+
+@pytest.mark.slow  # one collection of the whole suite (about 20 s)
+def test_every_fast_mutation_has_a_fast_test_to_kill_it():
+    """A mutation not marked slow runs with ``-m "not slow"`` (and in CI's sample): its
+    selection must hold fast tests. Moving its killers to the slow tier (tests/tiers.py) would
+    leave it running nothing (exit 5) or only tests that cannot fail."""
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow", "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
+    fast = [line.strip() for line in collected.splitlines() if "::" in line]
+    assert len(fast) > 300, collected[-2000:]
+    empty = [m.name for m in mutants.MUTATIONS if not m.slow and not mutants.selected(m, fast)]
+    assert empty == []
