@@ -750,7 +750,7 @@ def selected(m: Mutation, node_ids: Sequence[str]) -> List[str]:
             continue
         names = [node.split("::")[0].rsplit("/", 1)[-1], *node.split("::")[1:]]
         text = " ".join(names).lower()
-        if all(e.evaluate(lambda sub: sub.lower() in text) for e in expressions):
+        if all(e.evaluate(lambda sub, text=text: sub.lower() in text) for e in expressions):
             chosen.append(node)
     return chosen
 
