@@ -338,12 +338,9 @@ class AccumulationEngine(WindowStep):
             )
         self._build_gradient_accumulator()
         self.train_function = WindowLoop(self)
-        if self._scheduled():
-            # The core's K now, restored from a checkpoint as its variables were created (the
-            # compiled steps_per_execution is the first window's): the first call is one window.
-            internals.set_steps_per_execution(
-                self, self._steps_per_call() - self.train_function.pending()
-            )
+        # The compiled steps_per_execution is the first window's K; the core's, restored from a
+        # checkpoint as its variables were created, may differ.
+        self.train_function.follow_schedule()
         return self.train_function
 
     # ------------------------------------------------------------------ the engine

@@ -117,8 +117,7 @@ class WindowLoop:
             raise
         if self._policy != "apply":
             self._end_last_window()
-        if model._scheduled():  # one window per call, of the K the schedule chose
-            internals.set_steps_per_execution(model, model._steps_per_call() - self.pending())
+        self.follow_schedule()
         if pacer is not None:
             # Whole windows; a window "carry" leaves pending at an epoch end is completed
             # first anyway: CarryAlignment sets the epoch's first execution after this.
@@ -126,6 +125,13 @@ class WindowLoop:
             windows = pacer.next_windows(time.perf_counter() - started, steps / k)
             internals.set_steps_per_execution(model, windows * k)
         return self._window_ends(logs)
+
+    def follow_schedule(self) -> None:
+        """With an ``accum_steps`` schedule, the next call is the rest of one window of the K the
+        core holds now (chosen at the last window end, or restored from a checkpoint)."""
+        model = self._model
+        if model._scheduled():
+            internals.set_steps_per_execution(model, model._steps_per_call() - self.pending())
 
     def _window_ends(self, logs: Any) -> Any:
         """Host side, after a call: the events of its windows go to the listeners; the logs
