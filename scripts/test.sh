@@ -79,6 +79,7 @@ folder, custom, floor_file, names = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 with open(floor_file) as f:
     floors = json.load(f)
 short = False
+selected = {}  # per environment: the tests its collection report counts
 for name in names:
     try:
         with open(f"{folder}/{name}.collection.json") as f:
@@ -88,6 +89,7 @@ for name in names:
         short = True
         continue
     counts = dict(report["by_marker"], selected=report["selected"])
+    selected[name] = report["selected"]
     print(
         f"[{name}] collected {counts['selected']} tests ({report['deselected']} deselected): "
         f"{counts['tfx']} tfx, {counts['slow']} slow, {counts['neither']} neither"
@@ -110,6 +112,8 @@ for name in names:
         short = True
     else:
         print(f"[{name}] floor {floor['selected']} tests: met")
+# The report must count the tests this run ran: one written by another pytest (a test that
+# starts one) would check the floor against the wrong collection.
 total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
 for name in names:
     try:
@@ -119,6 +123,13 @@ for name in names:
         sys.exit(1)
     for key in total:
         total[key] += int(suite.get(key, 0))
+    ran = int(suite.get("tests", 0))
+    if name in selected and ran != selected[name] and not int(suite.get("errors", 0)):
+        print(
+            f"[{name}] FAILED: the collection report counts {selected[name]} tests but the "
+            f"run reported {ran}: the floor was checked against another collection"
+        )
+        short = True
 failed = total["failures"] + total["errors"]
 passed = total["tests"] - failed - total["skipped"]
 print(f"total: {passed} passed, {failed} failed, {total['skipped']} skipped")

@@ -64,6 +64,7 @@ def _described(markexpr):
 
 
 def pytest_configure(config):
+    _keep_the_collection_report_to_this_run(config)
     if not _HAS_TFX and _selects_tfx_tests(config.getoption("markexpr")):
         raise pytest.UsageError(
             "TFX does not import in this environment, so the test modules marked tfx cannot "
@@ -92,8 +93,19 @@ def pytest_ignore_collect(collection_path, config):
 
 # GA_TFX_COLLECTION_REPORT=FILE (scripts/test.sh): after collection, FILE gets the selected
 # tests counted by marker, for the committed floor (tests/collection_floor.json). Under
-# pytest-xdist the first worker writes it (the controller collects nothing).
+# pytest-xdist the first worker writes it (the controller collects nothing). The process that
+# runs the tests takes the variable out of its environment, so that a pytest a test starts
+# (tests/test_mutants.py collects the fast tier) cannot overwrite this run's report.
 _DESELECTED = []
+_COLLECTION_REPORT = os.environ.get("GA_TFX_COLLECTION_REPORT")
+
+
+def _keep_the_collection_report_to_this_run(config):
+    xdist_controller = not os.environ.get("PYTEST_XDIST_WORKER") and getattr(
+        config.option, "numprocesses", None
+    )
+    if not xdist_controller:  # its workers inherit the variable when they start
+        os.environ.pop("GA_TFX_COLLECTION_REPORT", None)
 
 
 def pytest_deselected(items):
@@ -101,7 +113,7 @@ def pytest_deselected(items):
 
 
 def pytest_collection_finish(session):
-    path = os.environ.get("GA_TFX_COLLECTION_REPORT")
+    path = _COLLECTION_REPORT
     if not path or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
     marks = [{m.name for m in item.iter_markers()} for item in session.items]
