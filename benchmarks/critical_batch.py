@@ -30,6 +30,11 @@ For each of two real data sets shipped inside installed packages (nothing is dow
    recommended effective batch lies within a factor 2 of ``B_crit``. The probe is also run at
    1/4 and 1/2 of that rate and for half and twice as many updates, to show how much the
    estimate depends on them.
+4. **Ground truth along the path** (:func:`exact_path`): the sweep's own run at the probe's
+   batch, with the exact ``B_simple`` before every step (per-sample gradients of every training
+   row) and the critical batch the paper's per-step model gives that path (the noise scale
+   averaged over the steps, each weighted by its progress). It separates the quantity (does it
+   predict the sweep?) from the probe's estimate of it.
 
 The sweep trains each effective batch ``B`` as one batch of ``B`` samples: gradient
 accumulation computes exactly that update (``tests/test_equivalence.py``), and one batch is
@@ -306,6 +311,68 @@ def probe(data, lr, seed, updates) -> Dict[str, Any]:
     return report
 
 
+# ------------------------------------------------------------ ground truth along a path
+def exact_path(data, batch, lr, seed, target) -> Dict[str, Any]:
+    """The exact noise scale along the sweep's own run at ``batch`` (plain SGD, rate ``lr``,
+    the data order of ``seed``), step by step until the eval loss reaches ``target``.
+
+    Before each step, ``B_simple = tr(Σ) / |G|²`` from the per-sample gradients of every
+    training row (``G`` their mean, ``Σ`` their covariance): no estimate, no smoothing. From it,
+    the critical batch the paper's model gives this path: a step at batch ``B`` makes
+    ``w = 1 / (1 + B_noise / B)`` of an infinite batch's progress, so the path's ``S`` steps
+    are worth ``S_min = Σ w`` infinite-batch steps, and ``S = S_min (1 + B_crit / B)`` gives
+    ``B_crit = B (S / S_min - 1) = Σ w B_noise / Σ w``: the noise scale averaged over the path,
+    each step weighted by its progress (``B_simple`` standing in for ``B_noise``)."""
+    x, y, x_eval, y_eval = data
+    model = build_mlp(x.shape[1], int(y.max()) + 1, seed)
+    variables = model.trainable_variables
+
+    def flat(gradients):
+        return tf.concat([tf.reshape(g, [-1]) for g in gradients], 0)
+
+    @tf.function(reduce_retracing=True)
+    def per_sample(xs, ys):
+        def one(row):
+            with tf.GradientTape() as tape:
+                value = LOSS(row[1][tf.newaxis], model(row[0][tf.newaxis]))
+            return flat(tape.gradient(value, variables))
+
+        return tf.vectorized_map(one, (xs, ys))
+
+    @tf.function(reduce_retracing=True)
+    def step(xs, ys):
+        with tf.GradientTape() as tape:
+            value = LOSS(ys, model(xs))
+        for v, g in zip(variables, tape.gradient(value, variables)):
+            v.assign_sub(lr * g)
+
+    rng = np.random.default_rng(1000 + seed)  # the order of StepsToTarget.steps
+    n = len(y)
+    order = np.concatenate([rng.permutation(n) for _ in range(MAX_STEPS * batch // n + 2)])
+    noise = []
+    for s in range(MAX_STEPS):
+        if float(LOSS(y_eval, model(x_eval))) <= target:
+            break
+        g = np.concatenate(
+            [per_sample(x[i : i + 2500], y[i : i + 2500]).numpy() for i in range(0, n, 2500)]
+        ).astype(np.float64)
+        mean = g.mean(0)
+        noise.append(float(((g - mean) ** 2).sum(1).mean() / (mean @ mean)))
+        rows = order[s * batch : (s + 1) * batch]
+        step(x[rows], y[rows])
+    b = np.array(noise)
+    w = 1.0 / (1.0 + b / batch)
+    return dict(
+        seed=seed,
+        steps=len(b),
+        b_crit=float(np.sum(w * b) / np.sum(w)),
+        step_mean=float(b.mean()),
+        first=float(b[0]),
+        last=float(b[-1]),
+        curve=[float(v) for v in b],
+    )
+
+
 # ---------------------------------------------------------------------------------- report
 def run_dataset(name, spec, log) -> Dict[str, Any]:
     data = spec["load"]()
@@ -327,6 +394,14 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
     variants = [probe(data, lr * f, SEEDS[0], updates) for f in (0.25, 0.5)] + [
         probe(data, lr, SEEDS[0], u) for u in (max(2, updates // 2), updates * 2)
     ]
+    paths = [exact_path(data, PROBE_K * MICRO, lr, seed, spec["target"]) for seed in SEEDS]
+    for path in paths:
+        path["ratio_to_b_crit"] = path["b_crit"] / fit["b_crit"]
+        log(
+            f"  exact path seed={path['seed']}: {path['steps']} steps, B_simple "
+            f"{path['first']:.1f} -> {path['last']:.1f}, path B_crit {path['b_crit']:.1f} "
+            f"({path['ratio_to_b_crit']:.2f} x B_crit)"
+        )
     for p in probes + variants:
         rec = p["recommendation"]
         p["ratio_to_b_crit"] = rec["effective_batch_size"] / fit["b_crit"]
@@ -349,6 +424,7 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
         probe_updates=updates,
         probes=probes,
         variants=variants,
+        paths=paths,
         within_factor_2=all(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in probes),
         probes_within_factor_2=sum(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in probes),
         seconds=time.time() - started,
@@ -456,14 +532,22 @@ def render(results, command, started, elapsed, facts) -> str:
         "power of two accum_steps nearest to B_simple / micro-batch on a log scale. One probe "
         f"per seed ({len(SEEDS)}). The check: the recommended effective batch within a factor 2 "
         "of B_crit.",
+        "4. **Ground truth along the path** (no estimate): the sweep's own run at the probe's "
+        f"batch ({PROBE_K * MICRO}), same rate and data order, step by step to the target; "
+        "before each step the exact B_simple = tr(Σ) / |G|² from the per-sample gradients of "
+        "every training row. The paper's model gives that path a critical batch: a step at "
+        "batch B makes w = 1 / (1 + B_noise / B) of an infinite batch's progress, so "
+        "S = S_min (1 + B_crit / B) with S_min = Σ w, i.e. B_crit = Σ w B_noise / Σ w: the "
+        "noise scale averaged over the path, each step weighted by its progress. It tells "
+        "whether the quantity predicts the sweep, apart from how well the probe estimates it.",
         "",
     ]
     out += ["## Results", ""]
     out += [
         f"| data set | target eval loss | S_min | E_min | fitted B_crit | B_simple (probe, "
         f"{len(SEEDS)} seeds) | recommended effective batch | recommended / B_crit | "
-        "probes within 2x |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "probes within 2x | exact path B_crit / B_crit |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         fit = r["fit"]
@@ -474,10 +558,11 @@ def render(results, command, started, elapsed, facts) -> str:
             for p in r["probes"]
         )
         ratios = ", ".join(f"{p['ratio_to_b_crit']:.2f}" for p in r["probes"])
+        paths = ", ".join(f"{path['ratio_to_b_crit']:.2f}" for path in r["paths"])
         out.append(
             f"| {r['name']} | {r['target']} | {fit['s_min']:.1f} | {fit['e_min']:.0f} | "
             f"{fit['b_crit']:.1f} | {simple} | {rec} | {ratios} | "
-            f"{r['probes_within_factor_2']} of {len(r['probes'])} |"
+            f"{r['probes_within_factor_2']} of {len(r['probes'])} | {paths} |"
         )
     out += ["", "![critical batch](critical_batch.png)", ""]
     out += ["## Verdict", ""]
@@ -490,10 +575,14 @@ def render(results, command, started, elapsed, facts) -> str:
             else f"only {r['probes_within_factor_2']} of {len(ratios)} probes' recommendations "
             "within a factor 2 of B_crit: the check fails on this data set"
         )
+        exact = [path["ratio_to_b_crit"] for path in r["paths"]]
+        inside = sum(0.5 <= v <= 2.0 for v in exact)
         out.append(
             f"- **{r['name']}**: {verdict} (recommended / B_crit {min(ratios):.2f} to "
             f"{max(ratios):.2f}; B_simple / B_crit {min(simple):.2f} to {max(simple):.2f}, "
-            f"median {float(np.median(simple)):.2f})."
+            f"median {float(np.median(simple)):.2f}). Ground truth: the exact path's B_crit / "
+            f"B_crit {min(exact):.2f} to {max(exact):.2f}, {inside} of {len(exact)} within a "
+            "factor 2."
         )
     out.append("")
     for r in results:
@@ -542,6 +631,21 @@ def render(results, command, started, elapsed, facts) -> str:
             )
         reason = r["probes"][0]["recommendation"]["reason"]
         out += ["", f'Seed 0\'s reason, as the tuning report prints it: "{reason}"', ""]
+        out += [
+            f"Ground truth along the path (the sweep's run at B = {PROBE_K * MICRO}, exact "
+            "B_simple before every step):",
+            "",
+            "| seed | steps | B_simple at the start | before the last step | mean over the steps | "
+            "path B_crit (progress-weighted) | / B_crit | probe's B_simple |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for path, p in zip(r["paths"], r["probes"]):
+            out.append(
+                f"| {path['seed']} | {path['steps']} | {path['first']:.1f} | "
+                f"{path['last']:.1f} | {path['step_mean']:.1f} | {path['b_crit']:.1f} | "
+                f"{path['ratio_to_b_crit']:.2f} | {p['recommendation']['noise_scale']:.1f} |"
+            )
+        out.append("")
     out += [
         "## Reading it",
         "",
@@ -553,8 +657,27 @@ def render(results, command, started, elapsed, facts) -> str:
         "rate you train with, and read the probe's curve (`noise_scale_probe.png`) before "
         "trusting a value that is still moving.",
         "- B_crit itself depends on the target: a lower loss has a larger critical batch.",
-        "",
     ]
+    for r in results:
+        exact = [path["b_crit"] for path in r["paths"]]
+        probe_over_path = [
+            p["recommendation"]["noise_scale"] / path["b_crit"]
+            for p, path in zip(r["probes"], r["paths"])
+        ]
+        out.append(
+            f"- {r['name']}, the quantity against its estimate: along the path the exact "
+            f"B_simple moves from {np.median([p['first'] for p in r['paths']]):.0f} to "
+            f"{np.median([p['last'] for p in r['paths']]):.0f} (medians over seeds) in "
+            f"{np.median([p['steps'] for p in r['paths']]):.0f} steps; the path's "
+            f"progress-weighted B_crit is {min(exact):.0f} to {max(exact):.0f} "
+            f"({min(e / r['fit']['b_crit'] for e in exact):.2f} to "
+            f"{max(e / r['fit']['b_crit'] for e in exact):.2f} x the sweep's), and the "
+            f"probe's B_simple reads {min(probe_over_path):.2f} to {max(probe_over_path):.2f} "
+            "of it. The probe's figure is a ratio of moving averages of one window's noisy "
+            f"estimates ({PROBE_K * MICRO} samples): where the noise scale grows fast along the "
+            "path, the averages weight the early windows' large |G|²."
+        )
+    out.append("")
     return "\n".join(out)
 
 
