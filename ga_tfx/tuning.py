@@ -36,8 +36,9 @@ error reported) without stopping the search.
 trial with ``accum_steps=1`` on one device: one small gradient per window measures nothing).
 
 :class:`NoiseScaleProbe` replaces a search by one short run: it trains the hypermodel once at
-``probe_accum_steps``, measures the noise scale over its updates and recommends the allowed
-``accum_steps`` nearest to ``B_simple / micro_batch_size`` (:mod:`ga_tfx.batch_choice`).
+``probe_accum_steps``, measures the noise scale over its updates (``B_path``, each window
+weighted by its progress) and recommends the allowed ``accum_steps`` nearest to
+``B_path / micro_batch_size`` (:mod:`ga_tfx.batch_choice`).
 
 This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
 """
@@ -45,7 +46,7 @@ This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._schema import spec_of
-from ga_tfx.batch_choice import Recommendation, recommend_accum_steps
+from ga_tfx.batch_choice import Recommendation, path_noise_scale, recommend_accum_steps
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.conversion import replace_batchnorm_layers
 from ga_tfx.engine import recovery
@@ -270,6 +271,9 @@ CURVE_FIELDS = (
     "noise_scale",
     "noise_trace",
     "noise_grad_sq",
+    "window_samples",
+    "noise_trace_window",
+    "noise_grad_sq_window",
 )
 
 
@@ -307,13 +311,15 @@ class NoiseScaleProbe(keras_tuner.Tuner):
     ``search`` trains the hypermodel once (one trial, the *probe*) with ``accum_steps =
     probe_accum_steps`` (default: the largest of the search space's), every other
     hyperparameter at its default, and the noise scale logged; give it the budget as for any
-    trial (e.g. ``samples_per_epoch``, one epoch). The measured ``B_simple`` is the probe's
-    last ``noise_scale`` (the ratio of the moving averages at its end, in samples).
-    :meth:`get_best_hyperparameters` returns the probe's hyperparameters with ``accum_steps``
-    replaced by :meth:`recommendation`: the search space's ``accum_steps`` value nearest (log2
-    scale) to ``B_simple / micro_batch_size``. :meth:`probe_report` holds the evidence: the
-    curve of every window (update, samples, loss, noise scale) and the recommendation with its
-    reason.
+    trial (e.g. ``samples_per_epoch``, one epoch). From every window's own estimates it
+    measures ``B_path`` (:func:`ga_tfx.batch_choice.path_noise_scale`): the noise scale of the
+    probe's path, each window weighted by its progress, in samples; the critical batch the
+    model gives that path. :meth:`get_best_hyperparameters` returns the probe's
+    hyperparameters with ``accum_steps`` replaced by :meth:`recommendation`: the search
+    space's ``accum_steps`` value nearest (log2 scale) to ``B_path / micro_batch_size``.
+    :meth:`probe_report` holds the evidence: the curve of every window (update, samples, loss,
+    the noise scale ``B_simple`` with its moving averages, the window's own estimates) and the
+    recommendation with its reason.
 
     Args:
       hypermodel: an :class:`AccumulationHyperModel` with one micro-batch size, not searching
@@ -324,9 +330,10 @@ class NoiseScaleProbe(keras_tuner.Tuner):
         one replica it must be >= 2: one small gradient per window measures no noise.
       seed: the oracle's seed. Other keyword arguments go to ``keras_tuner.Tuner``.
 
-    The estimate depends on where training is: ``B_simple`` grows as the loss falls, and a
+    The estimate depends on where training is: the noise scale grows as the loss falls, and a
     learning rate far below the one a batch would be trained with measures it larger
-    (``benchmarks/CRITICAL_BATCH.md``). Probe at the learning rate you train with.
+    (``benchmarks/CRITICAL_BATCH.md``). Probe at the learning rate you train with, for as long
+    as a training run to the loss you aim at.
     """
 
     def __init__(
@@ -395,14 +402,30 @@ class NoiseScaleProbe(keras_tuner.Tuner):
             )
         return done[0]
 
+    def _curve(self) -> List[Dict[str, Any]]:
+        path = os.path.join(self.get_trial_dir(self._probe_trial().trial_id), PROBE_FILE)
+        if not tf.io.gfile.exists(path):
+            return []
+        with tf.io.gfile.GFile(path) as f:
+            return json.loads(f.read())["curve"]
+
     def recommendation(self) -> Recommendation:
-        """``accum_steps`` from the probe's measured noise scale (see the class docstring)."""
-        trial = self._probe_trial()
-        metrics = trial.metrics
-        value = metrics.get_last_value("noise_scale") if metrics.exists("noise_scale") else None
+        """``accum_steps`` from the probe's ``B_path`` (see the class docstring)."""
+        value = path_noise_scale(
+            [
+                (
+                    row.get("window_samples", 0),
+                    row.get("noise_trace_window"),
+                    row.get("noise_grad_sq_window"),
+                )
+                for row in self._curve()
+            ]
+        )
         space = self.hypermodel.search_space
         try:
-            return recommend_accum_steps(value, space.micro_batch_size[0], space.accum_steps)
+            return recommend_accum_steps(
+                value, space.micro_batch_size[0], space.accum_steps, measure="B_path"
+            )
         except ValueError as error:
             raise ValueError(
                 f"The noise-scale probe (accum_steps={self.probe_accum_steps}, micro-batch "
@@ -417,12 +440,7 @@ class NoiseScaleProbe(keras_tuner.Tuner):
     def probe_report(self) -> Dict[str, Any]:
         """The evidence: the probe's settings, its curve (one row per window, fields
         :data:`CURVE_FIELDS`; None where no estimate existed yet) and the recommendation."""
-        trial = self._probe_trial()
-        path = os.path.join(self.get_trial_dir(trial.trial_id), PROBE_FILE)
-        curve = []
-        if tf.io.gfile.exists(path):
-            with tf.io.gfile.GFile(path) as f:
-                curve = json.loads(f.read())["curve"]
+        curve = self._curve()
         return {
             "probe_accum_steps": self.probe_accum_steps,
             "micro_batch_size": self.hypermodel.search_space.micro_batch_size[0],
@@ -453,7 +471,9 @@ class _ProbeCurve(keras.callbacks.Callback):
         self._samples += event.samples
         row: Dict[str, Any] = {"window": event.window, "update": event.update}
         row["samples"] = int(self._samples)
-        for name in ("loss", "noise_scale", "noise_trace", "noise_grad_sq"):
+        row["window_samples"] = int(event.samples)
+        measured = ("loss", "noise_scale", "noise_trace", "noise_grad_sq")
+        for name in measured + ("noise_trace_window", "noise_grad_sq_window"):
             value = float(getattr(event, name))
             row[name] = value if math.isfinite(value) else None
         self.rows.append(row)

@@ -80,6 +80,8 @@ RECORD_FIELDS = (
     "noise_trace",  # EMA(S): the smoothed estimate of tr(Σ), the per-sample gradient covariance
     "noise_grad_sq",  # EMA(G²): the smoothed estimate of |G_true|²
     "noise_small_batch",  # B_small = B / m: the samples of one replica micro-batch
+    "noise_trace_window",  # S of this window alone (unsmoothed; NaN: no estimate)
+    "noise_grad_sq_window",  # G² of this window alone (unsmoothed; NaN: no estimate)
     "next_accum_steps",  # K of the next window (the schedule's choice at this window end)
     "learning_rate",  # the learning rate after this window end (lr_scaling applied)
 )
@@ -119,6 +121,8 @@ class WindowEnd:
     noise_trace: float
     noise_grad_sq: float
     noise_small_batch: float
+    noise_trace_window: float
+    noise_grad_sq_window: float
     next_accum_steps: int
     learning_rate: float
 
@@ -488,6 +492,8 @@ class WindowCore(tf.Module):
             first(out["grad_norm_clipped"]),
             *noise,
             first(out["noise_small_batch"]),
+            first(out["noise_trace"]),
+            first(out["noise_grad_sq"]),
             next_k,
             learning_rate,
         ]

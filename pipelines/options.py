@@ -154,8 +154,8 @@ class TrainingOptions(Settings):
         choices=TUNE_STRATEGIES,
         help="with --tune: search (a random search of --tuning-trials trials) or noise_scale (no "
         "search: one probe run of --tuning-updates updates at --accum-steps measures the "
-        "gradient noise scale B_simple, and accum_steps becomes the --search-accum-steps value "
-        "nearest to B_simple / micro-batch)",
+        "gradient noise scale of its path, B_path, and accum_steps becomes the "
+        "--search-accum-steps value nearest to B_path / micro-batch)",
     )
     seed: int = like(
         AccumulationSettings,

@@ -10,7 +10,8 @@ the latest search's trials, and writes next to the run's outputs:
 Each trial's measured gradient noise scale (``noise_scale``, B_simple in samples, at the trial's
 end) stands beside its score. A noise-scale probe (``--tune-strategy noise_scale``) adds its
 evidence: ``noise_scale_probe.csv`` (one row per window: update, samples, loss, noise scale and
-the two moving averages it is the ratio of), ``noise_scale_probe.png`` (the noise scale and the
+the two moving averages it is the ratio of, the window's own two estimates, from which the
+probe's B_path is made), ``noise_scale_probe.png`` (the noise scale and the
 loss against samples, with the recommended effective batch) and lines saying what was measured
 and why ``accum_steps`` was chosen (:func:`probe_lines`).
 
@@ -133,12 +134,22 @@ def probe_lines(probe: Dict[str, Any]) -> List[str]:
     rec, curve = probe["recommendation"], probe.get("curve") or []
     micro, k = probe["micro_batch_size"], probe["probe_accum_steps"]
     last = curve[-1] if curve else {}
+    measure = rec.get("measure", "B_simple")  # B_simple: a record from before B_path
     lines = [
         f"noise-scale probe:    accum_steps {k} x micro-batch {micro} (effective batch "
         f"{k * micro}), {last.get('update', '?')} updates, {last.get('samples', '?')} samples",
-        f"measured B_simple:    {rec['noise_scale']:.4g} samples (the ratio of the moving "
-        "averages at the probe's last update)",
+        f"measured {measure + ':':<13}{rec['noise_scale']:.4g} samples ("
+        + (
+            "the noise scale of the probe's path, each window weighted by its progress)"
+            if measure == "B_path"
+            else "the ratio of the moving averages at the probe's last update)"
+        ),
     ]
+    if measure == "B_path" and last.get("noise_scale"):
+        lines.append(
+            f"  B_simple at the probe's last update: {last['noise_scale']:.4g} samples (the "
+            "ratio of the moving averages)"
+        )
     half = [r["noise_scale"] for r in curve[len(curve) // 2 :] if r.get("noise_scale")]
     if half:
         lines.append(
@@ -202,9 +213,12 @@ def plot_probe(probe: Dict[str, Any], path: str) -> None:
             [r["samples"] for r in losses], [r["loss"] for r in losses], color="C2", alpha=0.6
         )
         right.set_ylabel("window loss", color="C2")
+    measure = rec.get("measure", "B_simple")
+    if measure != "B_simple":
+        axes.axhline(rec["noise_scale"], color="C1", ls="--", label=f"{measure}")
     axes.set_title(
         f"noise-scale probe: accum_steps {probe['probe_accum_steps']} x {micro}; "
-        f"B_simple {rec['noise_scale']:.3g}"
+        f"{measure} {rec['noise_scale']:.3g}"
     )
     axes.grid(True, alpha=0.3)
     axes.legend(loc="upper left", fontsize="small")

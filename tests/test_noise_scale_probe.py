@@ -10,7 +10,7 @@ against a noise scale known in closed form (linear least squares with Gaussian i
 
 import ga_tfx  # noqa: F401
 from ga_tfx import keras, tf
-from ga_tfx.batch_choice import recommend_accum_steps
+from ga_tfx.batch_choice import path_noise_scale, recommend_accum_steps
 from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe
 
 import math
@@ -73,6 +73,41 @@ def test_bad_micro_batch_or_choices_are_errors_naming_them(micro, choices, match
         recommend_accum_steps(17.0, micro, choices)
 
 
+# ------------------------------------------------------------------------------- B_path
+def test_b_path_of_a_constant_noise_scale_is_that_noise_scale_for_any_window_size():
+    # B_simple = S / G² = 17 in every window: each weight is 1 / (1 + 17 / B) and
+    # B (1 - w) = 17 w, so the path's value is 17 whatever the windows' sizes.
+    windows = [(32, 17.0 * g, g) for g in (1.0, 2.0, 0.5, 1.0)]
+    assert path_noise_scale(windows) == pytest.approx(17.0)
+    uneven = [(b, 17.0, 1.0) for b in (16, 48, 8, 64)]
+    assert path_noise_scale(uneven, half_span=0) == pytest.approx(17.0)
+
+
+def test_b_path_weights_each_window_by_its_progress():
+    # Two windows at B_simple 10, two at 90, B = 10 (worked by hand). One window at a time
+    # (half_span 0): w = 1/(1+1) = 0.5, 0.5, then 1/(1+9) = 0.1, 0.1; B_path =
+    # 10 (0.5 + 0.5 + 0.9 + 0.9) / (0.5 + 0.5 + 0.1 + 0.1) = 28 / 1.2. The plain ratio of sums
+    # (200 / 4 = 50) and the mean over the windows (50) weight the noisy windows as much.
+    windows = [(10, 10.0, 1.0), (10, 10.0, 1.0), (10, 90.0, 1.0), (10, 90.0, 1.0)]
+    assert path_noise_scale(windows, half_span=0) == pytest.approx(28 / 1.2)
+    # Blocks of 3 (the default): w = G² sums / (G² + S/B) sums over windows t-1..t+1:
+    # 2/(2+2) = 1/2, 3/(3+11) = 3/14, 3/(3+19) = 3/22, 2/(2+18) = 1/10.
+    w = [1 / 2, 3 / 14, 3 / 22, 1 / 10]
+    expected = 10 * sum(1 - v for v in w) / sum(w)
+    assert path_noise_scale(windows) == pytest.approx(expected)
+    assert expected != pytest.approx(28 / 1.2, rel=0.1)  # the blocks matter here
+
+
+def test_b_path_leaves_out_windows_without_estimates_and_says_when_nothing_was_measured():
+    with_gaps = [(32, 17.0, 1.0), (32, None, None), (32, math.nan, 1.0), (32, 17.0, 1.0)]
+    assert path_noise_scale(with_gaps) == pytest.approx(17.0)
+    assert math.isnan(path_noise_scale([(32, None, None)]))
+    # G² estimates at or below 0 (the gradient not told apart from its noise): weight 0.
+    assert path_noise_scale([(32, 50.0, -1.0), (32, 40.0, -0.5)]) == math.inf
+    with pytest.raises(ValueError, match="B_path"):  # the probe's error names the measure
+        recommend_accum_steps(math.inf, 4, [1, 2, 4], measure="B_path")
+
+
 # ------------------------------------------------------------------- the probe, end to end
 D, MICRO, PROBE_K, UPDATES = 8, 4, 8, 60
 TRUE_B_SIMPLE = 17.0  # (d (|δ|² + σ²) + |δ|²) / |δ|² with d = 8, |δ|² = σ² = 1
@@ -117,12 +152,15 @@ def test_the_probe_measures_a_known_noise_scale_and_recommends_accum_steps_from_
     assert [row["window"] for row in curve] == list(range(1, UPDATES + 1))
     assert curve[-1]["samples"] == len(x)  # every probe window was PROBE_K micro-batches
     rec = report["recommendation"]
-    # The estimate's spread: 2.3 % over 400 windows with averages over all of them
-    # (tests/test_noise_scale.py); decay 0.95 averages (1 + 0.95) / (1 - 0.95) = 39 windows,
-    # so about 2.3 % x sqrt(400 / 39) = 7.4 %; 25 % is more than three of those (measured:
-    # 19.8, +16 %). K = 4 holds for any estimate in [11.3, 22.6] (B / 4 within [2.83, 5.66]).
+    # B_path of a constant noise scale is that noise scale. Its spread: 2.3 % over 400
+    # windows (tests/test_noise_scale.py), so about 2.3 % x sqrt(400 / 60) = 5.9 % over the
+    # probe's 60; the weights of 3-window blocks lean it up a little (1 / |g|² is convex:
+    # +3 to +11 % over 3 data orders, measured). 25 % is more than three spreads past that
+    # (measured here: 18.1, +7 %). K = 4 holds for any estimate in [11.3, 22.6].
+    assert rec["measure"] == "B_path"
     assert rec["noise_scale"] == pytest.approx(TRUE_B_SIMPLE, rel=0.25)
-    assert rec["noise_scale"] == curve[-1]["noise_scale"]  # the probe's last estimate
+    assert all(row["window_samples"] == PROBE_K * MICRO for row in curve)
+    assert all(row["noise_grad_sq_window"] is not None for row in curve)
     assert rec["accum_steps"] == 4 and rec["effective_batch_size"] == 16
     assert report["probe_accum_steps"] == PROBE_K and report["micro_batch_size"] == MICRO
     # The probe trained at its own accum_steps; the best hyperparameters carry the choice.

@@ -203,7 +203,7 @@ def _probe_record():
     ]
     from ga_tfx.batch_choice import recommend_accum_steps
 
-    rec = recommend_accum_steps(100.0, 32, (1, 2, 4, 8))  # 3.125 -> 4
+    rec = recommend_accum_steps(100.0, 32, (1, 2, 4, 8), measure="B_path")  # 3.125 -> 4
     return {
         "run": "r",
         "trial_id": "0",
@@ -230,10 +230,11 @@ def test_the_probe_report_shows_the_curve_the_choice_and_why(tmp_path):
     lines = report["probe_lines"]
     text = "\n".join(lines)
     assert "accum_steps 4 x micro-batch 32 (effective batch 128), 8 updates, 1024 samples" in text
-    assert "measured B_simple:    100 samples" in text
+    assert "measured B_path:      100 samples (the noise scale of the probe's path" in text
+    assert "B_simple at the probe's last update: 100 samples" in text
     assert "second half: 70 to 100 samples (4 updates)" in text  # windows 5..8: 70, 80, 90, 100
     assert (
-        "recommended:          accum_steps 4: B_simple / micro-batch = 100 / 32 = 3.12 "
+        "recommended:          accum_steps 4: B_path / micro-batch = 100 / 32 = 3.12 "
         "micro-batches per update: the nearest allowed accum_steps on a log2 scale is 4"
     ) in text
     probe_csv = os.path.join(str(tmp_path / "out"), tuning_report.PROBE_CSV)

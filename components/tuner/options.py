@@ -22,8 +22,8 @@ class TunerOptions(Settings):
         kind=str,
         choices=TUNER_KINDS,
         help="the Keras Tuner: random, bayesian or hyperband; or noise_scale: one probe run at "
-        "the Trainer's accum_steps measures the gradient noise scale B_simple and accum_steps is "
-        "the searched value nearest to B_simple / micro-batch",
+        "the Trainer's accum_steps measures the gradient noise scale of its path, B_path, and "
+        "accum_steps is the searched value nearest to B_path / micro-batch",
     )
     objective: Optional[str] = setting(
         None,
