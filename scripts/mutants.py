@@ -629,6 +629,27 @@ MUTATIONS: List[Mutation] = [
         slow=True,
     ),
     Mutation(
+        "noise.path_weight_not_clipped",
+        "ga_tfx/batch_choice.py",
+        "        w = min(max(grad_sq / total, 0.0), 1.0) if total > 0 else 0.0\n",
+        "        w = grad_sq / total if total > 0 else 0.0\n",
+        ("tests/test_noise_scale_probe.py", "-k", "b_path"),
+    ),
+    Mutation(
+        "noise.path_weights_of_one_window",
+        "ga_tfx/batch_choice.py",
+        "        block = kept[max(0, t - half_span) : t + half_span + 1]\n",
+        "        block = kept[t : t + 1]\n",
+        ("tests/test_noise_scale_probe.py", "-k", "b_path"),
+    ),
+    Mutation(
+        "noise.path_window_estimates_not_recorded",
+        WINDOW,
+        '            first(out["noise_trace"]),\n            first(out["noise_grad_sq"]),\n',
+        "            math.nan,\n            math.nan,\n",
+        ("tests/test_noise_scale_probe.py", "-k", "known_noise_scale"),
+    ),
+    Mutation(
         "schedule.piecewise_not_followed",
         WINDOW,
         "            chosen = tf.gather(values, index)\n",

@@ -98,12 +98,16 @@ def test_b_path_weights_each_window_by_its_progress():
     assert expected != pytest.approx(28 / 1.2, rel=0.1)  # the blocks matter here
 
 
-def test_b_path_leaves_out_windows_without_estimates_and_says_when_nothing_was_measured():
+def test_b_path_leaves_out_missing_estimates_clips_weights_and_says_when_nothing_was_measured():
     with_gaps = [(32, 17.0, 1.0), (32, None, None), (32, math.nan, 1.0), (32, 17.0, 1.0)]
     assert path_noise_scale(with_gaps) == pytest.approx(17.0)
     assert math.isnan(path_noise_scale([(32, None, None)]))
     # G² estimates at or below 0 (the gradient not told apart from its noise): weight 0.
     assert path_noise_scale([(32, 50.0, -1.0), (32, 40.0, -0.5)]) == math.inf
+    # A progress weight is clipped to [0, 1]: G² = -0.2 with S/B = 3 would weigh -0.2/2.8;
+    # as 0: 10 (0.5 + 0.5 + 1) / (0.5 + 0.5 + 0) = 20 (unclipped: 20.71 / 0.93 = 22.3).
+    negative = [(10, 10.0, 1.0), (10, 10.0, 1.0), (10, 30.0, -0.2)]
+    assert path_noise_scale(negative, half_span=0) == pytest.approx(20.0)
     with pytest.raises(ValueError, match="B_path"):  # the probe's error names the measure
         recommend_accum_steps(math.inf, 4, [1, 2, 4], measure="B_path")
 
