@@ -104,11 +104,13 @@ def taxi_csv():
     )
 
 
-def chicago_taxi():
+def chicago_taxi(label="big_tipper"):
     """TFX's Chicago taxi example data (in the ``tfx`` wheel): 15,002 trips; the label of TFX's
-    taxi example, "big tipper" (tips > 20 % of the fare). Features: log fare, miles, seconds;
-    the four coordinates (standardised; a missing cell is the mean plus a missing flag);
-    one-hot hour, weekday, month, payment type and the 20 most frequent companies."""
+    taxi example, "big tipper" (tips > 20 % of the fare), or ``label="payment_type"`` (the 3
+    most frequent payment types and "other"; the payment type is then not a feature).
+    Features: log fare, miles, seconds; the four coordinates (standardised; a missing cell is
+    the mean plus a missing flag); one-hot hour, weekday, month, payment type and the 20 most
+    frequent companies."""
     with open(taxi_csv()) as f:
         rows = list(csv.DictReader(f))
 
@@ -130,11 +132,18 @@ def chicago_taxi():
         columns += number(key, log=True)
     for key in ("pickup_latitude", "pickup_longitude", "dropoff_latitude", "dropoff_longitude"):
         columns += number(key)
-    for key in ("trip_start_hour", "trip_start_day", "trip_start_month", "payment_type"):
+    keys = ("trip_start_hour", "trip_start_day", "trip_start_month", "payment_type")
+    for key in keys if label == "big_tipper" else keys[:3]:
         columns += one_hot(key)
     columns += one_hot("company", 20)
     x = np.stack(columns, 1).astype("float32")
-    y = np.array([float(r["tips"]) > 0.2 * float(r["fare"]) for r in rows], "int64")
+    if label == "big_tipper":
+        y = np.array([float(r["tips"]) > 0.2 * float(r["fare"]) for r in rows], "int64")
+    else:
+        top = [v for v, _ in collections.Counter(r["payment_type"] for r in rows).most_common(3)]
+        y = np.array(
+            [top.index(r["payment_type"]) if r["payment_type"] in top else 3 for r in rows]
+        )
     return _split(x, y)
 
 
@@ -150,6 +159,16 @@ DATASETS = {
         load=chicago_taxi,
         source="tfx/examples/chicago_taxi_pipeline/data/simple/data.csv (in the tfx wheel)",
         target=0.21,
+        batches=(8, 16, 32, 64, 128, 256, 512, 1024),
+    ),
+    # Held out: added after B_path's blocks of 3 were chosen on the two above. Its target was
+    # fixed by a rule before any probe ran on it: the eval loss plain SGD reaches at B = 64,
+    # rate 0.4, after 100 steps (seed 0), to 2 significant digits (0.6618 -> 0.66).
+    "chicago_taxi_payment": dict(
+        load=lambda: chicago_taxi("payment_type"),
+        source="the same taxi trips, another label: the payment type (the 3 most frequent and "
+        "other; not a feature here)",
+        target=0.66,
         batches=(8, 16, 32, 64, 128, 256, 512, 1024),
     ),
 }
