@@ -29,8 +29,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 # path_noise_scale smooths each window's estimates over this many windows on each side (a
 # centred block of 3): the least smoothing that makes a window's progress weight a ratio of
 # sums rather than of one window's noisy estimates (1 / |g_big|² is noisy where the noise
-# scale is large against the window). Chosen after seeing the probe curves of the two data
-# sets of benchmarks/CRITICAL_BATCH.md, which also check it: see the report.
+# scale is large against the window). Chosen after seeing the probe curves of digits and
+# chicago_taxi in benchmarks/CRITICAL_BATCH.md; checked there on a data set held out from that
+# choice (chicago_taxi_payment) too.
 PATH_HALF_SPAN = 1
 
 
