@@ -411,6 +411,9 @@ class NoiseScaleProbe(keras_tuner.Tuner):
 
     def recommendation(self) -> Recommendation:
         """``accum_steps`` from the probe's ``B_path`` (see the class docstring)."""
+        return self._recommend(self._curve())
+
+    def _recommend(self, curve: List[Dict[str, Any]]) -> Recommendation:
         value = path_noise_scale(
             [
                 (
@@ -418,7 +421,7 @@ class NoiseScaleProbe(keras_tuner.Tuner):
                     row.get("noise_trace_window"),
                     row.get("noise_grad_sq_window"),
                 )
-                for row in self._curve()
+                for row in curve
             ]
         )
         space = self.hypermodel.search_space
@@ -445,7 +448,7 @@ class NoiseScaleProbe(keras_tuner.Tuner):
             "probe_accum_steps": self.probe_accum_steps,
             "micro_batch_size": self.hypermodel.search_space.micro_batch_size[0],
             "curve": curve,
-            "recommendation": self.recommendation().to_dict(),
+            "recommendation": self._recommend(curve).to_dict(),
         }
 
     def ga_extra_record(self, trial: Any) -> Dict[str, Any]:

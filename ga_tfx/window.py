@@ -475,7 +475,8 @@ class WindowCore(tf.Module):
             applied = tf.constant(True)
         self._end_window(strategy, end_fn, applied, optimizer)
         micro = tf.cast(self.micro_steps.read_value(), tf.float64)
-        noise = self._update_noise_averages(first(out["noise_trace"]), first(out["noise_grad_sq"]))
+        trace, grad_sq = first(out["noise_trace"]), first(out["noise_grad_sq"])  # S, G²: unsmoothed
+        noise = self._update_noise_averages(trace, grad_sq)
         state = self.state
         windows = state.windows.assign_add(1)
         updates = state.updates.assign_add(tf.cast(applied, tf.int64))
@@ -492,8 +493,8 @@ class WindowCore(tf.Module):
             first(out["grad_norm_clipped"]),
             *noise,
             first(out["noise_small_batch"]),
-            first(out["noise_trace"]),
-            first(out["noise_grad_sq"]),
+            trace,
+            grad_sq,
             next_k,
             learning_rate,
         ]

@@ -645,7 +645,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "noise.path_window_estimates_not_recorded",
         WINDOW,
-        '            first(out["noise_trace"]),\n            first(out["noise_grad_sq"]),\n',
+        "            trace,\n            grad_sq,\n",
         "            math.nan,\n            math.nan,\n",
         ("tests/test_noise_scale_probe.py", "-k", "known_noise_scale"),
     ),
