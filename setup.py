@@ -15,40 +15,54 @@ def _packages():
     return packages
 
 
-# Two proven stacks (README "Support matrix"), each locked in full under requirements/:
-#   library only: Python 3.12, TensorFlow 2.21.0 + tf-keras 2.21.0 (requirements/lock-lib.txt);
-#   library + TFX: Python 3.10, TFX 1.16 with TensorFlow 2.16.2 + tf-keras 2.16.0 (lock.txt).
+# Proven stacks (README "Support matrix"), each locked in full under requirements/:
+#   TFX 1.16: Python 3.10, TFX 1.16.0, TensorFlow 2.16.2, tf-keras 2.16.0 (lock-tfx-1.16.txt);
+#     the newest TFX whose wheels run on glibc 2.36 (Debian 12, Ubuntu 22.04);
+#   TFX 1.21: Python 3.12 and 3.13, TFX 1.21.0, TensorFlow 2.21.0, tf-keras 2.21.0
+#     (lock-tfx-1.21.txt); its ml-metadata and TFDV wheels need glibc 2.39 (Debian 13,
+#     Ubuntu 24.04);
+#   library only: Python 3.12, TensorFlow 2.21.0 + tf-keras 2.21.0 (lock-lib.txt).
 # `pip install ga-tfx` installs the library (ga_tfx: engine, optimizer wrapper, BN, AGC) only;
 # the TFX components and pipelines (ga_tfx.components, ga_tfx.pipelines) need the `tfx` extra.
+# Every range below has the two proven stacks as its ends; what lies between them (TFX 1.17,
+# TensorFlow 2.17-2.20) is admitted but not tested.
 INSTALL_REQUIRES = [
-    # Keras 2 comes from tf-keras, whose minor version must match TensorFlow's. The range spans
-    # the two proven ends: 2.16 (the newest TFX here brings it) and 2.21 (the newest served).
+    # Keras 2 comes from tf-keras, whose minor version must match TensorFlow's. Lower end: TFX
+    # 1.16 brings 2.16; upper end: 2.21, the newest served (and TFX 1.21's).
     "tensorflow>=2.16.2,<2.22",
     "tf-keras>=2.16.0,<2.22",
 ]
 
 EXTRAS_REQUIRE = {
-    # The TFX stack, exact: it is proven only as a whole, on Python 3.10 (lock.txt).
+    # The TFX stack: each end proven as a whole (the two locks), not in between.
     "tfx": [
-        # Newest TFX installable on glibc 2.36: 1.17+ needs ml-metadata/tfx-bsl wheels built for
-        # glibc 2.39. `kfp` extra -> kfp 2.5.0 for KubeflowV2DagRunner. TFX 1.16 supports only
-        # Python 3.9-3.10 and brings TF 2.16.2.
-        "tfx[kfp]==1.16.0",
-        # Keras 2 for TF 2.16, the only Keras that TFX 1.16's Transform supports.
-        "tf-keras==2.16.0",
-        "tensorflow==2.16.2",
-        # Newer Beam no longer depends on dill, which tfx_bsl.beam imports (ModuleNotFoundError
-        # at the first TFX component import). 2.59 brings dill 0.3.1.1 and runs TFX 1.16's
-        # components.
-        "apache-beam[gcp]==2.59.0",
+        # 1.16.0: the newest TFX installable on glibc 2.36 (1.17+ need ml-metadata/TFDV wheels
+        # built for glibc 2.39), Python 3.9-3.10. 1.21.0: the newest TFX (June 2026), Python
+        # 3.10-3.13. No 1.18-1.20 exist. The `kfp` extra brings kfp for KubeflowV2DagRunner.
+        "tfx[kfp]>=1.16.0,<1.22",
+        # TFX 1.21's `kfp` extra brings kfp only below Python 3.12 (its metadata says
+        # python_version < "3.12"), but KubeflowV2DagRunner compiles into kfp-pipeline-spec's
+        # PipelineSpec and `ga-tfx compile` validates the job with kfp: 2.5.0 is TFX 1.16's,
+        # 2.16 the newest below TFX 1.21's own bound (kfp<2.17).
+        "kfp>=2.5.0,<2.17; python_version >= '3.12'",
+        # Keras 2 for the TensorFlow TFX brings: Transform supports only Keras 2.
+        "tf-keras>=2.16.0,<2.22",
+        "tensorflow>=2.16.2,<2.22",
+        # The Trainer writes TensorBoard summaries (TBNotInstalledError without it): TensorFlow
+        # brought tensorboard up to 2.16; 2.21 no longer does.
+        "tensorboard>=2.16.2,<2.22",
+        # Lower end: Beam 2.60+ no longer depends on dill, which TFX 1.16's tfx_bsl.beam imports
+        # (ModuleNotFoundError at the first TFX component import): 2.59 brings dill 0.3.1.1 and
+        # runs TFX 1.16's components. Upper end: 2.77, TFX 1.21's (dill 0.4.1 comes with it).
+        "apache-beam[gcp]>=2.59.0,<2.78",
         # The plot of `ga-tfx run --tune`'s tuning report (pipelines/tuning_report.py).
-        "matplotlib==3.10.9",
+        "matplotlib>=3.10.9,<3.11",
     ],
     # ga_tfx.tuning (Keras Tuner). keras-tuner 1.4.6-1.4.8 reject tf-keras models with
     # FatalTypeError (keras-tuner issue 1039: they `import keras`, which is Keras 3); 1.4.5 works
     # with tf-keras 2.16 (Python 3.10) and 2.21 (Python 3.12), proven by tests/test_tuning.py.
     # keras-tuner imports tensorboard in every trial but does not require it: TensorFlow brought
-    # it with 2.16 (lock.txt); TF 2.21 does not (ModuleNotFoundError in Tuner.run_trial).
+    # it with 2.16 (lock-tfx-1.16.txt); TF 2.21 does not (ModuleNotFoundError in Tuner.run_trial).
     "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
     # pytest-xdist runs the fast tier on both cores (`-n 2`, README "Tests").
@@ -65,9 +79,9 @@ setup(
     packages=_packages(),
     package_dir=dict(NAMESPACED_FOLDERS),
     package_data={"ga_tfx.pipelines": ["data/digits/*.csv", "data/*.pbtxt"]},  # data, schema
-    # 3.10: the TFX stack (TFX 1.16 supports 3.9-3.10); 3.12: the library stack. 3.11 is not
-    # proven here, 3.13 not yet (nothing on it is tested).
-    python_requires=">=3.10,<3.13",
+    # 3.10: TFX 1.16 (it supports 3.9-3.10); 3.12 and 3.13: TFX 1.21 and the library stack.
+    # 3.11 is admitted but not tested; 3.14 is out (TFX 1.21 and TensorFlow 2.21 stop at 3.13).
+    python_requires=">=3.10,<3.14",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     entry_points={"console_scripts": ["ga-tfx=ga_tfx.pipelines.cli:main"]},

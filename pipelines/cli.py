@@ -9,6 +9,7 @@
 
 from ga_tfx._schema import Spec
 from ga_tfx._validation import ACCUM_STEPS
+from ga_tfx.components import stack
 from ga_tfx.components.trainer import preemption
 from ga_tfx.pipelines import options
 
@@ -35,9 +36,25 @@ def _add_training_flags(parser):
     )
 
 
+class _Version(argparse.Action):
+    """``--version``: the stack in one line, unwrapped (argparse's own action wraps it)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(stack.line())
+        parser.exit()
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="ga-tfx", description="Gradient accumulation for Keras 2 and TFX pipelines."
+    )
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        help="print the versions of ga-tfx, TFX, TensorFlow, Keras and Python, and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -6,6 +6,7 @@ Metadata, from the artifacts of the latest run (cached ones included).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.components import stack as stack_lib
 from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.pipelines import blessing as blessing_lib
@@ -56,6 +57,7 @@ class RunSummary:
     accum_schedule_used: Optional[List[List[int]]] = None
     noise_scale: Optional[float] = None
     micro_batch_choice: Optional[str] = None  # with --memory-budget: the choice and why
+    stack: Optional[Dict[str, str]] = None  # what the Trainer ran on (its run record)
 
     def lines(self):
         tuned = ", ".join(f"{k}={v}" for k, v in sorted(self.hyperparameters.items()))
@@ -89,6 +91,8 @@ class RunSummary:
             f"pushed model:         {self.pushed_model or self.not_pushed_reason or 'not pushed'}",
             f"cached components:    {', '.join(self.cached_components) or 'none'}",
         ]
+        if self.stack:
+            lines.append(f"trained on:           {stack_lib.line(self.stack)}")
         return lines
 
 
@@ -200,6 +204,7 @@ def summarize(connection_config) -> RunSummary:
         accum_schedule_used=record and record.accum_schedule_used,
         noise_scale=record and record.noise_scale,
         micro_batch_choice=record and record.micro_batch_choice,
+        stack=record and record.stack,
         hyperparameters=_hyperparameters(outputs.get("HyperParameters")),
         metrics=evaluation.metrics if evaluation is not None else {},
         baseline_metrics=evaluation.baseline_metrics if evaluation is not None else {},

@@ -1,43 +1,92 @@
 #!/usr/bin/env bash
-# Creates (or reuses) the project's virtual environments at the repo root and installs the locked
+# Creates (or reuses) the project's virtual environments at the repo root and installs a locked
 # dependency set and ga-tfx (editable) into each:
-#   tfx  .venv/      Python 3.10, requirements/lock.txt: TFX 1.16, TF 2.16.2, dev tools (default)
-#   lib  .venv-lib/  Python 3.12, requirements/lock-lib.txt: the library alone on TF 2.21.0
-# Usage: bootstrap.sh [tfx] [lib]   (no argument: tfx). Safe to re-run: an environment whose lock
-# file and setup.py have not changed since its last install is left as it is (a stamp file).
+#   tfx    .venv/           the TFX stack for this machine (below), with the dev tools (default)
+#   lib    .venv-lib/       Python 3.12, requirements/lock-lib.txt: the library alone on TF 2.21.0
+#   other  .venv-tfx-1.16/  the stack .venv/ does not hold (CI proves both): TFX 1.16 beside a
+#                           native TFX 1.21 (or .venv-tfx-1.21/ if GA_TFX_STACK=1.16 chose 1.16
+#                           there); where glibc is too old for TFX 1.21, the other stack runs in a
+#                           Debian 13 root instead (scripts/debian13_root.sh), not here
+# The TFX stacks (README "Support matrix"; setup.py says why each pin):
+#   1.21  Python 3.13 or 3.12, requirements/lock-tfx-1.21.txt: TFX 1.21.0, TF 2.21.0
+#   1.16  Python 3.10,         requirements/lock-tfx-1.16.txt: TFX 1.16.0, TF 2.16.2
+# .venv/ gets the newest stack this machine runs natively: TFX 1.21 where glibc >= 2.39 (its
+# ml-metadata and TFDV wheels are built for it: Debian 13, Ubuntu 24.04), else TFX 1.16. The
+# choice is printed in one line; GA_TFX_STACK=1.16 or 1.21 overrides it. GA_TFX_PYTHON names the
+# interpreter for .venv/, GA_TFX_LIB_PYTHON the one for .venv-lib/.
+# Usage: bootstrap.sh [tfx] [lib] [other]   (no argument: tfx). Safe to re-run: an environment
+# whose lock file, setup.py and stack have not changed since its last install is left as it is
+# (a stamp file); one made for another stack or Python is made anew.
+#        bootstrap.sh which   prints, installing nothing: the stack of .venv/, the other stack,
+#                             and where the other one runs (host or root), e.g. "1.16 1.21 root"
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 UV_VERSION="0.13.9"
+# The glibc TFX 1.21's ml-metadata and tensorflow-data-validation wheels are built for
+# (manylinux_2_39).
+TFX_121_GLIBC="2.39"
 
-# find_python MINOR OVERRIDE: the path of a CPython 3.MINOR, trying $OVERRIDE first.
+# glibc_version: e.g. 2.36 (empty where it is not glibc).
+glibc_version() {
+  getconf GNU_LIBC_VERSION 2>/dev/null | awk '$1 == "glibc" {print $2}'
+}
+
+# version_at_least A B: A >= B for dotted versions.
+version_at_least() {
+  [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$2" ]
+}
+
+# native_stack: the newest TFX stack whose wheels run on this machine.
+native_stack() {
+  local glibc
+  glibc="$(glibc_version)"
+  if [ -n "$glibc" ] && version_at_least "$glibc" "$TFX_121_GLIBC"; then echo 1.21; else echo 1.16; fi
+}
+
+# find_python "MINORS" OVERRIDE: the path of a CPython 3.MINOR for the first MINOR that has one
+# (e.g. "13 12"), trying $OVERRIDE first.
 find_python() {
-  local minor="$1" override="$2" c
-  local candidates=("$override" "python3.$minor")
-  candidates+=("$HOME"/.pyenv/versions/3."$minor"*/bin/python3."$minor")
-  candidates+=(/usr/local/bin/python3."$minor" /usr/bin/python3."$minor")
+  local minors="$1" override="$2" c minor
+  local candidates=("$override")
+  for minor in $minors; do
+    candidates+=("python3.$minor" "$HOME"/.pyenv/versions/3."$minor"*/bin/python3."$minor")
+    candidates+=(/usr/local/bin/python3."$minor" /usr/bin/python3."$minor")
+  done
   for c in "${candidates[@]}"; do
     [ -n "$c" ] || continue
-    if command -v "$c" >/dev/null 2>&1 &&
-       "$c" -c "import sys, venv; sys.exit(sys.version_info[:2] != (3, $minor))" 2>/dev/null; then
-      command -v "$c"; return 0
-    fi
+    command -v "$c" >/dev/null 2>&1 || continue
+    for minor in $minors; do
+      if "$c" -c "import sys, venv; sys.exit(sys.version_info[:2] != (3, $minor))" 2>/dev/null; then
+        command -v "$c"; return 0
+      fi
+    done
   done
   return 1
 }
 
-# setup_env NAME VENV MINOR OVERRIDE_VAR LOCK WHY [EXTRA_NO_DEPS_PACKAGE]
+# setup_env NAME VENV "MINORS" OVERRIDE_VAR LOCK WHY [EXTRA_NO_DEPS_PACKAGE]
 setup_env() {
-  local name="$1" venv="$2" minor="$3" override_var="$4" lock="$5" why="$6" extra="${7:-}"
-  local stamp python
-  stamp="$(cat "$lock" "$root/setup.py" | sha256sum | cut -d' ' -f1)"
+  local name="$1" venv="$2" minors="$3" override_var="$4" lock="$5" why="$6" extra="${7:-}"
+  local stamp python have
+  stamp="$(cat "$lock" "$root/setup.py" | sha256sum | cut -d' ' -f1) $name"
   if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.ga_tfx_stamp" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
+  # An environment of another stack or Python (e.g. after GA_TFX_STACK changed) is made anew.
+  if [ -x "$venv/bin/python" ]; then
+    have="$("$venv/bin/python" -c 'import sys; print(sys.version_info[1])' 2>/dev/null || true)"
+    if [[ " $minors " != *" $have "* ]] || { [ -f "$venv/.ga_tfx_stamp" ] &&
+         [ "$(cut -d' ' -f2 "$venv/.ga_tfx_stamp")" != "$name" ]; }; then
+      echo "[bootstrap] $venv holds another stack or Python (3.$have): making it anew"
+      rm -rf "$venv"
+    fi
+  fi
   if [ ! -x "$venv/bin/python" ]; then
-    if ! python=$(find_python "$minor" "${!override_var:-}"); then
-      echo "error: the $name environment needs a Python 3.$minor interpreter ($why), and none" >&2
-      echo "       was found (tried \$$override_var, python3.$minor, ~/.pyenv/versions/3.$minor*)." >&2
-      echo "       Install one (e.g. 'pyenv install 3.$minor') or set $override_var=/path/to/python3.$minor." >&2
+    local wanted="3.${minors// / or 3.}"
+    if ! python=$(find_python "$minors" "${!override_var:-}"); then
+      echo "error: the $name environment needs a Python $wanted interpreter ($why), and none" >&2
+      echo "       was found (tried \$$override_var, python$wanted, ~/.pyenv/versions)." >&2
+      echo "       Install one (e.g. 'pyenv install ${wanted%% *}') or set $override_var=/path/to/python." >&2
       exit 1
     fi
     echo "[bootstrap] creating $venv with $python"
@@ -59,15 +108,74 @@ setup_env() {
   echo "[bootstrap] ready: $venv"
 }
 
+# setup_stack STACK VENV: one TFX stack into VENV.
+setup_stack() {
+  local stack="$1" venv="$2" glibc
+  glibc="$(glibc_version)"
+  # gradient-accumulator: the anchor the benchmarks compare against; installed without its
+  # (conflicting) pins.
+  case "$stack" in
+    1.16) setup_env tfx-1.16 "$venv" 10 GA_TFX_PYTHON "$root/requirements/lock-tfx-1.16.txt" \
+            "TFX 1.16 supports Python 3.9-3.10" "gradient-accumulator==0.5.2" ;;
+    1.21)
+      if [ -z "$glibc" ] || ! version_at_least "$glibc" "$TFX_121_GLIBC"; then
+        echo "error: the TFX 1.21 stack needs glibc >= $TFX_121_GLIBC (its ml-metadata and" >&2
+        echo "       tensorflow-data-validation wheels are built for it); this machine has" >&2
+        echo "       glibc ${glibc:-unknown}. Run it in a Debian 13 root instead:" >&2
+        echo "       bash scripts/debian13_root.sh run bash scripts/main.sh" >&2
+        echo "error: GA_TFX_STACK=1.21 is not installable here (allowed here: 1.16)" >&2
+        exit 1
+      fi
+      setup_env tfx-1.21 "$venv" "13 12" GA_TFX_PYTHON "$root/requirements/lock-tfx-1.21.txt" \
+        "TFX 1.21 is proven on Python 3.12 and 3.13" "gradient-accumulator==0.5.2" ;;
+    *) echo "error: unknown TFX stack GA_TFX_STACK='$stack' (allowed: 1.16, 1.21)" >&2; exit 2 ;;
+  esac
+}
+
+# other_stack SELECTED: the stack .venv/ does not hold.
+other_stack() {
+  if [ "$1" = 1.16 ]; then echo 1.21; else echo 1.16; fi
+}
+
+# selected_stack: GA_TFX_STACK, or the native one; prints the choice and why, in one line.
+selected_stack() {
+  local native glibc
+  native="$(native_stack)"
+  glibc="$(glibc_version)"
+  if [ -n "${GA_TFX_STACK:-}" ]; then
+    echo "[bootstrap] TFX ${GA_TFX_STACK} stack in .venv/: chosen by GA_TFX_STACK (this machine's glibc ${glibc:-unknown} would pick TFX $native)" >&2
+    echo "$GA_TFX_STACK"
+  elif [ "$native" = 1.21 ]; then
+    echo "[bootstrap] TFX 1.21 stack in .venv/ (Python 3.13/3.12, TF 2.21): glibc $glibc >= $TFX_121_GLIBC runs its wheels natively (GA_TFX_STACK=1.16 for the other)" >&2
+    echo 1.21
+  else
+    echo "[bootstrap] TFX 1.16 stack in .venv/ (Python 3.10, TF 2.16): glibc ${glibc:-unknown} < $TFX_121_GLIBC, which TFX 1.21's ml-metadata and TFDV wheels need (TFX 1.21 here: scripts/debian13_root.sh)" >&2
+    echo 1.16
+  fi
+}
+
+if [ "${1:-}" = which ]; then
+  selected="$(selected_stack 2>/dev/null)"
+  other="$(other_stack "$selected")"
+  if [ "$other" = 1.21 ] && [ "$(native_stack)" != 1.21 ]; then where=root; else where=host; fi
+  echo "$selected $other $where"
+  exit 0
+fi
+
 [ "$#" -gt 0 ] || set -- tfx
 for name in "$@"; do
   case "$name" in
-    # gradient-accumulator: the anchor the benchmarks compare against; installed without its
-    # (conflicting) pins.
-    tfx) setup_env tfx "$root/.venv" 10 GA_TFX_PYTHON "$root/requirements/lock.txt" \
-           "TFX 1.16 supports Python 3.9-3.10" "gradient-accumulator==0.5.2" ;;
+    tfx) setup_stack "$(selected_stack)" "$root/.venv" ;;
     lib) setup_env lib "$root/.venv-lib" 12 GA_TFX_LIB_PYTHON "$root/requirements/lock-lib.txt" \
            "the newest Keras 2 stack, TF 2.21, is proven on Python 3.12" ;;
-    *) echo "error: unknown environment '$name' (allowed: tfx, lib)" >&2; exit 2 ;;
+    other)
+      read -r _ other where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
+      if [ "$where" = root ]; then
+        echo "error: the other stack here is TFX $other, which runs in the Debian 13 root" >&2
+        echo "       (bash scripts/debian13_root.sh run bash scripts/bootstrap.sh)" >&2
+        exit 2
+      fi
+      setup_stack "$other" "$root/.venv-tfx-$other" ;;
+    *) echo "error: unknown environment '$name' (allowed: tfx, lib, other)" >&2; exit 2 ;;
   esac
 done

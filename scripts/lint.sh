@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lint, format check and type check (configuration: pyproject.toml; tools: setup.py's `dev` extra,
-# pinned in requirements/lock.txt, installed in .venv/ by scripts/bootstrap.sh):
+# pinned in the TFX locks (requirements/lock-tfx-*.txt), installed in .venv/ by scripts/bootstrap.sh):
 #   ruff check           pycodestyle, pyflakes, import order (ga_tfx first), bugbear
 #   ruff format --check  the formatter's layout, line length 100
 #   mypy                 the public API: ga_tfx/__init__.py and the non-private ga_tfx modules

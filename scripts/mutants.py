@@ -63,6 +63,7 @@ EXCLUDE = (
     ".git",
     ".venv",
     ".venv-lib",
+    ".venv-tfx-*",
     "*.egg-info",
     "__pycache__",
     ".pytest_cache",

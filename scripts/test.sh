@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# The test command. Sets up both environments if needed (scripts/bootstrap.sh), runs the lint step
-# when it is on, then pytest twice; extra arguments go to both pytest runs:
-#   tfx  .venv/      Python 3.10, TFX 1.16, TF 2.16: the whole suite
-#   lib  .venv-lib/  Python 3.12, TF 2.21:          the library tier, -m "not tfx and not slow"
-# A -m expression given here is combined with "not tfx" for the library tier. GA_TFX_TEST_ENVS
-# picks the environments ("tfx lib" by default; e.g. GA_TFX_TEST_ENVS=tfx for a TFX-only file).
+# The test command. Sets up the environments if needed (scripts/bootstrap.sh), runs the lint step
+# when it is on, then pytest once per environment; extra arguments go to every pytest run:
+#   tfx    .venv/       the TFX stack this machine runs natively (TFX 1.16 on glibc < 2.39,
+#                       TFX 1.21 on glibc >= 2.39; GA_TFX_STACK overrides): the whole suite
+#   lib    .venv-lib/   Python 3.12, TF 2.21, no TFX: the library tier, -m "not tfx and not slow"
+#   other  the other TFX stack: -m "tfx and (not slow or stack)", the TFX-marked fast tests and
+#          the slow tests whose code differs between stacks (marker `stack`: the main job, the
+#          pipeline end to end, the Kubeflow compile). Where glibc < 2.39 it is TFX 1.21 in a
+#          Debian 13 root (scripts/debian13_root.sh, cached outside the clone; it is made, and
+#          TFX 1.21 installed in it, in the background while the other runs go on); elsewhere
+#          TFX 1.16 in .venv-tfx-1.16/ (Python 3.10).
+# A -m expression given here is combined with each tier's own ("not tfx" for lib, the other
+# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib other" by default; e.g.
+# GA_TFX_TEST_ENVS=tfx for a TFX-only file).
 # Exit status: 0 only when every run passed; a run that collects no test (pytest's 5) fails, and
 # so does a run that collects fewer tests than the committed floor (tests/collection_floor.json:
 # per environment, in all and per marker; checked when no -m, -k or test path is given here).
@@ -16,26 +24,58 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The lint step (scripts/lint.sh: ruff check, ruff format --check, mypy on the public API) runs
 # first; a finding fails the test command. GA_TFX_LINT=0 skips it for one run.
 LINT_DEFAULT=1
+# What the other stack runs (see above).
+OTHER_MARKER="tfx and (not slow or stack)"
 
-read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib}"
-bash "$root/scripts/bootstrap.sh" "${envs[@]}"
+read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib other}"
+wants() { [[ " ${envs[*]} " == *" $1 "* ]]; }
+reports="$(mktemp -d)"
+setup_pid=""
+cleanup() {
+  [ -z "$setup_pid" ] || kill "$setup_pid" 2>/dev/null || true
+  rm -rf "$reports"
+}
+trap cleanup EXIT
+
+# The other stack is set up in the background (downloads and installs, mostly waiting on the
+# network), while this stack's environments are set up and tested.
+if wants other; then
+  read -r this_stack other_stack other_where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
+  echo "== [other] TFX $other_stack ($other_where) set up in the background: $reports/other.setup.log"
+  if [ "$other_where" = root ]; then
+    bash "$root/scripts/debian13_root.sh" run bash scripts/bootstrap.sh \
+      > "$reports/other.setup.log" 2>&1 &
+  else
+    bash "$root/scripts/bootstrap.sh" other > "$reports/other.setup.log" 2>&1 &
+  fi
+  setup_pid=$!
+fi
+this_envs=()
+for name in "${envs[@]}"; do [ "$name" = other ] || this_envs+=("$name"); done
+[ "${#this_envs[@]}" = 0 ] || bash "$root/scripts/bootstrap.sh" "${this_envs[@]}"
 cd "$root"
 
 if [ "${GA_TFX_LINT:-$LINT_DEFAULT}" = 1 ]; then
   bash "$root/scripts/lint.sh"
 fi
 
-# The arguments for the library tier: every -m EXPR (or -mEXPR) becomes -m "(EXPR) and not tfx".
-# Without -m it is the library's fast tier, "not tfx and not slow": the slow multi-process runs
-# of the library are the same code on both stacks and run once, in the TFX environment (this
-# keeps CI, installation included, well inside its 90 minutes on 2 cores).
-lib_args=() marker="not tfx and not slow" expect_marker=0
+# The arguments of the tiers that add their own marker: every -m EXPR (or -mEXPR) becomes
+# -m "(EXPR) and (TIER)". Without -m, lib is the library's fast tier, "not tfx and not slow":
+# the slow multi-process runs of the library are the same code on both stacks and run once, in
+# the TFX environment (this keeps CI, installation included, inside its time).
+plain_args=() user_marker="" expect_marker=0
 for arg in "$@"; do
-  if [ "$expect_marker" = 1 ]; then marker="($arg) and not tfx"; expect_marker=0
+  if [ "$expect_marker" = 1 ]; then user_marker="$arg"; expect_marker=0
   elif [ "$arg" = "-m" ]; then expect_marker=1
-  elif [[ "$arg" == -m?* ]]; then marker="(${arg#-m}) and not tfx"
-  else lib_args+=("$arg"); fi
+  elif [[ "$arg" == -m?* ]]; then user_marker="${arg#-m}"
+  else plain_args+=("$arg"); fi
 done
+# tier_marker TIER: TIER, or "(USER) and (TIER)".
+tier_marker() {
+  if [ -n "$user_marker" ]; then echo "($user_marker) and ($1)"; else echo "$1"; fi
+}
+lib_marker="$(tier_marker "not tfx")"
+[ -n "$user_marker" ] || lib_marker="not tfx and not slow"
 
 # A selection given here (a -m or -k expression, a test path or node id) runs a part of the
 # suite: the floor is then not checked, the counts are still printed.
@@ -47,22 +87,43 @@ for arg in "$@"; do
   esac
 done
 
-reports="$(mktemp -d)"
-trap 'rm -rf "$reports"' EXIT
 status=0
 for name in "${envs[@]}"; do
+  run_env=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
   case "$name" in
-    tfx) python="$root/.venv/bin/python"; args=("$@"); run_env=() ;;
+    tfx) python="$root/.venv/bin/python"; args=("$@") ;;
     # The library tier keeps TensorFlow's oneDNN kernels on (tests/conftest.py turns them off
     # unless told): the tfx run covers the Eigen kernels, this one oneDNN's.
-    lib) python="$root/.venv-lib/bin/python"; args=(-m "$marker" "${lib_args[@]}")
-         run_env=(TF_ENABLE_ONEDNN_OPTS=1) ;;
-    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib)" >&2; exit 2 ;;
+    lib) python="$root/.venv-lib/bin/python"; args=(-m "$lib_marker" "${plain_args[@]}")
+         run_env+=(TF_ENABLE_ONEDNN_OPTS=1) ;;
+    other) args=(-m "$(tier_marker "$OTHER_MARKER")" "${plain_args[@]}")
+         python="$root/.venv-tfx-$other_stack/bin/python" ;;
+    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, other)" >&2; exit 2 ;;
   esac
-  echo "== [$name] $("$python" -c 'import platform; print("Python", platform.python_version())') =="
+  if [ "$name" = other ]; then
+    rc=0; wait "$setup_pid" || rc=$?
+    setup_pid=""
+    if [ "$rc" != 0 ]; then
+      tail -40 "$reports/other.setup.log"
+      echo "== [other] FAILED: setting up TFX $other_stack ($other_where) exited $rc =="
+      status=1; continue
+    fi
+    grep -E '^\[(bootstrap|debian13)\]' "$reports/other.setup.log" || true
+  fi
   rc=0
-  run_env+=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
-  env "${run_env[@]}" "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
+  if [ "$name" = other ] && [ "$other_where" = root ]; then
+    # In the root: the copy's .venv/ is TFX 1.21; its reports come back through the root's /srv.
+    rootdir="$(bash "$root/scripts/debian13_root.sh" path)"
+    rm -rf "$rootdir/srv/ga-tfx-reports" && mkdir -p "$rootdir/srv/ga-tfx-reports"
+    echo "== [other] TFX $other_stack in the Debian 13 root $rootdir =="
+    bash "$root/scripts/debian13_root.sh" run env \
+      GA_TFX_COLLECTION_REPORT=/srv/ga-tfx-reports/other.collection.json \
+      .venv/bin/python -m pytest --junitxml=/srv/ga-tfx-reports/other.xml "${args[@]}" || rc=$?
+    cp "$rootdir"/srv/ga-tfx-reports/other.* "$reports/" 2>/dev/null || true
+  else
+    echo "== [$name] $("$python" -c 'import platform; print("Python", platform.python_version())') =="
+    env "${run_env[@]}" "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
+  fi
   echo "== [$name] pytest exit status $rc$([ "$rc" = 5 ] && echo ' (no test collected)') =="
   [ "$rc" = 0 ] || status=1
 done
@@ -92,7 +153,8 @@ for name in names:
     selected[name] = report["selected"]
     print(
         f"[{name}] collected {counts['selected']} tests ({report['deselected']} deselected): "
-        f"{counts['tfx']} tfx, {counts['slow']} slow, {counts['neither']} neither"
+        f"{counts['tfx']} tfx, {counts['slow']} slow ({counts.get('stack', 0)} of them stack), "
+        f"{counts['neither']} neither"
     )
     if report["tfx_modules_not_collected"] and name == "tfx":
         left_out = report["tfx_modules_not_collected"]

@@ -124,6 +124,7 @@ def pytest_collection_finish(session):
         "by_marker": {
             "tfx": sum("tfx" in m for m in marks),
             "slow": sum("slow" in m for m in marks),
+            "stack": sum("stack" in m and "slow" in m for m in marks),
             "neither": sum(not m & {"tfx", "slow"} for m in marks),
         },
         "tfx_modules_not_collected": sorted(_IGNORED_TFX_MODULES),

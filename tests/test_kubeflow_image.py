@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_kubeflow_pipeline import compile_job
 
-pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # compiles a Kubeflow job
+pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.stack]  # compiles a Kubeflow job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -3,9 +3,10 @@ Docker.
 
 1. The PipelineJob parses strictly as KFP protos and holds every step, the ga-tfx Trainer's
    executor, the image and the accumulation settings as they were configured.
-2. It equals the committed golden ``tests/golden/digits_pipeline_job.json`` once volatile
-   fields are normalised (the TFX/Python version in ``sdkVersion`` and the labels, paths under
-   the temporary directory or this checkout); a changed ``accum_steps`` changes the normalised
+2. It equals the committed golden of this TFX stack,
+   ``tests/golden/digits_pipeline_job.tfx-<stack>.json``, once volatile fields are normalised
+   (the TFX/Python version in ``sdkVersion`` and the labels, paths under the temporary
+   directory or this checkout); a changed ``accum_steps`` changes the normalised
    job, so the comparison can fail. The test never writes the golden: after an intended
    change, regenerate it with ``.venv/bin/python scripts/update_golden.py`` (a separate
    command; review and commit the diff it prints), then run this test.
@@ -43,10 +44,13 @@ from tfx import version as tfx_version
 
 from tests.helpers import PIPELINE_COMPONENTS
 
-pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # TFX, tensorflow_transform and kfp
+# TFX, tensorflow_transform and kfp; the compiler is TFX's own: run on both stacks (`stack`).
+pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.stack]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GOLDEN = os.path.join(ROOT, "tests", "golden", "digits_pipeline_job.json")
+# One golden per TFX stack: the compiler (and the kfp it writes for) is TFX's own.
+TFX_STACK = ".".join(tfx_version.__version__.split(".")[:2])
+GOLDEN = os.path.join(ROOT, "tests", "golden", f"digits_pipeline_job.tfx-{TFX_STACK}.json")
 IMAGE = "europe-docker.pkg.dev/example-project/ga-tfx/ga-tfx:test"
 NAME = "ga-tfx-digits"
 CLUSTER_PATHS = dict(
@@ -252,8 +256,9 @@ def test_compiled_job_matches_the_golden(tuned_job):
         )
     )
     assert normalized == golden, (
-        "The compiled Kubeflow job differs from tests/golden/digits_pipeline_job.json; if the "
-        "change is intended, run scripts/update_golden.py and commit the golden:\n" + diff[:6000]
+        f"The compiled Kubeflow job differs from {os.path.relpath(GOLDEN, ROOT)}; if the "
+        "change is intended, run scripts/update_golden.py with this stack and commit the "
+        "golden:\n" + diff[:6000]
     )
 
 
@@ -441,25 +446,29 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
 
 
 def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
-    """docker/Dockerfile (not built here: no Docker engine) starts from TFX's image of the
-    installed TFX version, which is the lock's, and installs the lock and the three packages
-    the compiled steps import."""
+    """docker/Dockerfile (not built here: no Docker engine) starts from TFX's image of the stack
+    its build argument names (TFX 1.21 by default, 1.16 on request), installs that stack's lock
+    and the three packages the compiled steps import; the installed TFX is one of the two."""
     with open(os.path.join(ROOT, "docker", "Dockerfile")) as f:
         dockerfile = f.read()
-    with open(os.path.join(ROOT, "requirements", "lock.txt")) as f:
-        lock = f.read().splitlines()
-    version = tfx_version.__version__
-    assert f"tfx=={version}" in lock
-    froms = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
-    assert froms == [f"gcr.io/tfx-oss-public/tfx:{version}"]
+    lines = dockerfile.splitlines()
+    assert "ARG TFX=1.21" in lines
+    froms = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    assert froms == ["gcr.io/tfx-oss-public/tfx:${TFX}.0"]
+    stacks = {"1.16", "1.21"}
+    for stack in stacks:  # each value of the build argument has its lock, of that TFX
+        with open(os.path.join(ROOT, "requirements", f"lock-tfx-{stack}.txt")) as f:
+            assert f"tfx=={stack}.0" in f.read().splitlines(), stack
+    assert ".".join(tfx_version.__version__.split(".")[:2]) in stacks
     for line in (
-        "COPY requirements/lock.txt requirements/lock.txt",
+        "COPY requirements/lock-tfx-${TFX}.txt requirements/lock.txt",
         "COPY ga_tfx ga_tfx",
         "COPY components components",
         "COPY pipelines pipelines",
     ):
-        assert line in dockerfile.splitlines(), line
+        assert line in lines, line
     assert "-r requirements/lock.txt" in dockerfile
+    assert "assert tfx.version.__version__ == '${TFX}.0'" in dockerfile
 
 
 def test_compile_command_writes_the_job_with_the_flags(tmp_path, capsys):

@@ -13,6 +13,9 @@ import sys
 import zipfile
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads; the repository's folder -> where its packages land in the wheel.
@@ -106,14 +109,65 @@ def test_console_script_and_dependency_split(wheel):
     [entry_points] = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
     assert "ga-tfx = ga_tfx.pipelines.cli:main" in archive.read(entry_points).decode()
     metadata = _metadata(archive)
-    assert metadata["Requires-Python"] == ">=3.10,<3.13"
+    # 3.10 (TFX 1.16) to 3.13 (TFX 1.21's newest); 3.14 is out.
+    python = SpecifierSet(metadata["Requires-Python"])
+    assert all(v in python for v in ("3.10.13", "3.12.1", "3.13.5")), python
+    assert "3.9.18" not in python and "3.14.0" not in python, python
     requires = metadata.get_all("Requires-Dist")
     base = [r for r in requires if "extra ==" not in r]
     # `pip install ga-tfx` brings TensorFlow and tf-keras only; TFX comes with the `tfx` extra.
     assert sorted(re.match(r"[\w.-]+", r).group() for r in base) == ["tensorflow", "tf-keras"], base
-    tfx = [r for r in requires if r.startswith("tfx") and 'extra == "tfx"' in r]
-    assert tfx and "==1.16.0" in tfx[0], requires
+    tfx = [Requirement(r) for r in requires if r.startswith("tfx") and 'extra == "tfx"' in r]
+    # The range's two ends are the two proven stacks, nothing outside them.
+    assert len(tfx) == 1 and tfx[0].extras == {"kfp"}, requires
+    assert all(v in tfx[0].specifier for v in ("1.16.0", "1.21.0")), tfx[0]
+    assert not any(v in tfx[0].specifier for v in ("1.15.0", "1.22.0")), tfx[0]
     assert set(metadata.get_all("Provides-Extra")) >= {"tfx", "tuner", "test", "dev"}
+
+
+# The Pythons each lock is proven on (README "Support matrix").
+LOCKS = {
+    "lock-tfx-1.16.txt": ("3.10",),
+    "lock-tfx-1.21.txt": ("3.12", "3.13"),
+    "lock-lib.txt": ("3.12",),
+}
+
+
+def _pins(lock, python):
+    """{name: version} of a lock file's pins whose markers hold on ``python`` (Linux)."""
+    environment = {"python_version": python, "python_full_version": python + ".0"}
+    pins = {}
+    for line in open(os.path.join(ROOT, "requirements", lock)).read().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate(environment):
+                pins[canonicalize_name(requirement.name)] = str(requirement.specifier)[2:]
+    return pins
+
+
+@pytest.mark.parametrize("lock, python", [(k, p) for k, ps in LOCKS.items() for p in ps])
+def test_every_lock_satisfies_setup_pys_ranges(wheel, lock, python):
+    """Each lock, on each Python it is proven on, satisfies every requirement the wheel declares
+    for the extras the lock holds: the ranges in setup.py admit the proven stacks (a range that
+    excluded one, e.g. tfx==1.16.0 beside the 1.21 lock, fails here)."""
+    _, archive = wheel
+    pins = _pins(lock, python)
+    environment = {"python_version": python, "python_full_version": python + ".0"}
+    extras = ("tuner", "test") if lock == "lock-lib.txt" else ("tfx", "tuner", "test", "dev")
+    checked = 0
+    for text in _metadata(archive).get_all("Requires-Dist"):
+        requirement = Requirement(text)
+        applies = [
+            requirement.marker is None or requirement.marker.evaluate(dict(environment, extra=e))
+            for e in ("",) + extras
+        ]
+        if not any(applies):
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{lock} on Python {python} lacks {name} ({text})"
+        assert pins[name] in requirement.specifier, f"{lock}: {name}=={pins[name]} vs {text}"
+        checked += 1
+    assert checked >= (6 if lock == "lock-lib.txt" else 15), checked
 
 
 def test_the_installed_wheel_imports_without_the_work_tree(wheel, tmp_path):

@@ -9,6 +9,7 @@ One pipeline store serves the whole module, in three runs:
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import tf
+from ga_tfx.components import stack
 from ga_tfx.components.trainer import checkpoints
 from ga_tfx.pipelines import cli, digits, local
 from ga_tfx.pipelines.pipeline import TrainingOptions
@@ -19,10 +20,12 @@ import os
 
 import numpy as np
 import pytest
+from tfx import version as tfx_version
 
 from tests.helpers import PIPELINE_COMPONENTS
 
-pytestmark = [pytest.mark.tfx]  # the TFX pipeline end to end
+# The TFX pipeline end to end; its slow tests run on both TFX stacks (`stack`, tests/README.md).
+pytestmark = [pytest.mark.tfx, pytest.mark.stack]
 
 OPTIONS = TrainingOptions(
     accum_steps=2,
@@ -91,6 +94,9 @@ def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
     assert summary.metrics["example_count"] > 400  # the eval split of 1797 images (1/3)
     assert summary.blessed
     assert summary.pushed_model.startswith(str(root / "serving"))
+    # The run record names the stack the Trainer ran on, and the summary shows it.
+    assert summary.stack == stack.versions() and summary.stack["TFX"] == tfx_version.__version__
+    assert f"trained on:           {stack.line()}" in summary.lines()
 
 
 @pytest.mark.slow  # three pipeline runs (the module's store)

@@ -103,13 +103,15 @@ def test_the_trainer_stops_after_the_running_step_and_resumes_exactly(tmp_path):
 
     hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
     module = tmp_path / "signal_module.py"
+    # The marker's path is written into the module: TFX loads a module file without __file__
+    # on Python 3.12+ (importlib.util.spec_from_loader with an origin; 3.10 set it).
     module.write_text(
         MODEL_MODULE
         + """
 import os, signal, time
 
 _calls = [0]
-_SENT = __file__ + ".sent"  # once: the re-run (which may import the module again) trains on
+_SENT = SENT_PATH  # once: the re-run (which may import the module again) trains on
 
 
 def _hook(array):
@@ -136,7 +138,7 @@ def build_model(hparams):
     wrapped = keras.Model(model.inputs, slow)
     wrapped.compile(model.optimizer, model.loss)
     return wrapped
-"""
+""".replace("SENT_PATH", repr(str(tmp_path / "signal_module.sent")))
     )
     settings = dict(micro_batch_size=8, accum_steps=2, num_steps=4, hyperparameters=hparams)
     with pytest.raises(Exception) as raised:

@@ -33,6 +33,8 @@ import numpy as np
 import pytest
 import tensorflow_transform as tft
 import tfx
+from packaging.version import Version
+from tfx import version as tfx_version
 from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.proto import trainer_pb2
 from tfx.types import standard_artifacts
@@ -40,6 +42,8 @@ from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils, proto_utils
 
 from tests import taxi
+
+TFX_VERSION = Version(tfx_version.__version__)
 
 pytestmark = [pytest.mark.tfx]  # the TFX Trainer component, executor and run_fn
 
@@ -240,13 +244,30 @@ def test_component_carries_settings_as_primitive_exec_properties():
     assert props["strategy"] == "mirrored" and props["partial_window"] == "apply"
     assert all(isinstance(v, (int, float, str)) for v in props.values())
     assert set(trainer.outputs) == {"model", "model_run"}
-    assert set(trainer.spec.INPUTS) == {
-        "examples",
-        "transform_graph",
-        "schema",
-        "base_model",
-        "hyperparameters",
-    }
+    # The stock Trainer's inputs of the installed TFX: 1.21 added StatisticsGen's output.
+    stock = {"examples", "transform_graph", "schema", "base_model", "hyperparameters"}
+    if TFX_VERSION >= Version("1.21"):
+        stock.add("statistics")
+    assert set(trainer.spec.INPUTS) == stock == set(specs.TrainerSpec.INPUTS)
+
+
+def test_statistics_input_follows_the_installed_tfx():
+    """TFX 1.21's Trainer takes ``statistics`` (``fn_args.num_examples``); on 1.16 it is refused
+    with the installed version named, not passed to a spec that lacks it."""
+    statistics = tfx.types.Channel(type=standard_artifacts.ExampleStatistics)
+    build = lambda: GradientAccumulationTrainer(  # noqa: E731
+        examples=tfx.types.Channel(type=standard_artifacts.Examples),
+        module_file="m.py",
+        accum_steps=2,
+        micro_batch_size=8,
+        label_key="y",
+        statistics=statistics,
+    )
+    if TFX_VERSION >= Version("1.21"):
+        assert build().inputs["statistics"] is statistics
+    else:
+        with pytest.raises(ValueError, match=r"statistics= needs TFX 1\.21 .* 1\.16"):
+            build()
 
 
 @pytest.mark.parametrize(

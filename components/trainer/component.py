@@ -1,9 +1,10 @@
 """``GradientAccumulationTrainer``: a drop-in ``tfx.components.Trainer`` with ga-tfx training.
 
-Same inputs (examples, transform_graph, schema, base_model, hyperparameters) and outputs
-(model, model_run) as the stock Trainer; the module file defines ``build_model(hparams)``
-instead of ``run_fn`` (see :mod:`ga_tfx.components.trainer.run_fn`). The accumulation settings are
-primitive execution properties, so the component compiles for Kubeflow.
+Same inputs (examples, transform_graph, schema, base_model, hyperparameters, and from TFX 1.21
+statistics) and outputs (model, model_run) as the stock Trainer of the installed TFX; the module
+file defines ``build_model(hparams)`` instead of ``run_fn`` (see
+:mod:`ga_tfx.components.trainer.run_fn`). The accumulation settings are primitive execution
+properties, so the component compiles for Kubeflow.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
@@ -15,6 +16,7 @@ from ga_tfx.components.trainer import settings as settings_lib
 from typing import Any, Dict, Optional, Union
 
 from tfx import types
+from tfx import version as tfx_version
 from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.orchestration import data_types
@@ -23,6 +25,11 @@ from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs_lib
 from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import json_utils
+
+# TFX 1.21's Trainer takes StatisticsGen's output (fn_args.num_examples); 1.16's has no such input.
+STATISTICS_KEY: Optional[str] = (
+    "statistics" if "statistics" in specs_lib.TrainerSpec.INPUTS else None
+)
 
 
 def _setting_parameters() -> Dict[str, ExecutionParameter]:
@@ -78,11 +85,20 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
         train_args: Optional[trainer_pb2.TrainArgs] = None,
         eval_args: Optional[trainer_pb2.EvalArgs] = None,
         custom_config: Optional[Dict[str, Any]] = None,
+        statistics: Optional[types.BaseChannel] = None,
         **settings: Any,
     ):
         """``settings``: the fields of
         :class:`~ga_tfx.components.trainer.settings.AccumulationSettings` (``micro_batch_size``,
-        ``label_key`` and ``accum_steps`` -- or ``effective_batch_size`` -- required)."""
+        ``label_key`` and ``accum_steps`` -- or ``effective_batch_size`` -- required).
+        ``statistics`` (StatisticsGen's output, TFX 1.21 and later, as the stock Trainer):
+        ``fn_args.num_examples`` per split for a ``build_model`` module."""
+        if statistics is not None and STATISTICS_KEY is None:
+            raise ValueError(
+                "statistics= needs TFX 1.21 or later, whose Trainer takes StatisticsGen's "
+                f"output; the installed TFX is {tfx_version.__version__} (allowed here: "
+                "statistics=None)."
+            )
         if bool(module_file) == bool(model_fn):
             raise ValueError(
                 "Give exactly one of module_file (a file defining build_model) and "
@@ -107,6 +123,7 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             schema=schema,
             base_model=base_model,
             hyperparameters=hyperparameters,
+            **({STATISTICS_KEY: statistics} if statistics is not None else {}),
             train_args=train_args,
             eval_args=eval_args or trainer_pb2.EvalArgs(),
             module_file=module_file,

@@ -41,7 +41,7 @@ and ``custom_config={"ga_tfx": {...settings...}, "model_fn": "my_pkg.my_module"}
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
-from ga_tfx.components import keys
+from ga_tfx.components import keys, stack
 from ga_tfx.components.trainer import (
     checkpoints,
     data,
@@ -232,6 +232,7 @@ def train_and_export(
                 accum_schedule_used=logger.schedule_used or None,
                 micro_batch_split=model.window_core.micro_batch_split if model.window_core else 1,
                 micro_batch_choice=choice.explain() if choice is not None else None,
+                stack=stack.versions(),
             ),
         )
     return plain

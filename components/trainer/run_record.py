@@ -21,7 +21,9 @@ TensorBoard logs. Fields:
   chosen ones;
 - ``noise_scale``: the gradient noise scale ``B_simple`` at the end of training, in samples
   (``log_noise_scale``; ``None`` when off or not estimated, see :mod:`ga_tfx.window`);
-- ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...).
+- ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...);
+- ``stack``: the versions this attempt trained with, ``{"ga-tfx", "TFX", "TensorFlow", "Keras",
+  "Python"}`` (:mod:`ga_tfx.components.stack`; on Kubeflow, the image's).
 """
 
 import dataclasses
@@ -50,6 +52,7 @@ class RunRecord:
     accum_schedule_used: Optional[List[List[int]]] = None
     micro_batch_split: int = 1
     micro_batch_choice: Optional[str] = None
+    stack: Optional[Dict[str, str]] = None
 
 
 def path(model_run_dir: str) -> str:
