@@ -116,6 +116,13 @@ in_root() {
     mount -t proc proc "$target/proc"
     mount --rbind /dev "$target/dev"
     mount -t tmpfs -o size=50% shm "$target/dev/shm"
+    # pyenv'"'"'s interpreters, read-only, where the host has them: in the root as on a Debian 13 or
+    # Ubuntu 24.04 machine with pyenv, e.g. Python 3.10 for TFX 1.16 or 3.12 for TFX 1.21.
+    if [ -d /root/.pyenv/versions ]; then
+      mkdir -p "$target/root/.pyenv"
+      mount --bind /root/.pyenv "$target/root/.pyenv"
+      mount -o remount,bind,ro "$target/root/.pyenv"
+    fi
     exec chroot "$target" /usr/bin/env -i "$@"
   ' bash "$target" "${keep[@]}" "$@"
 }

@@ -26,6 +26,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LINT_DEFAULT=1
 # What the other stack runs (see above).
 OTHER_MARKER="tfx and (not slow or stack)"
+# pytest-xdist workers per run (GA_TFX_TEST_WORKERS; 1: none). Two on two cores: the slow tier
+# is mostly pipelines whose components run one after the other in one Python thread (Beam's
+# DirectRunner, ML Metadata, process starts), so two workers keep both cores busy: the whole
+# suite took 37 min with -n 2 beside a second suite's run, where serially it took 41-49 min
+# alone. Each worker's TensorFlow computes on one thread (tests/conftest.py).
+workers="${GA_TFX_TEST_WORKERS:-2}"
+xdist=()
+[ "$workers" = 1 ] || xdist=(-n "$workers")
 
 read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib other}"
 wants() { [[ " ${envs[*]} " == *" $1 "* ]]; }
@@ -91,12 +99,13 @@ status=0
 for name in "${envs[@]}"; do
   run_env=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
   case "$name" in
-    tfx) python="$root/.venv/bin/python"; args=("$@") ;;
+    tfx) python="$root/.venv/bin/python"; args=("${xdist[@]}" "$@") ;;
     # The library tier keeps TensorFlow's oneDNN kernels on (tests/conftest.py turns them off
     # unless told): the tfx run covers the Eigen kernels, this one oneDNN's.
-    lib) python="$root/.venv-lib/bin/python"; args=(-m "$lib_marker" "${plain_args[@]}")
+    lib) python="$root/.venv-lib/bin/python"
+         args=("${xdist[@]}" -m "$lib_marker" "${plain_args[@]}")
          run_env+=(TF_ENABLE_ONEDNN_OPTS=1) ;;
-    other) args=(-m "$(tier_marker "$OTHER_MARKER")" "${plain_args[@]}")
+    other) args=("${xdist[@]}" -m "$(tier_marker "$OTHER_MARKER")" "${plain_args[@]}")
          python="$root/.venv-tfx-$other_stack/bin/python" ;;
     *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, other)" >&2; exit 2 ;;
   esac

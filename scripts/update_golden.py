@@ -1,7 +1,8 @@
-"""Regenerates tests/golden/digits_pipeline_job.tfx-<stack>.json, the compiled Kubeflow job's golden
-file of the installed TFX stack (1.16 or 1.21: run it once in each stack's .venv/; TFX 1.21 on an
-older glibc: `bash scripts/debian13_root.sh run .venv/bin/python scripts/update_golden.py`, then
-copy the file out of the root, `bash scripts/debian13_root.sh path`/srv/ga-tfx/tests/golden/).
+"""Regenerates tests/golden/digits_pipeline_job.json, the compiled Kubeflow job's golden file.
+
+Both TFX stacks compare with the same golden (TFX 1.16 and 1.21 compile the same normalised
+job); `--check` in each stack's environment says whether it still does (TFX 1.21 on an older
+glibc: `bash scripts/debian13_root.sh run .venv/bin/python scripts/update_golden.py --check`).
 
 Usage (from the project root, with the project's venv)::
 

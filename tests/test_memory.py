@@ -10,7 +10,7 @@ measured training costs, so the test does not depend on this machine's absolute 
 """
 
 import ga_tfx
-from ga_tfx import keras, tf
+from ga_tfx import keras, memory, tf
 
 import os
 import subprocess
@@ -130,15 +130,15 @@ def test_the_probe_leaves_the_model_as_it_was_and_refuses_what_cannot_fit():
     [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), (4096, 4096)],
 )
 def test_budgets_are_read_in_bytes(text, expected):
-    assert ga_tfx.memory.parse_budget(text) == expected
+    assert memory.parse_budget(text) == expected
 
 
 @pytest.mark.parametrize("text", ["2 potatoes", "-1GiB", True, "0"])
 def test_bad_budgets_name_what_is_allowed(text):
     with pytest.raises(ValueError, match="memory_budget must be bytes"):
-        ga_tfx.memory.parse_budget(text)
+        memory.parse_budget(text)
 
 
 def test_a_fraction_needs_a_device_that_reports_its_memory():
     with pytest.raises(ValueError, match="reports no total memory for CPU:0"):
-        ga_tfx.memory.parse_budget("0.8", "CPU:0")
+        memory.parse_budget("0.8", "CPU:0")
