@@ -6,9 +6,10 @@ Docker.
 2. It equals the committed golden ``tests/golden/digits_pipeline_job.json`` (the same on both
    TFX stacks) once volatile fields are normalised (the TFX/Python version in ``sdkVersion``
    and the labels, paths under the temporary directory or this checkout); a changed
-   ``accum_steps`` changes the normalised job, so the comparison can fail. The test never writes the golden: after an intended
-   change, regenerate it with ``.venv/bin/python scripts/update_golden.py`` (a separate
-   command; review and commit the diff it prints), then run this test.
+   ``accum_steps`` changes the normalised job, so the comparison can fail. The test never
+   writes the golden: after an intended change, regenerate it with
+   ``.venv/bin/python scripts/update_golden.py`` (a separate command; review and commit the
+   diff it prints), then run this test.
 3. The compiled Trainer step runs: its container ``command`` + ``args`` from the compiled
    deployment spec are executed here as a subprocess (``python`` -> this interpreter, the
    ``{{$}}`` placeholder -> an ExecutorInput JSON as Kubeflow v2 passes it, with the compiled
