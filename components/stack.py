@@ -34,10 +34,12 @@ def versions() -> Dict[str, str]:
 
 def line(found: Optional[Dict[str, str]] = None) -> str:
     """One line, e.g. ``ga-tfx 0.1.0, TFX 1.21.0, TensorFlow 2.21.0, Keras 2.21.0 (tf-keras),
-    Python 3.13.5``; ``found`` defaults to this process's :func:`versions`."""
+    Python 3.13.5``, always in that order (a run record's JSON keeps its keys sorted);
+    ``found`` defaults to this process's :func:`versions`."""
     found = versions() if found is None else found
+    labels = [label for label, _ in PACKAGES] + ["Python"]
     return ", ".join(
-        f"{label} {version}"
-        + (" (tf-keras)" if label == "Keras" and version != NOT_INSTALLED else "")
-        for label, version in found.items()
+        f"{label} {found.get(label, '?')}"
+        + (" (tf-keras)" if label == "Keras" and found.get(label) != NOT_INSTALLED else "")
+        for label in labels
     )

@@ -19,6 +19,9 @@
 # (a stamp file); one made for another stack or Python is made anew.
 #        bootstrap.sh which   prints, installing nothing: the stack of .venv/, the other stack,
 #                             and where the other one runs (host or root), e.g. "1.16 1.21 root"
+#        bootstrap.sh check [tfx|other]   that `pip install "ga-tfx[tfx]"` beside the TFX of
+#                             that environment resolves (uv, a dry run against the index), and
+#                             to what the locked environment would change: one line
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 UV_VERSION="0.13.9"
@@ -132,6 +135,24 @@ setup_stack() {
   esac
 }
 
+# resolve_check VENV: a user's `pip install "ga-tfx[tfx]" tfx==X` beside the installed TFX X,
+# resolved by uv against the index (nothing installed); one line with what would change in the
+# locked environment besides ga-tfx itself (an editable install here).
+resolve_check() {
+  local venv="$1" tfx out changes
+  tfx="$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("tfx"))')"
+  if ! out="$("$venv/bin/uv" pip install --dry-run --python "$venv/bin/python" \
+                "$root[tfx]" "tfx==$tfx" 2>&1)"; then
+    echo "$out" | grep -v '^WARNING' | tail -8 >&2
+    echo "error: pip install \"ga-tfx[tfx]\" beside tfx==$tfx does not resolve" >&2
+    return 1
+  fi
+  changes="$(echo "$out" | grep -E '^ [-+] ' | grep -v ' ga-tfx[ =@]' | tr -s ' ' | paste -sd, - || true)"
+  echo "[bootstrap] pip install \"ga-tfx[tfx]\" beside tfx==$tfx resolves" \
+    "($(echo "$out" | grep -o 'Resolved [0-9]* packages' || echo resolved));" \
+    "the locked $(basename "$venv")/ would change: ${changes:-nothing}"
+}
+
 # other_stack SELECTED: the stack .venv/ does not hold.
 other_stack() {
   if [ "$1" = 1.16 ]; then echo 1.21; else echo 1.16; fi
@@ -160,6 +181,16 @@ if [ "${1:-}" = which ]; then
   if [ "$other" = 1.21 ] && [ "$(native_stack)" != 1.21 ]; then where=root; else where=host; fi
   echo "$selected $other $where"
   exit 0
+fi
+
+if [ "${1:-}" = check ]; then
+  case "${2:-tfx}" in
+    tfx) resolve_check "$root/.venv" ;;
+    other) read -r _ other _ <<< "$(bash "$root/scripts/bootstrap.sh" which)"
+           resolve_check "$root/.venv-tfx-$other" ;;
+    *) echo "error: unknown environment '${2}' for check (allowed: tfx, other)" >&2; exit 2 ;;
+  esac
+  exit
 fi
 
 [ "$#" -gt 0 ] || set -- tfx

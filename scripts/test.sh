@@ -50,17 +50,22 @@ trap cleanup EXIT
 if wants other; then
   read -r this_stack other_stack other_where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
   echo "== [other] TFX $other_stack ($other_where) set up in the background: $reports/other.setup.log"
+  # Each stack's set-up ends with the resolve check: a user's `pip install "ga-tfx[tfx]"`
+  # beside that TFX resolves (bootstrap.sh check), shown in this log.
   if [ "$other_where" = root ]; then
-    bash "$root/scripts/debian13_root.sh" run bash scripts/bootstrap.sh \
+    bash "$root/scripts/debian13_root.sh" run bash -c \
+      "bash scripts/bootstrap.sh && bash scripts/bootstrap.sh check" \
       > "$reports/other.setup.log" 2>&1 &
   else
-    bash "$root/scripts/bootstrap.sh" other > "$reports/other.setup.log" 2>&1 &
+    bash -c "bash '$root/scripts/bootstrap.sh' other && bash '$root/scripts/bootstrap.sh' check other" \
+      > "$reports/other.setup.log" 2>&1 &
   fi
   setup_pid=$!
 fi
 this_envs=()
 for name in "${envs[@]}"; do [ "$name" = other ] || this_envs+=("$name"); done
 [ "${#this_envs[@]}" = 0 ] || bash "$root/scripts/bootstrap.sh" "${this_envs[@]}"
+if wants tfx; then bash "$root/scripts/bootstrap.sh" check; fi
 cd "$root"
 
 if [ "${GA_TFX_LINT:-$LINT_DEFAULT}" = 1 ]; then

@@ -73,3 +73,11 @@ def test_a_missing_package_reads_not_installed(monkeypatch):
     found = stack.versions()
     assert found["TFX"] == "not installed" and found["TensorFlow"] != "not installed"
     assert "TFX not installed, TensorFlow " in stack.line(found)
+
+
+def test_the_line_keeps_its_order_whatever_the_dicts():
+    """A run record's JSON is written with sorted keys: read back, its stack still prints in
+    the order of ``ga-tfx --version``."""
+    found = stack.versions()
+    assert stack.line(dict(sorted(found.items()))) == stack.line(found) == stack.line()
+    assert stack.line().startswith("ga-tfx ") and stack.line().split(", ")[-1].startswith("Python")
