@@ -71,10 +71,11 @@ build() {
 }
 
 # The work tree as git sees it (tracked and untracked-but-not-ignored files), into $dir$copy;
-# the copy's .venv/ is kept, so its stamp decides whether to reinstall.
+# the copy's environments (.venv/, .venv-tfx-1.16/) are kept: their stamps decide whether to
+# reinstall.
 sync_tree() {
   mkdir -p "$dir$copy"
-  find "$dir$copy" -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {} +
+  find "$dir$copy" -mindepth 1 -maxdepth 1 ! -name ".venv*" -exec rm -rf {} +
   if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
     (cd "$root" && git ls-files -z --cached --others --exclude-standard |
        xargs -0 -r tar --no-recursion --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$dir$copy"
