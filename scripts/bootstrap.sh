@@ -121,7 +121,7 @@ setup_stack() {
     1.16) setup_env tfx-1.16 "$venv" 10 GA_TFX_PYTHON "$root/requirements/lock-tfx-1.16.txt" \
             "TFX 1.16 supports Python 3.9-3.10" "gradient-accumulator==0.5.2" ;;
     1.21)
-      if [ -z "$glibc" ] || ! version_at_least "$glibc" "$TFX_121_GLIBC"; then
+      if [ "$(native_stack)" != 1.21 ]; then
         echo "error: the TFX 1.21 stack needs glibc >= $TFX_121_GLIBC (its ml-metadata and" >&2
         echo "       tensorflow-data-validation wheels are built for it); this machine has" >&2
         echo "       glibc ${glibc:-unknown}. Run it in a Debian 13 root instead:" >&2
@@ -175,18 +175,25 @@ selected_stack() {
   fi
 }
 
-if [ "${1:-}" = which ]; then
+# placement: "SELECTED OTHER WHERE": the stack of .venv/, the other one, and where the other
+# runs (root: TFX 1.21 on a glibc too old for it; host otherwise).
+placement() {
+  local selected other where=host
   selected="$(selected_stack 2>/dev/null)"
   other="$(other_stack "$selected")"
-  if [ "$other" = 1.21 ] && [ "$(native_stack)" != 1.21 ]; then where=root; else where=host; fi
+  if [ "$other" = 1.21 ] && [ "$(native_stack)" != 1.21 ]; then where=root; fi
   echo "$selected $other $where"
+}
+
+if [ "${1:-}" = which ]; then
+  placement
   exit 0
 fi
 
 if [ "${1:-}" = check ]; then
   case "${2:-tfx}" in
     tfx) resolve_check "$root/.venv" ;;
-    other) read -r _ other _ <<< "$(bash "$root/scripts/bootstrap.sh" which)"
+    other) read -r _ other _ <<< "$(placement)"
            resolve_check "$root/.venv-tfx-$other" ;;
     *) echo "error: unknown environment '${2}' for check (allowed: tfx, other)" >&2; exit 2 ;;
   esac
@@ -200,7 +207,7 @@ for name in "$@"; do
     lib) setup_env lib "$root/.venv-lib" 12 GA_TFX_LIB_PYTHON "$root/requirements/lock-lib.txt" \
            "the newest Keras 2 stack, TF 2.21, is proven on Python 3.12" ;;
     other)
-      read -r _ other where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
+      read -r _ other where <<< "$(placement)"
       if [ "$where" = root ]; then
         echo "error: the other stack here is TFX $other, which runs in the Debian 13 root" >&2
         echo "       (bash scripts/debian13_root.sh run bash scripts/bootstrap.sh)" >&2

@@ -48,7 +48,7 @@ trap cleanup EXIT
 # The other stack is set up in the background (downloads and installs, mostly waiting on the
 # network), while this stack's environments are set up and tested.
 if wants other; then
-  read -r this_stack other_stack other_where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
+  read -r _ other_stack other_where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
   echo "== [other] TFX $other_stack ($other_where) set up in the background: $reports/other.setup.log"
   # Each stack's set-up ends with the resolve check: a user's `pip install "ga-tfx[tfx]"`
   # beside that TFX resolves (bootstrap.sh check), shown in this log.
