@@ -19,7 +19,7 @@ from ga_tfx.pipelines import digits
 
 import logging
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from absl import logging as absl_logging
 from tfx import v1 as tfx
@@ -65,12 +65,22 @@ def anomaly_lines(anomalies, schema, split: str) -> List[str]:
     return lines
 
 
-def check(schema_uri: str, statistics, anomalies, effective_batch_size: int = 0) -> str:
+def check(
+    schema_uri: str,
+    statistics,
+    anomalies,
+    effective_batch_size: int = 0,
+    *,
+    unlabeled: Optional[Dict[str, int]] = None,
+    label: str = "",
+) -> str:
     """Raises :class:`DataError` (one line) for anomalies or an empty split; returns the
     schema file checked. Logs a warning when ``effective_batch_size`` exceeds the training
     split's examples.
 
-    ``statistics``/``anomalies``: the ExampleStatistics and ExampleAnomalies artifacts.
+    ``statistics``/``anomalies``: the ExampleStatistics and ExampleAnomalies artifacts;
+    ``unlabeled``: ``{split: rows}`` dropped for an empty ``label`` before the statistics (a
+    split they emptied is blamed on the label, not on the data's size).
     """
     from tensorflow_data_validation.utils import anomalies_util
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -85,7 +95,7 @@ def check(schema_uri: str, statistics, anomalies, effective_batch_size: int = 0)
         view = stats_artifact_utils.load_statistics(statistics, split)
         counts[split] = view.proto().datasets[0].num_examples if view.proto().datasets else 0
         if not counts[split]:
-            problems.append(f"split {split!r} is empty (no examples): give the data more rows")
+            problems.append(empty_split(split, (unlabeled or {}).get(split, 0), label))
     for split in artifact_utils.decode_split_names(anomalies.split_names):
         path = os.path.join(artifact_utils.get_split_uri([anomalies], split), "SchemaDiff.pb")
         problems += anomaly_lines(anomalies_util.load_anomalies_binary(path), schema, split)
@@ -102,6 +112,16 @@ def check(schema_uri: str, statistics, anomalies, effective_batch_size: int = 0)
     if warning:
         absl_logging.warning("%s", warning)
     return schema_file
+
+
+def empty_split(split: str, unlabeled: int, label: str) -> str:
+    """Why split ``split`` has no examples (``unlabeled``: its rows dropped for their label)."""
+    if unlabeled:
+        return (
+            f"split {split!r} is empty: the label {label!r} was empty or missing in all "
+            f"{unlabeled} of its rows"
+        )
+    return f"split {split!r} is empty (no examples): give the data more rows"
 
 
 def update_warning(train_examples: Optional[int], effective_batch_size: int) -> Optional[str]:

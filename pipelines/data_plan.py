@@ -173,7 +173,7 @@ class DataPlan:
         lines = [
             f"data: {sum(self.rows.values())} rows ({splits})"
             + (
-                f"; {unlabeled} rows with an empty {self.label!r} cell dropped ("
+                f"; {unlabeled} rows with an empty or missing {self.label!r} dropped ("
                 + ", ".join(
                     f"{s} {n}" for s, n in sorted(self.unlabeled_rows.items(), key=_split_order)
                 )

@@ -9,6 +9,7 @@ summary reports. Statistics, Transform, the Trainer and the Evaluator all read i
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
+from ga_tfx.pipelines.csv_example_gen import DIALECT_PROPERTY
 
 import json
 import os
@@ -19,7 +20,14 @@ from tfx.types import artifact_utils
 
 UNLABELED_ROWS_PROPERTY = "ga_tfx_unlabeled_rows"
 # ExampleGen's properties that readers of Examples need (file and payload format).
-_COPIED_PROPERTIES = ("payload_format", "file_format", "span", "input_fingerprint")
+# (and the dialect the data summary prints).
+_COPIED_PROPERTIES = (
+    "payload_format",
+    "file_format",
+    "span",
+    "input_fingerprint",
+    DIALECT_PROPERTY,
+)
 _OUTPUT_FILE = "data_tfrecord-00000-of-00001.gz"
 
 

@@ -8,6 +8,7 @@ flags, their help and defaults are generated from these fields (:func:`add_flags
 
 from ga_tfx._schema import SettingError, Settings, Spec, defaults, like, setting, specs
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
+from ga_tfx.pipelines.csv_dialect import CsvReading
 from ga_tfx.search_space import AccumulationSearchSpace
 
 import argparse
@@ -113,6 +114,11 @@ class TrainingOptions(Settings):
         choices=("classification", "regression"),
         help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
     )
+    csv_delimiter: str = like(CsvReading, "csv_delimiter")
+    csv_decimal: str = like(CsvReading, "csv_decimal")
+    csv_missing: Tuple[str, ...] = like(CsvReading, "csv_missing")
+    csv_row_numbers: str = like(CsvReading, "csv_row_numbers")
+    csv_encoding: str = like(CsvReading, "csv_encoding")
     module_file: Optional[str] = setting(
         None,
         kind=str,
@@ -189,12 +195,23 @@ class TrainingOptions(Settings):
                 "module_file and task apply to your own CSV data: give its "
                 "label column with label (--label COLUMN)."
             )
+        reading = self.csv_reading()  # checks the encoding's name
+        if self.label is None and reading != CsvReading():
+            changed = [k for k, v in defaults(CsvReading).items() if getattr(reading, k) != v]
+            raise SettingError(
+                f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to your own CSV "
+                "data: give its label column with label (--label COLUMN)."
+            )
         if self.module_file and self.task == "regression" and self.max_rmse is None:
             raise SettingError(
                 "a module_file regression is blessed only past an explicit threshold: give "
                 "max_rmse (--max-rmse RMSE), the eval RMSE at or below which the model is "
                 "pushed."
             )
+
+    def csv_reading(self) -> CsvReading:
+        """How the CSV files of ``--data-root`` are read (the ``csv_*`` fields)."""
+        return CsvReading(**{name: getattr(self, name) for name in specs(CsvReading)})
 
     def updates_plan(self, train_rows: Optional[int] = None) -> Tuple[int, int]:
         """(train updates, updates per epoch) of the run.

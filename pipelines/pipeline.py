@@ -82,7 +82,12 @@ def create_pipeline(
     code = user_code.for_options(options)
     updates, updates_per_epoch = options.updates_plan(train_rows)
     generic = code.curated_schema is None and code.module_file is None
-    example_gen = tfx.components.CsvExampleGen(input_base=data_root)
+    if code.reading is None:
+        example_gen = tfx.components.CsvExampleGen(input_base=data_root)
+    else:  # any CSV: read in its own dialect (R, Excel, pandas, database exports)
+        from ga_tfx.pipelines.csv_example_gen import DialectCsvExampleGen
+
+        example_gen = DialectCsvExampleGen(data_root, code.reading)
     components = [example_gen]
     examples = example_gen.outputs["examples"]
     if code.curated_schema is None:

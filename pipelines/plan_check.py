@@ -9,7 +9,7 @@ annotate_schema`) for Transform.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx.pipelines import data_check, data_plan, labeled_examples
+from ga_tfx.pipelines import csv_example_gen, data_check, data_plan, labeled_examples
 from ga_tfx.pipelines.console import USER_LOGGER
 
 import logging
@@ -64,15 +64,15 @@ def DataPlanCheck(
 ) -> None:
     """Fails on anomalies or an empty split; prints the data summary; writes the schema with
     the plan (``edit_columns``: drop and make optional as planned; 0 for a user's module)."""
-    data_check.check(schema.uri, statistics, anomalies, effective_batch_size)
-    plan = data_plan.make_plan(
-        load_statistics(statistics),
-        read_schema(schema.uri),
-        label,
-        task,
-        unlabeled_rows=labeled_examples.unlabeled_rows(examples),
+    unlabeled = labeled_examples.unlabeled_rows(examples)
+    data_check.check(
+        schema.uri, statistics, anomalies, effective_batch_size, unlabeled=unlabeled, label=label
     )
-    show(plan.summary_lines())
+    plan = data_plan.make_plan(
+        load_statistics(statistics), read_schema(schema.uri), label, task, unlabeled_rows=unlabeled
+    )
+    dialect = csv_example_gen.dialect_line(examples)
+    show(([dialect] if dialect else []) + plan.summary_lines())
     annotated = data_plan.annotate_schema(read_schema(schema.uri), plan, bool(edit_columns))
     from tfx.utils import io_utils
 

@@ -302,52 +302,43 @@ def label_scale(transform_output):
     return plan.label_mean[data_plan.TRAIN], std
 
 
-def check_csv_dir(data_root: str, label: str) -> int:
+def check_csv_dir(data_root: str, label: str, reading=None) -> int:
     """Checks a directory of CSV files for the generic pipeline; returns the rows with a label.
 
-    ``ValueError`` with one line naming the file (and line) for: no such directory, no
-    ``.csv`` file, an empty file, files whose headers differ, no ``label`` column (the columns
-    found are listed), a header without data rows, a row with another number of cells, no row
-    with a label. Rows whose label cell is empty are not counted (the pipeline drops them:
-    :mod:`ga_tfx.pipelines.labeled_examples`). Column types are left to TFX's schema
-    inference.
+    The files are read in their dialect (:func:`ga_tfx.pipelines.csv_dialect.read`, under
+    ``reading``'s overrides), as the pipeline's ExampleGen reads them. ``ValueError`` with one
+    line naming the cause: no such directory, no ``.csv`` file, an empty file, files whose
+    columns differ, a row with another number of cells (file and line), no ``label`` column
+    (the columns are listed, the closest names first), no row with a label (how many rows have
+    it empty or missing). Rows whose label is missing are not counted (the pipeline drops them:
+    :mod:`ga_tfx.pipelines.labeled_examples`).
     """
-    from ga_tfx.pipelines import csv_dir
-
-    import csv
+    from ga_tfx.pipelines import csv_dialect, csv_dir
 
     files = csv_dir.csv_files(data_root, "CSV file(s) with a header")
-    first_header, rows = None, 0
-    for path in files:
-        with open(path, newline="") as f:
-            reader = csv.reader(f)
-            header = [name.strip() for name in next(reader, None) or []]
-            if not header:
-                raise ValueError(f"{path} is empty: expected a header line, then data rows.")
-            if label not in header:
-                raise ValueError(
-                    f"{path} has no label column {label!r}; its columns: "
-                    f"{header}. Pass --label with one of them."
-                )
-            if first_header is not None and header != first_header:
-                raise ValueError(
-                    f"{path} has the columns {header}, but {files[0]} has "
-                    f"{first_header}: all CSV files must share one header."
-                )
-            first_header, index, found = header, header.index(label), 0
-            for cells in reader:
-                if len(cells) != len(header):
-                    raise ValueError(
-                        f"{path}, line {reader.line_num}: {len(cells)} cells, "
-                        f"expected {len(header)} (one per column of the header)."
-                    )
-                found += 1
-                rows += bool(cells[index].strip())
-            if not found:
-                raise ValueError(f"{path} has a header but no data rows.")
-    if not rows:
+    dialect = csv_dialect.read(files, reading or csv_dialect.CsvReading())
+    if label not in dialect.columns:
         raise ValueError(
-            f"No row of the CSV files in {data_root!r} has a value in the label column "
-            f"{label!r}: every label cell is empty."
+            f"--label {label!r} is not a column of the CSV files in {data_root!r}; its "
+            f"columns, closest first: {', '.join(closest_first(label, dialect.columns))}."
+        )
+    rows = dialect.present[dialect.columns.index(label)]
+    if not rows:
+        seen = ", ".join(token or "empty" for token, _ in dialect.missing_seen)
+        raise ValueError(
+            f"the label column {label!r} is empty or missing ({seen}) in all {dialect.rows} rows "
+            f"of the CSV files in {data_root!r}: no row can be trained on."
         )
     return rows
+
+
+def closest_first(name: str, names) -> list:
+    """``names`` quoted, those most like ``name`` first (case aside, then by spelling)."""
+    import difflib
+
+    def likeness(candidate: str) -> float:
+        if candidate.lower() == name.lower():
+            return 2.0
+        return difflib.SequenceMatcher(None, name.lower(), candidate.lower()).ratio()
+
+    return [repr(n) for n in sorted(names, key=lambda n: -likeness(n))]

@@ -2,6 +2,7 @@
 file of the user's own (standard library only; the pipeline and the CLI's data check read it)."""
 
 from ga_tfx.pipelines import digits, tabular
+from ga_tfx.pipelines.csv_dialect import CsvReading
 from ga_tfx.pipelines.options import TrainingOptions
 
 import dataclasses
@@ -23,6 +24,7 @@ class UserCode:
       task: ``"classification"`` or ``"regression"``.
       transform_config: Transform's ``custom_config`` (None: none).
       curated_schema: a schema file for ImportSchemaGen (None: SchemaGen infers it).
+      reading: how the CSV files are read (the ``--csv-*`` options; None: the digits' CSV).
     """
 
     label_key: str
@@ -33,13 +35,14 @@ class UserCode:
     module_file: Optional[str] = None
     transform_config: Optional[Dict[str, Any]] = None
     curated_schema: Optional[str] = None
+    reading: Optional[CsvReading] = None
 
     def check_data(self, data_root: str) -> int:
         """The CLI's pre-check of the CSV files (``ValueError`` naming what is wrong);
         returns the number of data rows."""
         if self.curated_schema is not None:
             return digits.check_csv_dir(data_root)
-        return tabular.check_csv_dir(data_root, self.raw_label_key)
+        return tabular.check_csv_dir(data_root, self.raw_label_key, self.reading)
 
 
 DIGITS = UserCode(
@@ -64,6 +67,7 @@ def for_options(options: TrainingOptions) -> UserCode:
             task=options.task,
             module_file=options.module_file,
             transform_config=config,
+            reading=options.csv_reading(),
         )
     return UserCode(
         label_key=tabular.LABEL_KEY,
@@ -72,6 +76,7 @@ def for_options(options: TrainingOptions) -> UserCode:
         preprocessing_fn="ga_tfx.pipelines.tabular.preprocessing_fn",
         model_fn="ga_tfx.pipelines.tabular",
         transform_config=config,
+        reading=options.csv_reading(),
     )
 
 

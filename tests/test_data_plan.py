@@ -146,7 +146,7 @@ def test_the_summary_names_rare_classes_and_classes_training_lacks(classificatio
     assert "rare (fewer than 10 training rows): Pcard 6, Dispute 2" in text
     assert "not in train" in text and "Mystery (eval 3)" in text
     assert "4 classes in train, 4 in eval" in text
-    assert "5 rows with an empty 'kind' cell dropped (train 4, eval 1)" in text
+    assert "5 rows with an empty or missing 'kind' dropped (train 4, eval 1)" in text
     assert plan.unseen_classes() == [("Mystery", "eval", 3)]
 
 
