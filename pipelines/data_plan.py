@@ -67,6 +67,7 @@ LISTED_CLASSES = 12  # classes named per line of the summary (the rest are count
 # Where the plan lives in the schema: a schema-level annotation comment with this prefix.
 SCHEMA_COMMENT_PREFIX = "ga_tfx.data_plan="
 SCHEMA_DROP_TAG = "ga_tfx.dropped"
+EXCLUDED_REASON = "left out by --exclude-columns"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +109,8 @@ class DataPlan:
       baseline_metric: that prediction's eval accuracy (classification) or RMSE (regression);
         None when the statistics cannot give it.
       majority_class: the training split's most frequent class (classification).
+      leaks: ``(column, eval error alone, baseline's eval error)`` of the columns that alone
+        predict the label nearly perfectly (:mod:`ga_tfx.pipelines.leaks`).
     """
 
     label: str
@@ -122,6 +125,7 @@ class DataPlan:
     baseline_name: str = ""
     baseline_metric: Optional[float] = None
     majority_class: Optional[str] = None
+    leaks: Tuple[Tuple[str, float, float], ...] = ()
 
     # ------------------------------------------------------------------ derived
     @property
@@ -215,6 +219,14 @@ class DataPlan:
             lines.append("empty cells (train): none in the columns used")
         lines += self._label_lines()
         lines.append(f"baseline: {self.baseline_line()}")
+        for column, error, baseline in self.leaks:
+            metric = "error" if self.task == "classification" else "RMSE"
+            lines.append(
+                f"warning: possible leak: {column!r} alone predicts {self.label!r} with eval "
+                f"{metric} {error:.3g} (the baseline's: {baseline:.3g}); a column known only "
+                f"after the outcome inflates the eval metric: --exclude-columns {column} "
+                "leaves it out"
+            )
         return lines
 
     def _label_lines(self) -> List[str]:
@@ -277,6 +289,7 @@ class DataPlan:
         data = json.loads(text)
         data["columns"] = tuple(Column(**c) for c in data["columns"])
         data["classes"] = {s: [tuple(p) for p in v] for s, v in data["classes"].items()}
+        data["leaks"] = tuple(tuple(leak) for leak in data.get("leaks", ()))
         return cls(**data)
 
 
@@ -301,9 +314,11 @@ def make_plan(
     label: str,
     task: str,
     unlabeled_rows: Optional[Mapping[str, int]] = None,
+    exclude: Sequence[str] = (),
 ) -> DataPlan:
     """The plan from ``statistics`` (``{split: DatasetFeatureStatistics}``, one dataset per
-    split, as StatisticsGen writes) and ``schema`` (the inferred ``Schema`` proto).
+    split, as StatisticsGen writes) and ``schema`` (the inferred ``Schema`` proto); the
+    columns of ``exclude`` are dropped (``--exclude-columns``).
 
     Raises ``ValueError`` when ``task`` is not one of :data:`TASKS`, the label is not in the
     schema, or there is no ``train`` split.
@@ -325,6 +340,9 @@ def make_plan(
             split: _empty_cells(by_split[split].get(feature.name), rows[split])
             for split in statistics
         }
+        if feature.name in exclude:
+            columns.append(Column(feature.name, DROPPED, EXCLUDED_REASON, empty))
+            continue
         columns.append(_column(feature.name, by_split[TRAIN].get(feature.name), rows[TRAIN], empty))
     plan = DataPlan(
         label=label,

@@ -114,6 +114,14 @@ class TrainingOptions(Settings):
         choices=("classification", "regression"),
         help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
     )
+    exclude_columns: Tuple[str, ...] = setting(
+        (),
+        kind=str,
+        many=True,
+        empty=True,
+        help="--label data: columns the generic model leaves out (e.g. one the data summary "
+        "names as a possible leak, known only after the outcome)",
+    )
     csv_delimiter: str = like(CsvReading, "csv_delimiter")
     csv_decimal: str = like(CsvReading, "csv_decimal")
     csv_missing: Tuple[str, ...] = like(CsvReading, "csv_missing")
@@ -194,6 +202,17 @@ class TrainingOptions(Settings):
             raise SettingError(
                 "module_file and task apply to your own CSV data: give its "
                 "label column with label (--label COLUMN)."
+            )
+        if self.exclude_columns and (self.label is None or self.module_file):
+            raise SettingError(
+                f"exclude_columns {list(self.exclude_columns)} applies to the generic model of "
+                "your own CSV data (--label COLUMN without --module-file; a module file "
+                "chooses its own columns)."
+            )
+        if self.label is not None and self.label in self.exclude_columns:
+            raise SettingError(
+                f"exclude_columns {list(self.exclude_columns)} holds the label {self.label!r}: "
+                "the label is never an input; name other columns."
             )
         reading = self.csv_reading()  # checks the encoding's name
         if self.label is None and reading != CsvReading():

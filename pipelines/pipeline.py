@@ -17,6 +17,7 @@ from ga_tfx.config import ADAPTIVE, parse_schedule
 from ga_tfx.pipelines import data_check, data_plan, user_code
 from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, TrainingOptions
 
+import json
 import os
 from typing import List, Optional
 
@@ -131,6 +132,7 @@ def create_pipeline(
             task=code.task,
             edit_columns=int(generic),
             effective_batch_size=data_check.largest_effective_batch(options),
+            exclude_columns=json.dumps(list(options.exclude_columns)),
         )
     if generic:
         from ga_tfx.pipelines.planned_transform import PlannedTransform

@@ -2,18 +2,22 @@
 
 It does what :func:`ga_tfx.pipelines.data_check.DataCheck` does (fails on ExampleValidator
 anomalies or an empty split), then makes the data plan from the statistics and the inferred
-schema (:func:`ga_tfx.pipelines.data_plan.make_plan`: no second pass over the data), prints the
-data summary before Transform and training (on the ``ga-tfx run`` console, and in the step's
-log), and passes on the schema carrying the plan (:func:`~ga_tfx.pipelines.data_plan.
-annotate_schema`) for Transform.
+schema (:func:`ga_tfx.pipelines.data_plan.make_plan`), reads the columns used of the train and
+eval splits once to name the columns that alone give the label away
+(:func:`ga_tfx.pipelines.leaks.scan`), prints the data summary before Transform and training (on
+the ``ga-tfx run`` console, and in the step's log), and passes on the schema carrying the plan
+(:func:`~ga_tfx.pipelines.data_plan.annotate_schema`) for Transform.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx.pipelines import csv_example_gen, data_check, data_plan, labeled_examples
+from ga_tfx.pipelines import csv_example_gen, data_check, data_plan, labeled_examples, leaks
 from ga_tfx.pipelines.console import USER_LOGGER
 
+import dataclasses
+import json
 import logging
 import os
+from typing import Dict, List, Sequence
 
 from absl import logging as absl_logging
 from tfx import v1 as tfx
@@ -31,6 +35,38 @@ def load_statistics(statistics):
         if proto.datasets:
             out[split] = proto.datasets[0]
     return out
+
+
+def read_columns(examples, split: str, names: Sequence[str]) -> Dict[str, List[object]]:
+    """``{column: values}`` of one split of an Examples artifact (an empty cell: None)."""
+    from ga_tfx import tf
+
+    files = sorted(fileio.glob(os.path.join(artifact_utils.get_split_uri([examples], split), "*")))
+    columns: Dict[str, List[object]] = {name: [] for name in names}
+    for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        for name in names:
+            kind = feature[name].WhichOneof("kind") if name in feature else None
+            values = getattr(feature[name], kind).value if kind else []
+            value = values[0] if len(values) else None
+            columns[name].append(
+                value.decode("utf-8", "replace")
+                if kind == "bytes_list" and value is not None
+                else value
+            )
+    return columns
+
+
+def with_leaks(plan: data_plan.DataPlan, examples) -> data_plan.DataPlan:
+    """``plan`` with the columns it uses that give the label away (:mod:`leaks`)."""
+    splits = artifact_utils.decode_split_names(examples.split_names)
+    if data_plan.TRAIN not in splits or data_plan.EVAL not in splits:
+        return plan
+    names = [c.name for c in plan.used] + [plan.label]
+    train = read_columns(examples, data_plan.TRAIN, names)
+    evaluation = read_columns(examples, data_plan.EVAL, names)
+    found = leaks.scan(train, evaluation, plan.label, plan.task, names[:-1])
+    return dataclasses.replace(plan, leaks=tuple((x.column, x.error, x.baseline) for x in found))
 
 
 def read_schema(uri: str):
@@ -61,16 +97,24 @@ def DataPlanCheck(
     task: tfx.dsl.components.Parameter[str],
     edit_columns: tfx.dsl.components.Parameter[int] = 1,
     effective_batch_size: tfx.dsl.components.Parameter[int] = 0,
+    exclude_columns: tfx.dsl.components.Parameter[str] = "[]",
 ) -> None:
     """Fails on anomalies or an empty split; prints the data summary; writes the schema with
-    the plan (``edit_columns``: drop and make optional as planned; 0 for a user's module)."""
+    the plan (``edit_columns``: drop and make optional as planned; 0 for a user's module;
+    ``exclude_columns``: a JSON list of columns to drop, ``--exclude-columns``)."""
     unlabeled = labeled_examples.unlabeled_rows(examples)
     data_check.check(
         schema.uri, statistics, anomalies, effective_batch_size, unlabeled=unlabeled, label=label
     )
     plan = data_plan.make_plan(
-        load_statistics(statistics), read_schema(schema.uri), label, task, unlabeled_rows=unlabeled
+        load_statistics(statistics),
+        read_schema(schema.uri),
+        label,
+        task,
+        unlabeled_rows=unlabeled,
+        exclude=json.loads(exclude_columns),
     )
+    plan = with_leaks(plan, examples)
     dialect = csv_example_gen.dialect_line(examples)
     show(([dialect] if dialect else []) + plan.summary_lines())
     annotated = data_plan.annotate_schema(read_schema(schema.uri), plan, bool(edit_columns))

@@ -302,16 +302,16 @@ def label_scale(transform_output):
     return plan.label_mean[data_plan.TRAIN], std
 
 
-def check_csv_dir(data_root: str, label: str, reading=None) -> int:
+def check_csv_dir(data_root: str, label: str, reading=None, exclude=()) -> int:
     """Checks a directory of CSV files for the generic pipeline; returns the rows with a label.
 
     The files are read in their dialect (:func:`ga_tfx.pipelines.csv_dialect.read`, under
     ``reading``'s overrides), as the pipeline's ExampleGen reads them. ``ValueError`` with one
     line naming the cause: no such directory, no ``.csv`` file, an empty file, files whose
     columns differ, a row with another number of cells (file and line), no ``label`` column
-    (the columns are listed, the closest names first), no row with a label (how many rows have
-    it empty or missing). Rows whose label is missing are not counted (the pipeline drops them:
-    :mod:`ga_tfx.pipelines.labeled_examples`).
+    (the columns are listed, the closest names first; likewise for a column of ``exclude``), no
+    row with a label (how many rows have it empty or missing). Rows whose label is missing are
+    not counted (the pipeline drops them: :mod:`ga_tfx.pipelines.labeled_examples`).
     """
     from ga_tfx.pipelines import csv_dialect, csv_dir
 
@@ -322,6 +322,12 @@ def check_csv_dir(data_root: str, label: str, reading=None) -> int:
             f"--label {label!r} is not a column of the CSV files in {data_root!r}; its "
             f"columns, closest first: {', '.join(closest_first(label, dialect.columns))}."
         )
+    for name in exclude:
+        if name not in dialect.columns:
+            raise ValueError(
+                f"--exclude-columns {name!r} is not a column of the CSV files in {data_root!r}; "
+                f"its columns, closest first: {', '.join(closest_first(name, dialect.columns))}."
+            )
     rows = dialect.present[dialect.columns.index(label)]
     if not rows:
         seen = ", ".join(token or "empty" for token, _ in dialect.missing_seen)

@@ -6,7 +6,7 @@ from ga_tfx.pipelines.csv_dialect import CsvReading
 from ga_tfx.pipelines.options import TrainingOptions
 
 import dataclasses
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,7 @@ class UserCode:
       transform_config: Transform's ``custom_config`` (None: none).
       curated_schema: a schema file for ImportSchemaGen (None: SchemaGen infers it).
       reading: how the CSV files are read (the ``--csv-*`` options; None: the digits' CSV).
+      exclude: columns the generic model leaves out (``--exclude-columns``).
     """
 
     label_key: str
@@ -36,13 +37,14 @@ class UserCode:
     transform_config: Optional[Dict[str, Any]] = None
     curated_schema: Optional[str] = None
     reading: Optional[CsvReading] = None
+    exclude: Tuple[str, ...] = ()
 
     def check_data(self, data_root: str) -> int:
         """The CLI's pre-check of the CSV files (``ValueError`` naming what is wrong);
         returns the number of data rows."""
         if self.curated_schema is not None:
             return digits.check_csv_dir(data_root)
-        return tabular.check_csv_dir(data_root, self.raw_label_key, self.reading)
+        return tabular.check_csv_dir(data_root, self.raw_label_key, self.reading, self.exclude)
 
 
 DIGITS = UserCode(
@@ -77,6 +79,7 @@ def for_options(options: TrainingOptions) -> UserCode:
         model_fn="ga_tfx.pipelines.tabular",
         transform_config=config,
         reading=options.csv_reading(),
+        exclude=options.exclude_columns,
     )
 
 
