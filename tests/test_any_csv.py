@@ -9,8 +9,12 @@
   absurd value), classification and regression with the defaults: the data summary says what
   was dropped and why, the model trains, beats the trivial baseline (whose metric is checked
   against numpy on the eval rows) and stays within 1.2x of scikit-learn's HistGradientBoosting
-  on the same split, is pushed, and serves rows with empty cells; a threshold it misses is
-  explained in one line.
+  on the same split, is pushed, and serves rows with missing cells (left out of the
+  tf.Example); a threshold it misses is explained in one line. The classification run reads the
+  table as R's write.csv writes it, the regression run as Excel in Europe saves it
+  (``messy_taxi.DIALECTS``): each read as the plain table (same examples, same split), the
+  dialect shown as the summary's first line; the classification's summary names ``tips`` as a
+  possible leak of the payment type.
 
 The fast tests check the pre-run checks, the training length rule and the pipeline's shape.
 """
@@ -217,7 +221,8 @@ def _summary(out):
 
 
 def _serve(serving_dir, rows):
-    """``serving_default`` on raw CSV rows (dicts of text; an empty cell is left out)."""
+    """``serving_default`` on rows read in the data's dialect (dicts of int, float or str; a
+    missing cell, None, is left out of the tf.Example, as a serving request would leave it)."""
     from ga_tfx import tf
 
     loaded = tf.saved_model.load(serving_dir)
@@ -229,22 +234,17 @@ def _serve(serving_dir, rows):
     examples = []
     for row in rows:
         features = {}
-        for name, text in row.items():
-            if not text:
+        for name, value in row.items():
+            if value is None:
                 continue
-            try:
-                number = float(text)
-            except ValueError:
+            if isinstance(value, str):
                 features[name] = tf.train.Feature(
-                    bytes_list=tf.train.BytesList(value=[text.encode()])
+                    bytes_list=tf.train.BytesList(value=[value.encode()])
                 )
-                continue
-            if number.is_integer() and "." not in text:
-                features[name] = tf.train.Feature(
-                    int64_list=tf.train.Int64List(value=[int(number)])
-                )
+            elif isinstance(value, int):
+                features[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
             else:
-                features[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[number]))
+                features[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
         examples.append(
             tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
         )
@@ -253,16 +253,27 @@ def _serve(serving_dir, rows):
 
 
 def _messy_rows(data_dir, label):
-    with open(os.path.join(data_dir, "trips.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
+    """The rows of ``trips.csv`` read in its dialect, as dicts without the label."""
+    from ga_tfx.pipelines import csv_dialect
+
+    path = os.path.join(data_dir, "trips.csv")
+    dialect = csv_dialect.read([path])
+    rows = [dict(zip(dialect.columns, r)) for r in csv_dialect.records(path, dialect)]
     for row in rows:
         row.pop(label)
     return rows
 
 
 @pytest.fixture(scope="module")
-def messy(tmp_path_factory):
-    return messy_taxi.write(str(tmp_path_factory.mktemp("messy") / "data"))
+def messy_r(tmp_path_factory):
+    """The messy trips as R's write.csv writes them (quoted header, row numbers, NA)."""
+    return messy_taxi.write(str(tmp_path_factory.mktemp("messy") / "data"), dialect="r")
+
+
+@pytest.fixture(scope="module")
+def messy_eu(tmp_path_factory):
+    """The messy trips as Excel in Europe saves them (';', decimal comma, BOM, CRLF)."""
+    return messy_taxi.write(str(tmp_path_factory.mktemp("messy") / "data"), dialect="excel_eu")
 
 
 def _within_the_gbt(out, label, task, ours):
@@ -279,13 +290,20 @@ def _within_the_gbt(out, label, task, ours):
 
 
 @pytest.mark.slow  # a whole pipeline run on 3000 messy trips
-def test_messy_classification_explains_trains_beats_the_baseline_and_serves(messy, tmp_path):
+def test_messy_classification_explains_trains_beats_the_baseline_and_serves(messy_r, tmp_path):
+    messy = messy_r  # in R's dialect: read as the plain table would be (same examples, split)
     out = tmp_path / "out"
     result = _run(messy, out, "--label", "payment_type")
     assert result.returncode == 0
     text = result.stdout
     # The data summary, before Transform and the Trainer.
     before = text[: text.index("Transform ")]
+    assert (
+        "csv: comma-separated, decimal point, UTF-8, quoted header; missing: NA "
+        in before.splitlines()[1]
+    )
+    assert "; row numbers (first column, unnamed) left out" in before
+    assert "warning: possible leak: 'tips' alone predicts 'payment_type'" in before
     assert "dropped   trip_id: named like an identifier" in before
     assert "dropped   fleet: constant in the training split: every value is 'city'" in before
     assert "dropped   pickup_census_tract: almost empty" in before
@@ -312,10 +330,10 @@ def test_messy_classification_explains_trains_beats_the_baseline_and_serves(mess
     gbt, evaluation, train = _within_the_gbt(out, "payment_type", "classification", 1 - accuracy)
     majority = train["payment_type"].value_counts().index[0]
     assert baseline == pytest.approx(np.mean(evaluation["payment_type"] == majority), abs=1e-6)
-    # Serving: rows with empty cells, and a row with every cell empty.
+    # Serving: rows with missing cells, and a row with every cell missing.
     rows = _messy_rows(messy, "payment_type")
-    some = [r for r in rows if not r["fare"] or not r["company"]][:20] + [
-        {name: "" for name in rows[0]}
+    some = [r for r in rows if r["fare"] is None or r["company"] is None][:20] + [
+        {name: None for name in rows[0]}
     ]
     probabilities = _serve(serving_dir, some)
     assert probabilities.shape[0] == len(some) and np.isfinite(probabilities).all()
@@ -323,11 +341,17 @@ def test_messy_classification_explains_trains_beats_the_baseline_and_serves(mess
 
 
 @pytest.mark.slow  # a whole pipeline run on 3000 messy trips, then the Evaluator again
-def test_messy_regression_beats_the_mean_serves_and_explains_a_missed_threshold(messy, tmp_path):
+def test_messy_regression_beats_the_mean_serves_and_explains_a_missed_threshold(messy_eu, tmp_path):
+    messy = messy_eu  # as Excel in Europe saves it: read as the plain table would be
     out = tmp_path / "out"
     result = _run(messy, out, "--label", "tips", "--task", "regression")
     assert result.returncode == 0
     text = result.stdout
+    assert (
+        "csv: semicolon-separated, decimal comma, UTF-8 with a byte-order mark, CRLF lines; "
+        "missing: empty " in text
+    )
+    assert "possible leak" not in text  # payment_type says much of tips, not nearly all
     assert f"{messy_taxi.EMPTY_LABEL_ROWS} rows with an empty or missing 'tips' dropped" in text
     summary = _summary(out)
     rmse = summary.metrics["root_mean_squared_error"]
@@ -340,8 +364,8 @@ def test_messy_regression_beats_the_mean_serves_and_explains_a_missed_threshold(
     serving_dir = summary.pushed_model
     assert os.path.isdir(serving_dir)
     rows = _messy_rows(messy, "tips")
-    some = [r for r in rows if not r["fare"] or not r["trip_seconds"]][:20] + [
-        {name: "" for name in rows[0]}
+    some = [r for r in rows if r["fare"] is None or r["trip_seconds"] is None][:20] + [
+        {name: None for name in rows[0]}
     ]
     predictions = _serve(serving_dir, some)
     assert predictions.shape == (len(some), 1) and np.isfinite(predictions).all()

@@ -198,6 +198,13 @@ def test_gate_check_fails_on_an_empty_split(tmp_path, empty):
         "bad data, stopped before Transform and training: split 'eval' is empty (no examples): "
         "give the data more rows"
     )
+    # A split emptied by rows without a label is blamed on the label, not on the data's size.
+    with pytest.raises(data_check.DataError) as raised:
+        data_check.check(*inputs, unlabeled={"train": 3, "eval": 41}, label="vote")
+    assert str(raised.value) == (
+        "bad data, stopped before Transform and training: split 'eval' is empty: the label "
+        "'vote' was empty or missing in all 41 of its rows"
+    )
 
 
 @pytest.mark.slow  # a TFX run (ExampleGen, StatisticsGen, ExampleValidator): minutes

@@ -186,6 +186,10 @@ def test_the_decimal_mark_needs_comma_numbers_and_no_dot_fractions(tmp_path):
         return csv_dialect.read([str(path)], CsvReading(**reading)).types
 
     assert types("a;b\n1,5;x\n1.234,5;y\n") == ("float", "string")  # 1,5 and 1.234,5
+    eu = tmp_path / "eu.csv"
+    eu.write_text("a;b\n1,5;x\n1.234,5;y\n-0,25;z\n")
+    dialect = csv_dialect.read([str(eu)])
+    assert [r[0] for r in csv_dialect.records(str(eu), dialect)] == [1.5, 1234.5, -0.25]
     assert types("a;b\n1,5;2.5\n") == ("string", "float")  # a dot fraction: decimal point
     assert types("a,b\n1,5\n") == ("int", "int")  # comma-separated: never a decimal comma
     assert types("a;b\n1,5;2\n", csv_decimal="point") == ("string", "int")

@@ -9,6 +9,7 @@ Python columns, so every expectation below is computed independently of the code
 
 from ga_tfx.pipelines import data_plan
 
+import dataclasses
 import math
 
 import numpy as np
@@ -221,3 +222,25 @@ def test_the_label_is_counted_as_categories_for_classification_only():
     schema = data_plan.label_stats_options_schema("survived", "classification")
     assert [(f.name, f.int_domain.is_categorical) for f in schema.feature] == [("survived", True)]
     assert data_plan.label_stats_options_schema("price", "regression") is None
+
+
+def test_excluded_columns_are_dropped_and_leaks_are_warned_of(classification):
+    _, train, evaluation = classification
+    stats = {
+        "train": _stats(train, categorical=("kind",)),
+        "eval": _stats(evaluation, categorical=("kind",)),
+    }
+    plan = data_plan.make_plan(
+        stats, _schema(train), "kind", "classification", exclude=("fare", "company")
+    )
+    dropped = {c.name: c.reason for c in plan.dropped}
+    assert dropped["fare"] == dropped["company"] == "left out by --exclude-columns"
+    assert "hour" not in dropped
+    assert "  dropped   fare: left out by --exclude-columns" in plan.summary_lines()
+    leaky = dataclasses.replace(plan, leaks=(("tips", 0.012, 0.38),))
+    assert leaky.summary_lines()[-1] == (
+        "warning: possible leak: 'tips' alone predicts 'kind' with eval error 0.012 (the "
+        "baseline's: 0.38); a column known only after the outcome inflates the eval metric: "
+        "--exclude-columns tips leaves it out"
+    )
+    assert data_plan.DataPlan.from_json(leaky.to_json()) == leaky
