@@ -295,11 +295,13 @@ def report(results: List[Dict[str, object]], command: str) -> str:
             if held
             else "No held-out table in this run; "
         )
-        + f"on all: {max(r['ratio'] for r in results):.2f} (bar: {MAX_RATIO}). The baseline column is TFMA's "
-        "score of the trivial model; scikit-learn's own computation of it on the same split "
-        "agrees: "
+        + f"on all: {max(r['ratio'] for r in results):.2f} (bar: {MAX_RATIO}). The baseline "
+        "column is TFMA's score of the trivial model; scikit-learn's own computation of it on "
+        "the same split agrees: "
         + ", ".join(
-            f"{r['case'].dataset}/{r['case'].label} {r['baseline_sklearn']:.4g}" for r in results
+            f"{r['case'].dataset}/{r['case'].label} {r['baseline_sklearn']:.4g}"
+            for r in results
+            if not r["excluded"]
         )
         + ".",
         "",
