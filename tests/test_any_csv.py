@@ -298,10 +298,7 @@ def test_messy_classification_explains_trains_beats_the_baseline_and_serves(mess
     text = result.stdout
     # The data summary, before Transform and the Trainer.
     before = text[: text.index("Transform ")]
-    assert (
-        "csv: comma-separated, decimal point, UTF-8, quoted header; missing: NA "
-        in before.splitlines()[1]
-    )
+    assert "\ncsv: comma-separated, decimal point, UTF-8, quoted header; missing: NA " in before
     assert "; row numbers (first column, unnamed) left out" in before
     assert "warning: possible leak: 'tips' alone predicts 'payment_type'" in before
     assert "dropped   trip_id: named like an identifier" in before
