@@ -13,8 +13,7 @@
   tf.Example); a threshold it misses is explained in one line. The classification run reads the
   table as R's write.csv writes it, the regression run as Excel in Europe saves it
   (``messy_taxi.DIALECTS``): each read as the plain table (same examples, same split), the
-  dialect shown as the summary's first line; the classification's summary names ``tips`` as a
-  possible leak of the payment type.
+  dialect shown as the summary's first line.
 
 The fast tests check the pre-run checks, the training length rule and the pipeline's shape.
 """
@@ -300,7 +299,6 @@ def test_messy_classification_explains_trains_beats_the_baseline_and_serves(mess
     before = text[: text.index("Transform ")]
     assert "\ncsv: comma-separated, decimal point, UTF-8, quoted header; missing: NA " in before
     assert "; row numbers (first column, unnamed) left out" in before
-    assert "warning: possible leak: 'tips' alone predicts 'payment_type'" in before
     assert "dropped   trip_id: named like an identifier" in before
     assert "dropped   fleet: constant in the training split: every value is 'city'" in before
     assert "dropped   pickup_census_tract: almost empty" in before
