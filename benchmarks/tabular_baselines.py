@@ -200,6 +200,14 @@ def gbt(train, evaluation, case: Case, exclude: Sequence[str] = ()) -> Dict[str,
     )
 
 
+def error_ratio(ours: float, gbt: float) -> float:
+    """ours / GBT; 1.0 when both are perfect (a leak can make both 0), inf when only the GBT
+    is."""
+    if gbt:
+        return ours / gbt
+    return 1.0 if ours == 0 else math.inf
+
+
 # ---------------------------------------------------------------------------- the report
 def measure(case: Case, work_dir: str, exclude: Sequence[str] = ()) -> Dict[str, object]:
     data_dir = tabular_datasets.write(case.dataset, os.path.join(work_dir, "data", case.dataset))
@@ -223,7 +231,7 @@ def measure(case: Case, work_dir: str, exclude: Sequence[str] = ()) -> Dict[str,
         gbt_median=theirs["median"],
         baseline=error_of(summary.baseline_metrics, case.task),
         baseline_sklearn=theirs["baseline"],
-        ratio=our_error / theirs["error"] if theirs["error"] else math.inf,
+        ratio=error_ratio(our_error, theirs["error"]),
         seconds=ours["seconds"],
         gbt_seconds=theirs["seconds"],
         blessed=summary.blessed,

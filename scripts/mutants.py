@@ -622,6 +622,14 @@ MUTATIONS: List[Mutation] = [
         "            pass\n",
         ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
     ),
+    Mutation(
+        "tune.recommend_from_the_last_b_simple",
+        "ga_tfx/tuning.py",
+        '                value, space.micro_batch_size[0], space.accum_steps, measure="B_path"\n',
+        '                curve[-1]["noise_scale"], space.micro_batch_size[0], space.accum_steps,\n'
+        '                measure="B_path",\n',
+        ("tests/test_tune_strategy.py", "-k", "stock_tuner_probes_once"),
+    ),
     # ---- any CSV (issue 33): each rule of the dialect, the messages, the leak rule
     Mutation(
         "csv.delimiter_not_sniffed",
