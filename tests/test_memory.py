@@ -142,3 +142,29 @@ def test_bad_budgets_name_what_is_allowed(text):
 def test_a_fraction_needs_a_device_that_reports_its_memory():
     with pytest.raises(ValueError, match="reports no total memory for CPU:0"):
         memory.parse_budget("0.8", "CPU:0")
+
+
+def test_a_peak_counts_what_training_holds_for_the_whole_run():
+    """A frozen 64 MiB embedding table that a micro-step only reads a few rows of, then a
+    small trainable layer: the table costs nothing during a micro-step (it was allocated
+    before), but the run holds it throughout, so every measured peak must include it, and the
+    weights, SGD's momentum slots and the float32 accumulation buffers of the trainable layer
+    (all counted here from the model itself)."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,), dtype="int32")
+    table = keras.layers.Embedding(16384, 1024, trainable=False)
+    h = keras.layers.Flatten()(table(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(4)(h))
+    model.compile(
+        keras.optimizers.SGD(0.01, momentum=0.9),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 16384, size=(16, 4)).astype("int32"), rng.integers(0, 4, 16)
+    choice = ga_tfx.fit_micro_batch(model, x, y, 16, 2**40, candidates=[8], device="CPU:0")
+    frozen = 16384 * 1024 * 4
+    trainable = sum(int(v.shape.num_elements()) * 4 for v in model.trainable_variables)
+    # the table + the trainable weights, their momentum slots and accumulation buffers (and the
+    # optimizer's iteration counter)
+    assert frozen + 3 * trainable <= choice.persistent_bytes <= frozen + 3 * trainable + 64
+    assert choice.peaks[8] >= choice.persistent_bytes
