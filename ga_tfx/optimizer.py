@@ -35,6 +35,7 @@ update the same way.)
 
 from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
+from ga_tfx._state import Untracked
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
@@ -61,6 +62,12 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
       config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
       transforms: gradient transforms run once per update after the config's (not part of
         ``get_config``).
+      window_layers: the model being trained (or a list of its layers) when it has layers
+        that keep window state (:class:`~ga_tfx.AccumBatchNormalization`): their windows then
+        end with the wrapper's, a partial window of :meth:`flush` included, as under ``fit``
+        and ``TrainingLoop``. Without it such a layer counts its own ``accum_steps`` calls,
+        which agrees with the wrapper only while every window is full (not part of
+        ``get_config``: pass it again after loading).
       name: the wrapper's name.
 
     ``iterations`` and ``learning_rate`` are the wrapped optimizer's: ``iterations`` counts
@@ -84,6 +91,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         *,
         config: Optional[AccumulationConfig] = None,
         transforms: Sequence[Member] = (),
+        window_layers: Any = None,
         name: str = "gradient_accumulate_optimizer",
         **settings: Any,
     ):
@@ -110,6 +118,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self.optimizer = optimizer
         self.accum_steps = self._accumulation.accum_steps
         self._transforms = tuple(transforms)
+        self._window_layers = Untracked(_window_layers_of(window_layers))
         self.core: Optional[WindowCore] = None
 
     # ------------------------------------------------------------ the wrapped optimizer's state
@@ -355,7 +364,12 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     # ------------------------------------------------------------------ helpers
     def _core_for(self, variables: List[Any]) -> WindowCore:
         if self.core is None:
-            self.core = WindowCore(variables, self._accumulation, self._transforms)
+            self.core = WindowCore(
+                variables,
+                self._accumulation,
+                self._transforms,
+                window_layers=self._window_layers.value,
+            )
             self._accumulation_strategy = tf.distribute.get_strategy()
         elif not self.core.matches(variables):
             raise ValueError(
@@ -373,3 +387,21 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 f"call it inside strategy.run (e.g. strategy.run(step, args=...))."
             )
         return ctx
+
+
+def _window_layers_of(layers: Any) -> List[Any]:
+    """The layers that keep window state (``ga_window_end``) in a model, a layer or a list of
+    them; ``TypeError`` naming what was given otherwise."""
+    if layers is None:
+        return []
+    found: List[Any] = []
+    for item in layers if isinstance(layers, (list, tuple)) else [layers]:
+        if not isinstance(item, keras.layers.Layer):
+            raise TypeError(
+                "window_layers must be the Keras model being trained, a layer, or a list of "
+                f"layers; got {item!r} of type {type(item).__name__}."
+            )
+        for layer in _tf_keras_internals.flatten_layers(item, include_self=True):
+            if hasattr(layer, "ga_window_end") and layer not in found:
+                found.append(layer)
+    return found

@@ -34,8 +34,9 @@ How it works:
   then each mutant runs its tests with ``-x`` (and ``-m "not slow"`` unless it is a slow-tier
   mutation). Killed: pytest reports a failure (exit status 1). Survived: all its tests pass.
   Anything else (collection error, timeout, no test selected) is reported as such.
-* ``--sample N`` runs N of the chosen mutations, drawn with ``--seed`` (default: the commit the
-  run is on, so each commit draws its own deterministic subset); CI runs such a sample
+* ``--sample N`` runs N of the chosen fast-tier mutations, drawn with ``--seed`` (default: the
+  commit the run is on, so each commit draws its own deterministic subset), and
+  ``--sample-slow M`` adds M slow-tier ones drawn the same way; CI runs such a sample
   (``.ci/run``). ``--summary FILE`` writes the result as Markdown, with the commit it ran on.
 
 Exit status: 0 when every mutant was killed, 1 when some survived (or errored), 2 when a
@@ -717,6 +718,13 @@ MUTATIONS: List[Mutation] = [
         "scale = tf.where(iqr > 0, iqr, tf.where(std > 0, std, 1.0))",
         ("tests/test_tabular_features.py",),
     ),
+    Mutation(
+        "optimizer.window_layers_ignored",
+        "ga_tfx/optimizer.py",
+        "                window_layers=self._window_layers.value,\n",
+        "                window_layers=[],\n",
+        ("tests/test_batchnorm.py", "-k", "optimizer_wrapper"),
+    ),
     # ---- any CSV (issue 33): each rule of the dialect, the messages, the leak rule
     Mutation(
         "csv.delimiter_not_sniffed",
@@ -1241,6 +1249,14 @@ def main(argv=None) -> int:
         "--sample", type=int, default=0, metavar="N", help="run N of the chosen mutations"
     )
     parser.add_argument(
+        "--sample-slow",
+        type=int,
+        default=0,
+        metavar="M",
+        help="with --sample: also M of the slow-tier mutations (their slow tests run), drawn "
+        "the same way",
+    )
+    parser.add_argument(
         "--seed",
         default=None,
         help="the seed of --sample (default: the commit the run is on)",
@@ -1300,7 +1316,10 @@ def main(argv=None) -> int:
     commit, what = describe_source(source, args.commit)
     if args.sample:
         seed = args.seed if args.seed is not None else commit
-        chosen = draw_sample(chosen, args.sample, seed)
+        slow = [m for m in MUTATIONS if m.slow and (not args.k or any(k in m.name for k in args.k))]
+        chosen = draw_sample([m for m in chosen if not m.slow], args.sample, seed) + (
+            draw_sample(slow, args.sample_slow, seed) if args.sample_slow else []
+        )
         print(f"sample of {len(chosen)} (seed {seed!r}): {', '.join(m.name for m in chosen)}")
     work = tempfile.mkdtemp(prefix="ga_tfx_mutants_")
     try:

@@ -227,6 +227,54 @@ def test_engine_drop_discards_the_short_window():
     np.testing.assert_array_equal(bn.window_moments.count.numpy(), np.zeros(3, "float32"))
 
 
+def _custom_loop(model, opt, x, micro, epochs):
+    """The optimizer wrapper in a custom loop: one apply_gradients per micro-batch, and
+    opt.flush() at each epoch's end (its last window is partial)."""
+
+    @tf.function
+    def step(xb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(xb, training=True)))
+        opt.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
+
+    for _ in range(epochs):
+        for i in range(0, len(x), micro):
+            step(tf.constant(x[i : i + micro]))
+        opt.flush()
+
+
+@pytest.mark.parametrize("attached", [True, False], ids=["window_layers", "own_clock"])
+def test_the_optimizer_wrapper_ends_accum_batchnorm_windows_flush_included(attached):
+    """K=4, micro-batches of 4, 10 per epoch (windows of 4, 4 and a partial 2 that flush()
+    applies), two epochs: with ``window_layers=model`` the moving statistics are those of one
+    Keras BatchNormalization update per window, partial windows included (6 updates). Without
+    it the layer counts its own calls: it agrees while the windows are full, and here (the
+    case of issue 35) it does not."""
+    k, micro = 4, 4
+    x = _data(10 * micro, (3,), offset_step=10.0, micro=micro)
+    model = _bn_model((3,), k)
+    opt = ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.SGD(0.0), k, window_layers=model if attached else None
+    )
+    _custom_loop(model, opt, x, micro, epochs=2)
+    bn = model.get_layer("bn")
+    windows = [x[: 4 * micro], x[4 * micro : 8 * micro], x[8 * micro :]] * 2
+    mean, var = _keras_window_updates(windows)
+    errors = _rel_err(bn.moving_mean.numpy(), mean), _rel_err(bn.moving_variance.numpy(), var)
+    if attached:
+        assert max(errors) <= TOLERANCE
+        assert int(bn.window_moments.micro_steps.numpy()) == 0  # nothing left pending
+    else:
+        assert max(errors) > 100 * TOLERANCE  # the layer's own clock ran into the next epoch
+
+
+def test_window_layers_must_be_layers():
+    with pytest.raises(TypeError, match=r"window_layers must be the Keras model being trained"):
+        ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.1), 2, window_layers=["bn"])
+
+
 @pytest.fixture(scope="module")
 def strategy():
     """One MirroredStrategy (2 replicas) for this module, with its own collective key range.
