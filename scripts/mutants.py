@@ -679,7 +679,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "plan.identifier_rule_off",
         "pipelines/data_plan.py",
-        "if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION * present:",
+        "if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION"
+        " * present:",
         "if False:",
         ("tests/test_data_plan.py",),
     ),
