@@ -1,9 +1,11 @@
 """The ExampleGen of a ``--label`` pipeline against TFX's own ``CsvExampleGen``.
 
 On a plain comma-separated file (the dialect TFX reads) both executors must write the same
-tf.Examples into the same split (the split hashes each example's bytes); every dialect of
-``tests/test_csv_dialect.py`` must then give those very examples too (where TFX's reader keeps the
-header's quotes, reads ``NA`` as text and a decimal comma as a string).
+tf.Examples into the same split (the split hashes each example's bytes); R's and Excel's (cp1252)
+files of the table of ``tests/test_csv_dialect.py`` must then give those very examples too (where
+TFX's reader keeps the header's quotes, reads ``NA`` as text and a decimal comma as a string). The
+other dialects read back as that table through ``csv_dialect`` alone, in
+``tests/test_csv_dialect.py``.
 """
 
 from ga_tfx.pipelines import csv_dialect, csv_example_gen
@@ -84,8 +86,10 @@ def test_plain_csv_gives_the_examples_and_split_of_tfx_csv_example_gen(tmp_path,
     assert csv_example_gen.dialect_line(artifact).startswith("csv: comma-separated, decimal point")
 
 
-@pytest.mark.parametrize("name", sorted(test_csv_dialect.DIALECTS))
-def test_every_dialect_gives_the_plain_files_examples(tmp_path, name, theirs):
+# Two dialects that differ from plain CSV in every rule (the others read back as the same table
+# in test_csv_dialect.py; each executor run costs a Beam pipeline, about 2 s).
+@pytest.mark.parametrize("name", ["r", "excel_cp1252"])
+def test_dialects_give_the_plain_files_examples(tmp_path, name, theirs):
     expected = theirs
     test_csv_dialect.write(str(tmp_path / name / "data.csv"), name)
     got, artifact = run(
