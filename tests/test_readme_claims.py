@@ -1,4 +1,6 @@
-"""tests/README.md's claim table names tests that exist, and says "(slow)" only of slow tests.
+"""tests/README.md's claim table names tests that exist, and marks their tier truthfully: "(slow)"
+only of slow tests, and a reference without it names at least one fast test (a test is slow when
+it, or its module, is marked slow, or ``tests/tiers.py`` moves it there whole).
 
 Reads the files only (``ast``): no test is imported or run, so this runs in both environments.
 A renamed or deleted test that the table still names fails here.
@@ -72,6 +74,22 @@ class _Module:
 ROWS = claim_rows()
 
 
+def _moved_whole(path, name):
+    """Whether tests/tiers.py moves test ``name`` of ``path`` to the slow tier in every
+    parametrization (a pattern naming parameters moves those cases only)."""
+    from tests.tiers import SLOW
+
+    return any(
+        fnmatch.fnmatchcase(f"{path}::{name}", pattern.replace("[", "[[]"))
+        for pattern in SLOW
+        if "[" not in pattern
+    )
+
+
+def _fast(module, path, name):
+    return not module.slow_module and not module.functions[name] and not _moved_whole(path, name)
+
+
 def test_the_claim_table_is_read():
     assert len(ROWS) >= 40
     assert all(references(cell) for _, cell in ROWS), [
@@ -89,10 +107,17 @@ def test_each_named_test_exists_and_slow_ones_are_slow(claim, cell):
         if name is None:
             assert module.functions, f"{claim}: {path} has no test"
             assert not slow or module.slow_module, f"{claim}: {path} is not marked slow"
+            assert slow or any(_fast(module, path, n) for n in module.functions), (
+                f"{claim}: every test of {path} is slow: say (slow)"
+            )
             continue
         matching = fnmatch.filter(module.functions, name)
         assert matching, f"{claim}: no test {name} in {path}"
         if slow:
-            assert module.slow_module or all(module.functions[n] for n in matching), (
-                f"{claim}: {path}::{name} is not marked slow"
+            assert module.slow_module or all(
+                module.functions[n] or _moved_whole(path, n) for n in matching
+            ), f"{claim}: {path}::{name} is not marked slow"
+        else:
+            assert any(_fast(module, path, n) for n in matching), (
+                f"{claim}: {path}::{name} is slow (marked, or moved by tests/tiers.py): say (slow)"
             )
