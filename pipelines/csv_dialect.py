@@ -12,15 +12,15 @@ them (the index as an unnamed first column) or as a database exported them (``NU
 * the **decimal mark**: ``,`` where the delimiter is not ``,``, numbers are written ``3,14``
   (``1.234,5`` with a thousands mark) and none ``3.14``; else ``.``;
 * the **header**: names unquoted and stripped; an unnamed column is named ``column_<n>``
-  (1-based); two columns of one name are an error;
+  (1-based); two columns of one (non-empty) name are an error;
 * **missing values**: a cell that is empty or, stripped, one of :data:`MISSING_TOKENS` (pandas'
   default set plus ``\\N``, ``NULL``, ``None``...) is missing, in number and text columns alike,
   never a category; the tokens seen are counted;
 * **row numbers**: a first column that is unnamed or named like an index
   (:data:`ROW_NUMBER_NAMES`) and holds 1..n or 0..n-1 (in each file) is left out;
-* each column's **type**: ``int`` when every value is an integer, ``float`` when every value is
-  a number in the decimal mark, ``string`` otherwise, ``empty`` with no value at all (what
-  TFX's CSV reader infers, after the rules above).
+* each column's **type**: ``int`` when every value is a 64-bit integer, ``float`` when every
+  value is a number in the decimal mark, ``string`` otherwise, ``empty`` with no value at all
+  (what TFX's CSV reader infers, after the rules above).
 
 Every file must have the same columns; the error names the file and the difference. Each
 ``auto`` of :class:`CsvReading` (the ``--csv-*`` flags) can be overridden where the guess can
@@ -222,7 +222,7 @@ def _names(header: List[str], path: str) -> List[str]:
     names = [name.strip() for name in header]
     seen: Dict[str, int] = {}
     for index, name in enumerate(names):
-        if name in seen:
+        if name in seen and name:  # unnamed ones (Excel's trailing separators) are numbered
             raise ValueError(
                 f"{path}: the header names two columns {name!r} (columns {seen[name] + 1} and "
                 f"{index + 1}): each column needs a name of its own."
@@ -241,7 +241,7 @@ class _Column:
 
     def add(self, cell: str) -> None:
         self.present += 1
-        if self.ints and not _INT.fullmatch(cell):
+        if self.ints and not (_INT.fullmatch(cell) and (len(cell) < 19 or _fits_int64(cell))):
             self.ints = False
         if self.dot and not _DOT_NUMBER.fullmatch(cell):
             self.dot = False
@@ -258,6 +258,10 @@ class _Column:
         if self.ints:
             return INT
         return FLOAT if (self.dot if decimal == "." else self.comma) else STRING
+
+
+def _fits_int64(cell: str) -> bool:
+    return -_INT64 <= int(cell) < _INT64
 
 
 def _read(files, reading: CsvReading, encoding: str, opener: Opener) -> Dialect:

@@ -254,3 +254,14 @@ def test_the_label_check_names_the_closest_columns_and_the_missing_labels(tmp_pa
         r"all 2 rows",
     ):
         tabular.check_csv_dir(str(root), "y")
+
+
+def test_trailing_separators_and_integers_too_long_for_int64(tmp_path):
+    path = tmp_path / "a.csv"
+    # Excel's trailing separators: two unnamed, empty columns; an account number of 20 digits.
+    path.write_text("a;b;;\r\n1;12345678901234567890;;\r\n2;3;;\r\n")
+    dialect = csv_dialect.read([str(path)])
+    assert dialect.columns == ("a", "b", "column_3", "column_4")
+    assert dialect.types == ("int", "float", "empty", "empty")
+    rows = list(csv_dialect.records(str(path), dialect))
+    assert rows[0][:2] == [1, 12345678901234567890.0] and rows[1][2:] == [None, None]
