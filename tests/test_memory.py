@@ -87,6 +87,10 @@ def test_the_chosen_micro_batch_is_the_largest_whose_training_fits_the_budget():
 
 
 def _chosen_micro_batch_check():
+    # One op at a time: with TensorFlow's default inter-op pool, ops that may run concurrently
+    # sometimes do, and an epoch's peak moves with that schedule (micro-batch 128 read 80 MiB
+    # in one CI run, 92 in others); sequential execution makes each peak repeatable.
+    tf.config.threading.set_inter_op_parallelism_threads(1)
     x, y = _data()
     # Place the budget halfway between the training costs at 64 and at 128.
     peaks = {micro: _fit_peak(micro) for micro in (64, 128)}
