@@ -10,8 +10,11 @@ script itself, ``tests/test_device_check.py``). Each section prints one line per
    unit round-off; the bound of ``tests/test_mixed_precision.py``).
 2. **memory**: ``fit_micro_batch`` under a budget halfway between its probe's peaks at two
    sizes; the chosen size's real training peak (``get_memory_info``: peak above what was in
-   use, plus what the run holds) must be within the budget. On a CPU: TensorFlow's BFC
-   allocator (set by this module before TensorFlow starts).
+   use, plus what the run holds) must be within the budget. On a CPU (TensorFlow's BFC
+   allocator, set by this module before TensorFlow starts) the line is INFO, not a verdict:
+   there the probe's reading of one size moved by up to 20% between runs (e.g. 65.6, 74.0 and
+   81.0 MiB at 512 in three ``--quick`` runs), so a budget halfway between two sizes is inside
+   the noise; ``tests/test_memory.py`` checks the claim on the CPU with one op at a time.
 3. **oom**: a real device out-of-memory error: in a child process whose GPU is limited to
    ``OOM_LIMIT_MIB``, ``fit`` at a micro-batch whose activations do not fit; ga-tfx splits
    the micro-batch and goes on; the weights must equal a run at half the micro-batch from
@@ -134,7 +137,7 @@ def memory(quick: bool) -> List[str]:
 
     device = memory_lib.default_device()
     effective = 1024 if quick else 4096
-    x, y = _data(effective, 2048 if quick else 4096)  # the batch's bytes set the difference
+    x, y = _data(effective, 8192 if quick else 4096)  # the batch's bytes set the difference
     big, small = effective // 2, effective // 4
     probe = {
         size: ga_tfx.fit_micro_batch(
@@ -160,6 +163,8 @@ def memory(quick: bool) -> List[str]:
     )
     real = _training_peak(ga_tfx, keras, tf, device, x, y, choice.micro_batch, effective)
     verdict = "PASS" if choice.micro_batch == small and real <= budget else "FAIL"
+    if not device.startswith("GPU"):  # see the module docstring
+        verdict = "INFO"
     mib = 2**20
     return [
         f"{verdict} memory on {device}: budget {budget / mib:.1f} MiB (halfway between the probe's "
