@@ -38,7 +38,10 @@ def test_the_device_check_runs_and_reports_each_claim(tmp_path):
     gpu = lines[0].startswith("device: GPU")
     memory = next(line for line in lines if " memory on " in line)
     assert memory.startswith("PASS memory on GPU" if gpu else "INFO memory on CPU")
-    assert re.search(r"picked \d+ x \d+; its training peaks at [\d.]+ MiB", memory)
+    assert re.search(
+        r"picked \d+ x \d+; its training peaks at [\d.]+ MiB|No micro-batch fits memory_budget=",
+        memory,
+    )
     assert any(line.startswith("PASS oom: " if gpu else "SKIP oom: needs a GPU") for line in lines)
     speed = next(line for line in lines if line.startswith("INFO speed: ga-tfx "))
     assert len(re.findall(r"ga-tfx / it (\d+\.\d+)", speed)) == 2
