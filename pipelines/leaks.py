@@ -47,17 +47,21 @@ class Leak:
         )
 
 
-def groups(train: Sequence[object], values: Sequence[object]) -> List[object]:
-    """The group of each of ``values`` by the training column ``train`` (None: empty)."""
+def groups(train: Sequence[object], *columns: Sequence[object]) -> List[List[object]]:
+    """The group of each value of each of ``columns`` by the training column ``train`` (its
+    bins computed once; None: empty)."""
     present = [v for v in train if v is not None]
     numeric = bool(present) and all(isinstance(v, (int, float)) for v in present)
     if not numeric:
-        return [_MISSING if v is None else v for v in values]
+        return [[_MISSING if v is None else v for v in values] for values in columns]
     numbers = np.asarray(present, dtype=np.float64)
     edges = np.unique(np.quantile(numbers, np.linspace(0, 1, BINS + 1)[1:-1]))
     return [
-        _MISSING if v is None else int(np.searchsorted(edges, float(v), side="right"))  # type: ignore[arg-type]
-        for v in values
+        [
+            _MISSING if v is None else int(np.searchsorted(edges, float(v), side="right"))  # type: ignore[arg-type]
+            for v in values
+        ]
+        for values in columns
     ]
 
 
@@ -69,18 +73,14 @@ def one_column_error(
     task: str,
 ) -> float:
     """The eval error of the label predicted from one column's group (module docstring)."""
-    train_groups = groups(train_column, train_column)
-    eval_groups = groups(train_column, eval_column)
+    train_groups, eval_groups = groups(train_column, train_column, eval_column)
     if task == "classification":
         counts: Dict[object, Dict[object, int]] = {}
         for group, label in zip(train_groups, train_label):
             by_label = counts.setdefault(group, {})
             by_label[label] = by_label.get(label, 0) + 1
         overall = _majority(train_label)
-        best = {
-            g: max(c.items(), key=lambda item: (item[1], str(item[0])))[0]
-            for g, c in counts.items()
-        }
+        best = {g: _most_common(c) for g, c in counts.items()}
         wrong = sum(best.get(g, overall) != y for g, y in zip(eval_groups, eval_label))
         return wrong / max(len(eval_label), 1)
     sums: Dict[object, List[float]] = {}
@@ -131,4 +131,10 @@ def _majority(labels: Sequence[object]) -> object:
     counts: Dict[object, int] = {}
     for label in labels:
         counts[label] = counts.get(label, 0) + 1
+    return _most_common(counts)
+
+
+def _most_common(counts: Mapping[object, int]) -> object:
+    """The most counted key (ties: the larger as text, so the choice does not depend on
+    order)."""
     return max(counts.items(), key=lambda item: (item[1], str(item[0])))[0]

@@ -317,16 +317,11 @@ def check_csv_dir(data_root: str, label: str, reading=None, exclude=()) -> int:
 
     files = csv_dir.csv_files(data_root, "CSV file(s) with a header")
     dialect = csv_dialect.read(files, reading or csv_dialect.CsvReading())
-    if label not in dialect.columns:
-        raise ValueError(
-            f"--label {label!r} is not a column of the CSV files in {data_root!r}; its "
-            f"columns, closest first: {', '.join(closest_first(label, dialect.columns))}."
-        )
-    for name in exclude:
+    for flag, name in [("--label", label)] + [("--exclude-columns", n) for n in exclude]:
         if name not in dialect.columns:
             raise ValueError(
-                f"--exclude-columns {name!r} is not a column of the CSV files in {data_root!r}; "
-                f"its columns, closest first: {', '.join(closest_first(name, dialect.columns))}."
+                f"{flag} {name!r} is not a column of the CSV files in {data_root!r}; its "
+                f"columns, closest first: {', '.join(closest_first(name, dialect.columns))}."
             )
     rows = dialect.present[dialect.columns.index(label)]
     if not rows:
