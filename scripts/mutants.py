@@ -97,7 +97,10 @@ class Mutation:
 
 MIXED_FLOAT16 = ("tests/test_mixed_precision.py", "-k", "matches_float32 and float16")
 STEP, LOOP, ENGINE = "ga_tfx/engine/step.py", "ga_tfx/engine/loop.py", "ga_tfx/engine/__init__.py"
-WINDOW, CONFIG = "ga_tfx/window.py", "ga_tfx/config.py"
+CONFIG = "ga_tfx/config.py"
+# The window core (ga_tfx/window/), one file per concern.
+CORE, SHIMS, SPLIT = "ga_tfx/window/core.py", "ga_tfx/window/shims.py", "ga_tfx/window/split.py"
+NOISE, SCHEDULE = "ga_tfx/window/noise.py", "ga_tfx/window/schedule.py"
 PACING, ACCUMULATOR = "ga_tfx/engine/pacing.py", "ga_tfx/accumulator.py"
 PREEMPTION = "ga_tfx/preemption.py"
 COMPAT = "ga_tfx/compat/gradient_accumulator/accumulators.py"
@@ -123,21 +126,21 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "engine.skipped_window_counted",
-        WINDOW,
+        SHIMS,
         "1 - tf.cast(all_finite(grads_and_vars), tf.int64)",
         "0 * tf.cast(all_finite(grads_and_vars), tf.int64)",
         ("tests/test_mixed_precision.py", "-k", "non_finite_window"),
     ),
     Mutation(
         "engine.micro_batches_weighted_equally",
-        WINDOW,
+        SPLIT,
         "return tf.cast(tf.shape(first)[0], tf.float32)",
         "return tf.constant(1.0)",
         ("tests/test_windows.py", "-k", "uneven"),
     ),
     Mutation(
         "engine.buffers_not_reset",
-        WINDOW,
+        CORE,
         "tf.group([self.accumulator.reset()] + [v.assign(0.0) for v in self.noise_sums])",
         "tf.group([v.assign(0.0) for v in self.noise_sums])",
         (
@@ -551,52 +554,52 @@ MUTATIONS: List[Mutation] = [
         "    foreign = []\n",
         ("tests/test_compat_gradient_accumulator.py", "-k", "reject_package_arguments"),
     ),
-    # ---- the window core (ga_tfx/window.py): chain, guard, events, noise scale, schedules
+    # ---- the window core (ga_tfx/window/): chain, guard, events, noise scale, schedules
     Mutation(
         "window.chain_result_dropped",
-        WINDOW,
+        CORE,
         "        pairs, vote = self.chain(pairs)\n",
         "        _, vote = self.chain(pairs)\n",
         ("tests/test_front_ends.py", "-k", "clip_global_norm or user_transform"),
     ),
     Mutation(
         "window.guard_vote_ignored",
-        WINDOW,
+        CORE,
         "        elif self.chain.may_skip:\n",
         "        elif False:\n",
         ("tests/test_front_ends.py", "-k", "nonfinite_guard"),
     ),
     Mutation(
         "window.events_lost",
-        WINDOW,
+        CORE,
         "        start = max(self._events_seen, written - RECORD_CAPACITY)\n",
         "        start = written\n",
         ("tests/test_schedules.py", "-k", "callable"),
     ),
     Mutation(
         "window.consecutive_skips_off_by_one",
-        WINDOW,
+        CORE,
         "        if consecutive >= limit:\n",
         "        if consecutive > limit:\n",
         ("tests/test_training_loop.py", "-k", "max_consecutive_skips"),
     ),
     Mutation(
         "noise.big_batch_term_dropped",
-        WINDOW,
+        NOISE,
         '"noise_trace": tf.where(enough, samples * (small_sq - big_sq) / safe, nan),',
         '"noise_trace": tf.where(enough, samples * small_sq / safe, nan),',
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-1"),
     ),
     Mutation(
         "noise.micro_batch_weights_ignored",
-        WINDOW,
+        CORE,
         "sq_sum.assign_add(b * sq)",
         "sq_sum.assign_add(sq * 8.0)",  # every micro-batch weighs the test's mean size
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-1"),
     ),
     Mutation(
         "noise.replica_scale_dropped",
-        WINDOW,
+        CORE,
         "sq = tf.add_n(squares) * replicas * replicas",
         "sq = tf.add_n(squares)",
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-2"),
@@ -871,7 +874,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "noise.replica_scale_once_on_workers",
-        WINDOW,
+        CORE,
         "sq = tf.add_n(squares) * replicas * replicas",
         "sq = tf.add_n(squares) * replicas",
         ("tests/test_training_loop_multi_worker.py",),
@@ -893,28 +896,28 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "noise.path_window_estimates_not_recorded",
-        WINDOW,
+        CORE,
         "            trace,\n            grad_sq,\n",
         "            math.nan,\n            math.nan,\n",
         ("tests/test_noise_scale_probe.py", "-k", "known_noise_scale"),
     ),
     Mutation(
         "schedule.piecewise_not_followed",
-        WINDOW,
+        CORE,
         "            chosen = tf.gather(values, index)\n",
         "            chosen = current\n",
         ("tests/test_schedules.py", "-k", "piecewise and fit"),
     ),
     Mutation(
         "schedule.learning_rate_not_scaled",
-        WINDOW,
+        CORE,
         'factor = ratio if config.lr_scaling == "linear" else tf.sqrt(ratio)',
         "factor = 1.0",
         ("tests/test_schedules.py", "-k", "piecewise and fit and linear"),
     ),
     Mutation(
         "schedule.adaptive_without_patience",
-        WINDOW,
+        CORE,
         "            switch = streak >= ADAPTIVE_PATIENCE\n",
         "            switch = differs\n",
         ("tests/test_schedules.py", "-k", "adaptive"),
@@ -928,7 +931,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "oom.window_position_not_restored",
-        WINDOW,
+        CORE,
         "self.state.micro_batches_done.assign_sub(pending)  # to be read again, not consumed\n",
         "pass\n",
         ("tests/test_oom_recovery.py", "-k", "fit_survives"),
@@ -936,7 +939,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "oom.micro_batch_not_split",
-        WINDOW,
+        CORE,
         "            return step(tf.nest.map_structure(lambda t: _rows(t, start, stop), part))\n",
         "            return step(part)\n",
         ("tests/test_oom_recovery.py", "-k", "fit_survives"),

@@ -1,0 +1,68 @@
+"""Optimizer shims: what the core needs to know of Keras' optimizers (loss scaling, applying
+gradients already summed over replicas) and of XLA."""
+
+from ga_tfx._keras import keras, tf
+
+from typing import Any, Callable, List, Sequence, Tuple
+
+
+def xla_step(function: Callable) -> Callable:
+    """``function`` (a replica-context step) as one XLA computation, as Keras compiles its
+    ``train_step`` under ``jit_compile``: an op XLA cannot compile raises when it is traced.
+
+    A ``tf.function`` returns tensors, not ops: a step that returns an op (``tf.group`` of its
+    updates) returns ``None`` instead, and its updates run as the function's stateful ops.
+    """
+
+    def step(*args: Any) -> Any:
+        outputs = function(*args)
+        return None if isinstance(outputs, tf.Operation) else outputs
+
+    return tf.function(step, jit_compile=True, reduce_retracing=True)
+
+
+_LossScaleOptimizers = (keras.mixed_precision.LossScaleOptimizer,)
+
+
+def is_loss_scale_optimizer(optimizer: Any) -> bool:
+    """True for a Keras ``LossScaleOptimizer`` (new or legacy), which scales the loss."""
+    return isinstance(optimizer, _LossScaleOptimizers) or hasattr(optimizer, "get_scaled_loss")
+
+
+def skips_nonfinite_itself(optimizer: Any) -> bool:
+    """True for a dynamic ``LossScaleOptimizer``: it skips a non-finite update itself (and
+    lowers its loss scale), so the core applies every window and reads its decision."""
+    return is_loss_scale_optimizer(optimizer) and bool(getattr(optimizer, "dynamic", False))
+
+
+def apply_aggregated_gradients(
+    optimizer: Any, grads_and_vars: List[Tuple[Any, tf.Variable]]
+) -> Any:
+    """``optimizer.apply_gradients`` for gradients that are already summed over replicas.
+
+    Under a dynamic ``LossScaleOptimizer`` a non-finite window is skipped as one unit (no weight
+    or slot changes, the loss scale decreases once) and, unlike Keras' own skipped steps, does
+    not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
+    applied updates only.
+    """
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        result = optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+    else:
+        result = optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
+    if skips_nonfinite_itself(optimizer):
+        # The same decision the LossScaleOptimizer takes: all gradients finite.
+        with tf.control_dependencies(_as_dependencies(result)):
+            result = optimizer.iterations.assign_sub(
+                1 - tf.cast(all_finite(grads_and_vars), tf.int64)
+            )
+    return result
+
+
+def all_finite(grads_and_vars: Sequence[Tuple[Any, Any]]) -> tf.Tensor:
+    """A scalar bool: every gradient entry is finite."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in grads_and_vars])
+
+
+def _as_dependencies(result: Any) -> list:
+    # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
+    return [] if result is None else [result]
