@@ -101,6 +101,7 @@ CONFIG = "ga_tfx/config.py"
 # The window core (ga_tfx/window/), one file per concern.
 CORE, SHIMS, SPLIT = "ga_tfx/window/core.py", "ga_tfx/window/shims.py", "ga_tfx/window/split.py"
 NOISE, SCHEDULE = "ga_tfx/window/noise.py", "ga_tfx/window/schedule.py"
+STEPS = "ga_tfx/window/steps.py"
 PACING, ACCUMULATOR = "ga_tfx/engine/pacing.py", "ga_tfx/accumulator.py"
 PREEMPTION = "ga_tfx/preemption.py"
 COMPAT = "ga_tfx/compat/gradient_accumulator/accumulators.py"
@@ -557,9 +558,9 @@ MUTATIONS: List[Mutation] = [
     # ---- the window core (ga_tfx/window/): chain, guard, events, noise scale, schedules
     Mutation(
         "window.chain_result_dropped",
-        CORE,
-        "        pairs, vote = self.chain(pairs)\n",
-        "        _, vote = self.chain(pairs)\n",
+        STEPS,
+        "    pairs, vote = chain(pairs)\n",
+        "    _, vote = chain(pairs)\n",
         ("tests/test_front_ends.py", "-k", "clip_global_norm or user_transform"),
     ),
     Mutation(
@@ -592,14 +593,14 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "noise.micro_batch_weights_ignored",
-        CORE,
+        NOISE,
         "sq_sum.assign_add(b * sq)",
         "sq_sum.assign_add(sq * 8.0)",  # every micro-batch weighs the test's mean size
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-1"),
     ),
     Mutation(
         "noise.replica_scale_dropped",
-        CORE,
+        NOISE,
         "sq = tf.add_n(squares) * replicas * replicas",
         "sq = tf.add_n(squares)",
         ("tests/test_noise_scale.py", "-k", "closed_form and fit-2"),
@@ -874,7 +875,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "noise.replica_scale_once_on_workers",
-        CORE,
+        NOISE,
         "sq = tf.add_n(squares) * replicas * replicas",
         "sq = tf.add_n(squares) * replicas",
         ("tests/test_training_loop_multi_worker.py",),
@@ -896,30 +897,30 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "noise.path_window_estimates_not_recorded",
-        CORE,
-        "            trace,\n            grad_sq,\n",
-        "            math.nan,\n            math.nan,\n",
+        STEPS,
+        "        trace,\n        grad_sq,\n",
+        '        float("nan"),\n        float("nan"),\n',  # steps.py does not import math
         ("tests/test_noise_scale_probe.py", "-k", "known_noise_scale"),
     ),
     Mutation(
         "schedule.piecewise_not_followed",
-        CORE,
-        "            chosen = tf.gather(values, index)\n",
-        "            chosen = current\n",
+        SCHEDULE,
+        "        chosen = tf.gather(values, index)\n",
+        "        chosen = current\n",
         ("tests/test_schedules.py", "-k", "piecewise and fit"),
     ),
     Mutation(
         "schedule.learning_rate_not_scaled",
-        CORE,
+        SCHEDULE,
         'factor = ratio if config.lr_scaling == "linear" else tf.sqrt(ratio)',
         "factor = 1.0",
         ("tests/test_schedules.py", "-k", "piecewise and fit and linear"),
     ),
     Mutation(
         "schedule.adaptive_without_patience",
-        CORE,
-        "            switch = streak >= ADAPTIVE_PATIENCE\n",
-        "            switch = differs\n",
+        SCHEDULE,
+        "        switch = streak >= ADAPTIVE_PATIENCE\n",
+        "        switch = differs\n",
         ("tests/test_schedules.py", "-k", "adaptive"),
     ),
     Mutation(
@@ -939,9 +940,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "oom.micro_batch_not_split",
-        CORE,
-        "            return step(tf.nest.map_structure(lambda t: _rows(t, start, stop), part))\n",
-        "            return step(part)\n",
+        SPLIT,
+        "        return step(tf.nest.map_structure(lambda t: _rows(t, start, stop), part))\n",
+        "        return step(part)\n",
         ("tests/test_oom_recovery.py", "-k", "fit_survives"),
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),

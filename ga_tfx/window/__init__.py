@@ -49,6 +49,13 @@ moving average (``noise_scale_decay``) and the noise scale is the ratio of the t
 window's noisy estimates is heavily biased). ``B_small = B / m`` is the replica's
 micro-batch: under ``R`` replicas each window gives ``K·R`` small gradients, so the estimate
 exists from ``K = 1`` on with two replicas or more; on one device it needs ``K >= 2``.
+
+The package, one concern per file; ``core`` imports the others, none of them imports ``core``
+(the moved logic is functions of the config and the state): ``events`` (:class:`WindowEnd`,
+:data:`RECORD_FIELDS`, :class:`NonFiniteGradientError`), ``state`` (:class:`WindowState`, its
+records), ``core`` (:class:`WindowCore`), ``steps`` (a window end's gradient, layers and
+accounting), ``schedule`` (K schedules, ``lr_scaling``), ``noise`` (the noise scale), ``split``
+(the out-of-memory split), ``shims`` (loss-scale optimizers, applying summed gradients, XLA).
 """
 
 from ga_tfx.window.core import WindowCore

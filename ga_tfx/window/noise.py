@@ -1,9 +1,68 @@
-"""The gradient noise scale's arithmetic (``log_noise_scale``; see :mod:`ga_tfx.window`)."""
+"""The gradient noise scale's arithmetic (``log_noise_scale``; see :mod:`ga_tfx.window`), as
+functions of the config and the core's state."""
 
 from ga_tfx._keras import tf
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.window.state import WindowState
 
 import math
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence
+
+_ON_READ = tf.VariableSynchronization.ON_READ
+_SUM = tf.VariableAggregation.SUM
+# The figures of one window's estimates, as the replica step returns them (NaN: none).
+WINDOW_FIGURES = ("noise_trace", "noise_grad_sq", "noise_small_batch")
+
+
+def noise_sums(name: str) -> List[tf.Variable]:
+    """Replica-local window sums of the noise scale's micro-batch terms: Σ b·|ĝ|², Σ b."""
+    with tf.init_scope(), tf.name_scope(name):
+        return [
+            tf.Variable(0.0, trainable=False, synchronization=_ON_READ, aggregation=_SUM, name=n)
+            for n in ("noise_sq_sum", "noise_samples")
+        ]
+
+
+def add_noise_terms(sums: Sequence[tf.Variable], grads: Sequence[Any], samples: Any) -> Any:
+    """Adds ``b · |ĝ|²`` and ``b``: ``ĝ = R · g`` is the replica's mean-loss gradient."""
+    ctx = tf.distribute.get_replica_context()
+    replicas = float(ctx.num_replicas_in_sync if ctx is not None else 1)
+    squares = [_squared_norm(g) for g in grads if g is not None]
+    sq = tf.add_n(squares) * replicas * replicas
+    b = tf.cast(samples, tf.float32)
+    sq_sum, count = sums
+    return tf.group(sq_sum.assign_add(b * sq), count.assign_add(b))
+
+
+def window_estimates(
+    config: AccumulationConfig, sums: Sequence[Any], big_norm: Any, micro_steps: Any
+) -> Dict[str, Any]:
+    """Replica context, after the all-reduce: :data:`WINDOW_FIGURES` of this window (NaN with
+    ``log_noise_scale`` off)."""
+    noise = _noise_estimates(sums, big_norm, micro_steps) if config.log_noise_scale else {}
+    nan = tf.constant(math.nan, tf.float64)
+    return {key: noise.get(key, nan) for key in WINDOW_FIGURES}
+
+
+def update_noise_averages(
+    config: AccumulationConfig, state: WindowState, trace: Any, grad_sq: Any
+) -> List[tf.Tensor]:
+    """Cross-replica: folds this window's estimates ``S`` and ``G²`` (if it has them) into
+    the moving averages; returns ``[EMA(S) / EMA(G²), EMA(S), EMA(G²)]`` (the averages
+    bias-corrected as Adam's moments are; NaN before the first estimate)."""
+    nan = tf.constant(math.nan, tf.float64)
+    if not config.log_noise_scale:
+        return [nan, nan, nan]
+    decay = tf.constant(config.noise_scale_decay, tf.float64)
+    have = tf.math.is_finite(trace) & tf.math.is_finite(grad_sq)
+    averages = []
+    for average, value in ((state.noise_trace_ema, trace), (state.noise_grad_sq_ema, grad_sq)):
+        folded = decay * average + (1 - decay) * tf.where(have, value, 0.0)
+        averages.append(average.assign(tf.where(have, folded, average)))
+    count = state.noise_windows.assign_add(tf.cast(have, tf.int64))
+    correction = 1 - tf.pow(decay, tf.cast(count, tf.float64))
+    trace_ema, grad_ema = (tf.where(count > 0, a / correction, nan) for a in averages)
+    return [trace_ema / grad_ema, trace_ema, grad_ema]
 
 
 def _squared_norm(gradient: Any) -> tf.Tensor:

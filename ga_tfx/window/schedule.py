@@ -1,15 +1,95 @@
 """K and learning-rate schedule arithmetic at a window end (``accum_steps`` schedules,
-``lr_scaling``)."""
+``lr_scaling``), as functions of the config and the core's state."""
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.window.state import WindowState
 
-from typing import Any
+from typing import Any, Callable, cast
 
 # The adaptive schedule's hysteresis: it changes K only after this many noise-scale estimates,
 # only when B_simple / b is outside [K/2, 2K], and only when that has held for this many
 # windows in a row; the new K is the power of two next to B_simple / b on the side of K.
 ADAPTIVE_WARMUP = 10
 ADAPTIVE_PATIENCE = 10
+
+
+def next_accum_steps(
+    config: AccumulationConfig,
+    state: WindowState,
+    windows: Any,
+    micro_batch: Any,
+    noise_scale: Any,
+) -> tf.Tensor:
+    """Cross-replica, at a window end: the schedule's K for the next window (window index
+    ``windows``, 0-based), stored in ``state.accum_steps``."""
+    kind = config.schedule_kind
+    current = state.accum_steps.read_value()
+    if kind is None:
+        return current
+    if kind == "piecewise":
+        starts = tf.constant([w for w, _ in config.schedule], tf.int64)
+        values = tf.constant([k for _, k in config.schedule], tf.int64)
+        index = tf.searchsorted(starts, tf.reshape(windows, [1]), side="right")[0] - 1
+        chosen = tf.gather(values, index)
+    elif kind == "callable":
+        fn = cast(Callable[[Any], Any], config.accum_schedule_fn)
+        chosen = tf.cast(fn(windows), tf.int64)
+        tf.debugging.assert_greater_equal(
+            chosen, tf.constant(1, tf.int64), message="accum_steps(window) must be >= 1"
+        )
+    else:  # adaptive
+        ((k_min, k_max),) = config.schedule
+        # Hysteresis band [K/2, 2K]: a target only outside it, the power of two next to the
+        # measured ratio B_simple / b on the side of K; within it K stays.
+        ratio = noise_scale / micro_batch
+        two = tf.constant(2.0, tf.float64)
+        log2 = tf.math.log(ratio) / tf.math.log(two)
+        k = tf.cast(current, tf.float64)
+        target = tf.where(
+            ratio >= 2 * k,
+            tf.pow(two, tf.floor(log2)),
+            tf.where(ratio <= k / 2, tf.pow(two, tf.math.ceil(log2)), k),
+        )
+        target = tf.clip_by_value(target, float(k_min), float(k_max))
+        target = tf.where(tf.math.is_finite(target), target, k)
+        ready = state.noise_windows >= ADAPTIVE_WARMUP
+        differs = ready & tf.not_equal(tf.cast(target, tf.int64), current)
+        streak = tf.where(differs, state.adaptive_streak + 1, 0)
+        switch = streak >= ADAPTIVE_PATIENCE
+        state.adaptive_streak.assign(tf.where(switch, tf.constant(0, tf.int64), streak))
+        chosen = tf.where(switch, tf.cast(target, tf.int64), current)
+    return state.accum_steps.assign(chosen)
+
+
+def scale_learning_rate(
+    config: AccumulationConfig, state: WindowState, optimizer: Any, k: Any
+) -> tf.Tensor:
+    """Cross-replica: with ``lr_scaling``, the learning rate for a window of ``k``
+    micro-batches (``base · k/K0``, or its square root); returns the learning rate."""
+    if config.lr_scaling == "none":
+        return tf.cast(_learning_rate_value(optimizer), tf.float64)
+    variable = optimizer.learning_rate
+    if internals.learning_rate_schedule(optimizer) is not None or not isinstance(
+        variable, tf.Variable
+    ):
+        raise ValueError(
+            f"lr_scaling={config.lr_scaling!r} sets the optimizer's learning rate when K "
+            "changes, so it must be a constant learning rate (a variable), not a "
+            f"LearningRateSchedule; got {internals.learning_rate_schedule(optimizer)!r}. Use "
+            "lr_scaling='none' with a schedule."
+        )
+    base = tf.where(
+        state.base_learning_rate > 0,
+        state.base_learning_rate,
+        tf.cast(variable.read_value(), tf.float64),
+    )
+    state.base_learning_rate.assign(base)
+    ratio = tf.cast(k, tf.float64) / float(config.accum_steps)
+    factor = ratio if config.lr_scaling == "linear" else tf.sqrt(ratio)
+    value = variable.assign(tf.cast(base * factor, variable.dtype))
+    return tf.cast(value, tf.float64)
 
 
 def _learning_rate_value(optimizer: Any) -> tf.Tensor:

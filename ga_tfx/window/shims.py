@@ -2,6 +2,7 @@
 gradients already summed over replicas) and of XLA."""
 
 from ga_tfx._keras import keras, tf
+from ga_tfx.config import AccumulationConfig
 
 from typing import Any, Callable, List, Sequence, Tuple
 
@@ -51,7 +52,7 @@ def apply_aggregated_gradients(
         result = optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
     if skips_nonfinite_itself(optimizer):
         # The same decision the LossScaleOptimizer takes: all gradients finite.
-        with tf.control_dependencies(_as_dependencies(result)):
+        with tf.control_dependencies(as_dependencies(result)):
             result = optimizer.iterations.assign_sub(
                 1 - tf.cast(all_finite(grads_and_vars), tf.int64)
             )
@@ -63,6 +64,17 @@ def all_finite(grads_and_vars: Sequence[Tuple[Any, Any]]) -> tf.Tensor:
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in grads_and_vars])
 
 
-def _as_dependencies(result: Any) -> list:
+def as_dependencies(result: Any) -> list:
     # apply_gradients returns the iterations variable, an op, or None (LossScaleOptimizer).
     return [] if result is None else [result]
+
+
+def check_nonfinite_policy(config: AccumulationConfig, optimizer: Any) -> None:
+    """Refuses ``nonfinite_policy='zero'`` with an optimizer that skips non-finite updates
+    itself (it would never see one)."""
+    if skips_nonfinite_itself(optimizer) and config.nonfinite_policy == "zero":
+        raise ValueError(
+            "nonfinite_policy='zero' cannot be used with a dynamic LossScaleOptimizer: it "
+            "must see a non-finite gradient to lower its loss scale. Use "
+            "nonfinite_policy='skip' (the default) or None."
+        )

@@ -4,7 +4,7 @@ from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
 from ga_tfx.window.events import RECORD_CAPACITY, RECORD_FIELDS
 
-from typing import Any
+from typing import Any, Sequence
 
 _FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
 _ON_READ = tf.VariableSynchronization.ON_READ
@@ -83,3 +83,12 @@ class WindowState(tf.Module):
 
 def _scalar(value: Any, dtype: Any, name: str) -> tf.Variable:
     return tf.Variable(value, dtype=dtype, trainable=False, aggregation=_FIRST, name=name)
+
+
+def write_record(state: WindowState, row: Sequence[Any]) -> None:
+    """Writes one finished window's figures (:data:`RECORD_FIELDS`, in order) to the records."""
+    values = tf.stack([tf.cast(v, tf.float64) for v in row])
+    written = state.records_written
+    index = tf.math.floormod(written.read_value(), RECORD_CAPACITY)
+    state.records.assign(tf.tensor_scatter_nd_update(state.records, [[index]], values[tf.newaxis]))
+    written.assign_add(1)
