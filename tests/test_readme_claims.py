@@ -16,7 +16,7 @@ import pytest
 pytestmark = []  # library and TFX environments alike, fast: neither slow nor tfx
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-TABLE_TITLE = "## README claim -> test"
+TABLE_TITLE = "## Claim -> test (README.md and the manual, docs/)"
 
 
 def claim_rows():

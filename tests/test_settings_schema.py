@@ -1,5 +1,5 @@
 """One declaration per setting: every derived form (component spec, custom_config parsing, CLI
-flags, README tables) is compared here with the declaration it comes from."""
+flags, the tables of README.md and docs/) is compared here with the declaration it comes from."""
 
 from ga_tfx._schema import SettingError, Spec, defaults, required, specs
 from ga_tfx.components.trainer import settings as settings_lib

@@ -7,7 +7,7 @@
       import ga_tfx.compat.gradient_accumulator as gradient_accumulator
       from ga_tfx.compat.gradient_accumulator import GradientAccumulateModel
 
-  The README's "Migrating from gradient-accumulator" table lists every name and argument, what
+  docs/migrating.md's table lists every name and argument, what
   it does in the package, what it does here, and why they differ where they do.
 
 This package imports only the standard library; TensorFlow loads with the compat module.
