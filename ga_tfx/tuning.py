@@ -239,6 +239,10 @@ class _TrialRecorder(keras.callbacks.Callback):
     """Adds ``effective_batch_size`` and ``samples_seen`` to each epoch's logs (so to the
     trial's metrics) and fails the trial when the loss stops being finite."""
 
+    # Its batch hook reads the loss after a call, however many windows it ran: fit paces
+    # with it (ga_tfx.engine.pacing).
+    follows_pacing = True
+
     def __init__(self, effective_batch_size: int) -> None:
         super().__init__()
         self.effective_batch_size = effective_batch_size

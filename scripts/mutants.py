@@ -347,6 +347,13 @@ MUTATIONS: List[Mutation] = [
         slow=True,
     ),
     Mutation(
+        "pacing.followers_stop_pacing",
+        PACING,
+        " and not getattr(callback, FOLLOWS_PACING, False)\n",
+        "\n",
+        ("tests/test_preemption.py", "-k", "leave_fit_pacing"),
+    ),
+    Mutation(
         "pacing.windows_not_whole",
         LOOP,
         "internals.set_steps_per_execution(model, windows * k)",

@@ -82,7 +82,7 @@ def _checkpoint(model, directory, kind=checkpoints.UpdateCheckpoint, **kwargs):
 
 
 def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
-    model = _model()
+    model = _model(steps_per_execution=K)  # one window per call: the cadence, window by window
     saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3, every_seconds=1e9)
     assert saves.restore() == 0
     _fit(model, saves)
@@ -90,6 +90,44 @@ def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     assert saves.saved == [3, 6, 7]  # mid-epoch (one epoch of 7), then the final state
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-6", "ckpt-7"]
+
+
+class _Calls(keras.callbacks.Callback):
+    """Counts the calls of the train function without stopping fit's pacing (as the
+    Trainer's own callbacks: ``follows_pacing``)."""
+
+    follows_pacing = True
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls += 1
+
+
+def test_the_trainers_checkpoints_leave_fit_pacing_and_count_every_window(tmp_path):
+    """UpdateCheckpoint watches call ends, not micro-batches: with it, ``fit`` still paces
+    (several windows per call, the same weights bit for bit as one window per call), and
+    every window is counted; a periodic checkpoint comes at the first call end at or past
+    its due count."""
+    one_per_call = _model(steps_per_execution=K)
+    _fit(one_per_call)
+    model, calls = _model(), _Calls()
+    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3, every_seconds=1e9)
+    saves.restore()
+    _fit(model, calls, saves)
+    saves.finish()
+    assert calls.calls < UPDATES  # paced: the first call one window, the next ones more
+    assert saves.done == UPDATES == int(model.optimizer.iterations.numpy())
+    assert saves.saved[-1] == UPDATES and all(n >= 3 for n in saves.saved)
+    for a, b in zip(model.weights, one_per_call.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # A callback that watches batches without saying so still gets one window per call.
+    watched, calls = _model(), _Calls()
+    calls.follows_pacing = False
+    _fit(watched, calls)
+    assert calls.calls == UPDATES
 
 
 def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):

@@ -74,6 +74,10 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     all of them must save together; only the chief's files are kept.
     """
 
+    # Its batch hook acts on the window events of a call, however many: fit paces with it
+    # (ga_tfx.engine.pacing).
+    follows_pacing = True
+
     def __init__(
         self,
         model,

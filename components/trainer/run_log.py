@@ -22,6 +22,10 @@ class AccumulationLogger(keras.callbacks.Callback):
     the windows' K as ``[from_window, K]`` at each change (micro-batches per replica).
     """
 
+    # Its batch hook acts on the window events of a call, however many: fit paces with it
+    # (ga_tfx.engine.pacing).
+    follows_pacing = True
+
     def __init__(self, log_dir, total_updates=None, label="Trainer"):
         super().__init__()
         self._total, self._label = total_updates, label

@@ -71,6 +71,10 @@ class _UpdateProgress(keras.callbacks.Callback):
     several where the model's ``steps_per_execution`` says so), by windows: the window core's
     events (``on_window_end``) count them and give each window's mean loss."""
 
+    # Its batch hook acts on the window events of a call, however many: fit paces with it
+    # (ga_tfx.engine.pacing).
+    follows_pacing = True
+
     def __init__(self, label: str, total_updates: int):
         super().__init__()
         self._label, self._total = label, total_updates

@@ -13,7 +13,10 @@ When ``fit`` paces (decided once per ``fit`` by :func:`should_pace`), by ``compi
 ``steps_per_execution`` (:func:`mode_of`):
 
 * unset (or 1): where no callback implements batch hooks, train or test (Keras' progress bar
-  and ``History`` aside: the bar is for people, who cannot tell 5 updates a second from 500);
+  and ``History`` aside: the bar is for people, who cannot tell 5 updates a second from 500;
+  and a callback with ``follows_pacing = True`` aside: one that acts on the window events of a
+  call, whatever their number -- the Trainer's checkpoints, logs and progress line, the
+  Tuner's trial callbacks);
 * ``"auto"``: always, as Keras' own ``"auto"`` does (batch-level callbacks then run after a
   call's last update, every few updates);
 * an explicit ``m·K``: never, it is honoured exactly;
@@ -39,6 +42,9 @@ ALWAYS = "auto"
 
 # Callbacks that watch batches only to show progress to a person.
 _DISPLAY_ONLY = (keras.callbacks.ProgbarLogger, keras.callbacks.History)
+# The attribute by which a callback says that its batch hooks act on whole calls (the window
+# events since the last call, however many), so fit may pace with it.
+FOLLOWS_PACING = "follows_pacing"
 
 
 class CallPacer:
@@ -79,5 +85,5 @@ def should_pace(model: Any, callbacks: Optional[Iterable[Any]]) -> bool:
     return model._pacing == ALWAYS or not any(
         internals.watches_batches(callback)
         for callback in (callbacks or [])
-        if not isinstance(callback, _DISPLAY_ONLY)
+        if not isinstance(callback, _DISPLAY_ONLY) and not getattr(callback, FOLLOWS_PACING, False)
     )
