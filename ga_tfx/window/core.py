@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 
 class WindowCore(tf.Module):
-    """The accumulation state and the steps of one window (see the module docstring).
+    """The accumulation state and the steps of one window (see :mod:`ga_tfx.window`).
 
     Args:
       variables: the trainable variables whose gradients are accumulated (fully defined
