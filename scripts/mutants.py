@@ -190,7 +190,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "engine.windows_inside_an_execution_not_applied",
         LOOP,
-        "                self._finish_window()\n",
+        "                self._finish()\n",
         "                pass\n",
         ("tests/test_windows.py", "-k", "several_windows"),
     ),

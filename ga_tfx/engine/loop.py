@@ -85,6 +85,10 @@ class WindowLoop:
             self._run_execution = self._trace(self._train_execution_and_apply)
         else:
             self._run_execution = self._trace(self._train_execution)
+        # Traced once each and called as functions wherever an execution needs them (its
+        # first micro-batch, the loops, the window ends), not traced again at each call site:
+        # a trace of the model's step and of the window's end is most of a fit's start-up.
+        self._micro_batch = self._trace(self._run_micro_batch)
         self._finish = self._trace(self._finish_window)
         self._discard = self._trace(self._discard_window)
         # Set for the length of a fit by CallPacing: the windows of each call follow its pace.
@@ -205,7 +209,7 @@ class WindowLoop:
         """Cross-replica: ``count`` more micro-batches into the window; the last one's logs."""
         for _ in tf.range(count):
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            logs = self._run_micro_batch(next(iterator))
+            logs = self._micro_batch(next(iterator))
         return logs
 
     def _train_execution(self, iterator: Any) -> Any:
@@ -221,7 +225,7 @@ class WindowLoop:
         execution = tf.cast(internals.steps_per_execution(model), tf.int64)
         # The first micro-batch outside the loops: an exhausted iterator ends the epoch here,
         # and the logs have their structure before the loops carry them.
-        logs = self._run_micro_batch(next(iterator))
+        logs = self._micro_batch(next(iterator))
         done = tf.constant(1, tf.int64)
         count = tf.minimum(window - steps.read_value(), execution - done)
         logs = self._fill(iterator, count, logs)
@@ -230,7 +234,7 @@ class WindowLoop:
         while done < execution:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
             with tf.control_dependencies(tf.nest.flatten(logs)):
-                self._finish_window()
+                self._finish()
             count = tf.minimum(window, execution - done)
             logs = self._fill(iterator, count, logs)
             done += count
@@ -248,7 +252,7 @@ class WindowLoop:
     def _train_execution_and_apply(self, iterator: Any) -> Any:
         logs = self._train_execution(iterator)
         with tf.control_dependencies(tf.nest.flatten(logs)):
-            self._finish_window()
+            self._finish()
         return logs
 
     def _discard_window(self) -> None:
