@@ -1,0 +1,187 @@
+"""The ga-tfx Trainer against TFX's stock Trainer on TFX's own taxi example, paired.
+
+    .venv/bin/python -m benchmarks.trainer_pace [--pairs 4] [--out benchmarks/TRAINER_PACE]
+
+The stock side is TFX's ``taxi_pipeline_native_keras`` Trainer as TFX ships it: its module file
+(``tfx/examples/chicago_taxi_pipeline/taxi_utils_native_keras.py``: a 4-layer DNN over every
+taxi feature, batches of 40, ``MirroredStrategy``, TensorBoard per epoch), 1000 steps and 150
+evaluation steps, run by TFX's own Trainer executor (``GenericExecutor``). The ga-tfx side is
+the same module plus ``build_model(hparams)`` (the module's own model, compiled as its run_fn
+compiles it), run by ``GradientAccumulationTrainer``'s executor with micro-batches of 10 and
+``accum_steps`` 4: 1000 updates of 40 samples, the same samples per update and in all as the
+stock Trainer's 1000 steps, 600 evaluation micro-batches of 10 (its 150 batches of 40).
+
+Both read TFX's taxi testdata (its transformed examples and transform graph, shipped in the
+wheel). Each run is a fresh process (as a TFX component launch is) and is timed around the
+executor's ``Do`` (imports and process start are the same on both sides and left out); each
+pair runs the two back to back, the order alternating (ABBA...), so that a drift of the
+machine's load falls on both alike. Writes ``OUT.json`` (every run) and ``OUT.md`` (the pairs,
+the median ratio and the command). Nothing else should run on the machine meanwhile.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UPDATES, EVAL_STEPS, BATCH, MICRO, K = 1000, 150, 40, 10, 4
+
+# The taxi module plus the build_model(hparams) the ga-tfx Trainer calls: the module's model,
+# with the layer sizes its run_fn uses.
+BUILD_MODEL = """
+
+def build_model(hparams):
+    return _build_keras_model(
+        hidden_units=[max(2, int(100 * 0.7**i)) for i in range(4)])
+"""
+
+
+def _taxi_module():
+    import tfx
+
+    return os.path.join(
+        os.path.dirname(tfx.__file__),
+        "examples",
+        "chicago_taxi_pipeline",
+        "taxi_utils_native_keras.py",
+    )
+
+
+def _one(side, out):
+    """Runs one Trainer (``side``: "stock" or "ga_tfx") into ``out``; returns its seconds."""
+    import ga_tfx  # noqa: F401  (first import: Keras 2)
+    from ga_tfx.components.trainer.executor import Executor
+
+    from tfx.components.trainer import executor as tfx_executor
+    from tfx.proto import trainer_pb2
+    from tfx.types import standard_artifacts
+    from tfx.types import standard_component_specs as specs
+    from tfx.utils import proto_utils
+
+    from tests import taxi
+
+    inputs = taxi.transform_inputs()
+    model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
+    model.uri, model_run.uri = os.path.join(out, "model"), os.path.join(out, "model_run")
+    outputs = {specs.MODEL_KEY: [model], specs.MODEL_RUN_KEY: [model_run]}
+    module = _taxi_module()
+    if side == "stock":
+        props = {
+            specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(
+                trainer_pb2.TrainArgs(num_steps=UPDATES)
+            ),
+            specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(
+                trainer_pb2.EvalArgs(num_steps=EVAL_STEPS)
+            ),
+            specs.MODULE_FILE_KEY: module,
+        }
+        executor = tfx_executor.GenericExecutor()
+    else:
+        path = os.path.join(out, "taxi_ga_tfx_module.py")
+        os.makedirs(out, exist_ok=True)
+        with open(module) as f, open(path, "w") as g:
+            g.write(f.read() + BUILD_MODEL)
+        props = {
+            specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(
+                trainer_pb2.TrainArgs(num_steps=UPDATES)
+            ),
+            specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(
+                trainer_pb2.EvalArgs(num_steps=EVAL_STEPS * BATCH // MICRO)
+            ),
+            specs.MODULE_FILE_KEY: path,
+            "micro_batch_size": MICRO,
+            "accum_steps": K,
+            "label_key": "tips_xf",
+            "raw_label_key": "tips",
+        }
+        executor = Executor()
+    start = time.perf_counter()
+    executor.Do(inputs, outputs, props)
+    return time.perf_counter() - start
+
+
+def _run(side, scratch, index):
+    out = os.path.join(scratch, f"{side}-{index}")
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.trainer_pace", "--one", side, "--dir", out],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("SECONDS ")]
+    if result.returncode or not lines:
+        raise SystemExit(f"{side} run {index} failed:\n{result.stderr[-4000:]}")
+    return float(lines[-1].split()[1])
+
+
+def _commit():
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _report(runs, command):
+    ratios = [pair["ga_tfx"] / pair["stock"] for pair in runs]
+    rows = "\n".join(
+        f"| {i + 1} | {pair['order']} | {pair['stock']:.1f} | {pair['ga_tfx']:.1f} | "
+        f"{pair['ga_tfx'] / pair['stock']:.2f} |"
+        for i, pair in enumerate(runs)
+    )
+    return f"""# The ga-tfx Trainer against the stock Trainer (TFX's taxi example)
+
+Made by `{command}` at commit {_commit()} on {datetime.date.today().isoformat()}
+({platform.machine()}, {os.cpu_count()} cores). What it runs and why: the docstring of
+`benchmarks/trainer_pace.py`. Stock: TFX's `taxi_utils_native_keras` module and executor,
+{UPDATES} steps of {BATCH}. ga-tfx: the same module's model, {UPDATES} updates of {K} x {MICRO}.
+Seconds of the executor's `Do` (training, evaluation, export), each run a fresh process.
+
+| pair | order | stock s | ga-tfx s | ga-tfx / stock |
+| --- | --- | --- | --- | --- |
+{rows}
+
+Median ratio: **{statistics.median(ratios):.2f}** (min {min(ratios):.2f}, max {max(ratios):.2f}).
+"""
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--out", default=os.path.join("benchmarks", "TRAINER_PACE"))
+    parser.add_argument("--one", choices=("stock", "ga_tfx"), help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(f"SECONDS {_one(args.one, args.dir)}", flush=True)
+        return 0
+    runs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for index in range(args.pairs):
+            order = ("stock", "ga_tfx") if index % 2 == 0 else ("ga_tfx", "stock")
+            pair = {"order": " then ".join(order)}
+            for side in order:
+                pair[side] = _run(side, scratch, index)
+            print(
+                f"pair {index + 1}: stock {pair['stock']:.1f} s, ga-tfx {pair['ga_tfx']:.1f} s",
+                flush=True,
+            )
+            runs.append(pair)
+    command = "python -m benchmarks.trainer_pace" + (
+        f" --pairs {args.pairs}" if args.pairs != 4 else ""
+    )
+    with open(f"{args.out}.json", "w") as f:
+        json.dump({"command": command, "commit": _commit(), "runs": runs}, f, indent=1)
+    with open(f"{args.out}.md", "w") as f:
+        f.write(_report(runs, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
