@@ -23,7 +23,8 @@ _PUBLIC = {
     "AccumBatchNormalization": "ga_tfx.batchnorm",
     "AccumulationConfig": "ga_tfx.config",
     "AccumulatingModel": "ga_tfx.models",
-    "AdaptiveGradientClipping": "ga_tfx.agc",
+    "AdaptiveClipping": "ga_tfx.transforms",
+    "AdaptiveGradientClipping": "ga_tfx.agc",  # deprecated alias of AdaptiveClipping
     "GradientAccumulateModel": "ga_tfx.models",
     "GradientAccumulateOptimizer": "ga_tfx.optimizer",
     "GradientAccumulator": "ga_tfx.accumulator",
@@ -73,4 +74,5 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx.models import AccumulatingModel, GradientAccumulateModel, unwrap_model, wrap_model  # noqa: F401
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401
     from ga_tfx.training_loop import TrainingLoop, UpdateCallback  # noqa: F401
+    from ga_tfx.transforms import AdaptiveClipping  # noqa: F401
     from ga_tfx.window import NonFiniteGradientError, WindowEnd  # noqa: F401

@@ -21,6 +21,10 @@ Embedding (``embeddings``)                  ``(vocab, dim)``     ``(1,)``: one u
 
 Ranks above 5 are rejected. In ga-tfx AGC runs once per optimizer update on the accumulated
 (window-mean) gradient, never per micro-batch, so it equals AGC on big-batch training.
+
+The one AGC class is the chain member :class:`ga_tfx.transforms.AdaptiveClipping` (what
+``agc_clip_factor`` builds); :func:`adaptive_clip_gradients` is the same rule as a function, and
+:class:`AdaptiveGradientClipping` its deprecated alias.
 """
 
 from ga_tfx._keras import tf
@@ -28,6 +32,7 @@ from ga_tfx._validation import check_positive_float
 from ga_tfx.config import DEFAULTS
 
 import fnmatch
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, cast
 
 MAX_SUPPORTED_RANK = 5
@@ -89,56 +94,26 @@ def clip_gradient(
     return tf.cast(tf.where(grad_norm > max_norm, clipped, g), gradient.dtype)
 
 
-class AdaptiveGradientClipping:
-    """AGC configuration: ``clip_factor``, ``eps`` and the parameters it leaves alone.
+def agc_settings(
+    clip_factor: float,
+    eps: float = DEFAULTS["agc_eps"],
+    exclude: Union[str, Iterable[str]] = (),
+) -> Tuple[float, float, Tuple[str, ...]]:
+    """``(clip_factor, eps, exclude)`` checked: ``clip_factor`` > 0, ``eps`` >= 0, both finite
+    real numbers; ``exclude`` a glob pattern or several, as a tuple.
 
-    Args:
-      clip_factor: ``λ`` in the paper, > 0 (NFNets use 0.01 to 0.16 depending on batch size).
-      eps: ``ε``, >= 0, lower bound of the parameter norm (default 1e-3, as NFNets).
-      exclude: glob patterns matched against variable names (``"dense_out/*"``, ``"*logits*"``);
-        matching parameters are not clipped (NFNets do not clip the final classifier).
+    Raises:
+      TypeError, ValueError: naming ``agc_clip_factor`` or ``agc_eps`` and the value.
     """
+    # Without allow_none the checks never return None.
+    clip_factor = cast(float, check_positive_float(clip_factor, "agc_clip_factor"))
+    eps = cast(float, check_positive_float(eps, "agc_eps", allow_zero=True))
+    return clip_factor, eps, (exclude,) if isinstance(exclude, str) else tuple(exclude)
 
-    def __init__(
-        self,
-        clip_factor: float,
-        eps: float = DEFAULTS["agc_eps"],
-        exclude: Union[str, Iterable[str]] = (),
-    ) -> None:
-        # Without allow_none the checks never return None.
-        self.clip_factor = cast(float, check_positive_float(clip_factor, "agc_clip_factor"))
-        self.eps = cast(float, check_positive_float(eps, "agc_eps", allow_zero=True))
-        if isinstance(exclude, str):
-            exclude = (exclude,)
-        self.exclude = tuple(exclude)
 
-    def excludes(self, variable: Any) -> bool:
-        return any(fnmatch.fnmatch(variable.name, pattern) for pattern in self.exclude)
-
-    def check_variables(self, variables: Iterable[Any]) -> None:
-        """Raises now (not inside a traced step) for parameters AGC cannot handle."""
-        for v in variables:
-            if not self.excludes(v):
-                unit_axes(v.name, v.shape.rank)
-
-    def __call__(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
-        """Returns ``[(clipped_gradient, variable), ...]``."""
-        return [
-            (
-                g
-                if g is None or self.excludes(v)
-                else clip_gradient(g, v, self.clip_factor, self.eps),
-                v,
-            )
-            for g, v in grads_and_vars
-        ]
-
-    def get_config(self) -> Dict[str, Any]:
-        return {
-            "agc_clip_factor": self.clip_factor,
-            "agc_eps": self.eps,
-            "agc_exclude": list(self.exclude),
-        }
+def excluded(variable: Any, exclude: Tuple[str, ...]) -> bool:
+    """Whether ``variable``'s name matches one of the glob patterns ``exclude``."""
+    return any(fnmatch.fnmatch(variable.name, pattern) for pattern in exclude)
 
 
 def adaptive_clip_gradients(
@@ -147,17 +122,54 @@ def adaptive_clip_gradients(
     eps: float = DEFAULTS["agc_eps"],
     exclude: Union[str, Iterable[str]] = (),
 ) -> List[Tuple[Any, Any]]:
-    """Standalone AGC: ``[(g, v), ...] -> [(clipped g, v), ...]``."""
-    return AdaptiveGradientClipping(clip_factor, eps, exclude)(grads_and_vars)
+    """Standalone AGC: ``[(g, v), ...] -> [(clipped g, v), ...]``; ``None`` gradients and the
+    variables ``exclude`` matches pass unchanged. The chain member is
+    :class:`ga_tfx.transforms.AdaptiveClipping`."""
+    clip_factor, eps, exclude = agc_settings(clip_factor, eps, exclude)
+    return [
+        (g if g is None or excluded(v, exclude) else clip_gradient(g, v, clip_factor, eps), v)
+        for g, v in grads_and_vars
+    ]
 
 
-def make_agc(
-    clip_factor: Optional[float],
-    eps: float = DEFAULTS["agc_eps"],
-    exclude: Union[str, Iterable[str]] = (),
-) -> Optional[AdaptiveGradientClipping]:
-    """``None`` when AGC is off (``clip_factor`` is ``None``), else
-    :class:`AdaptiveGradientClipping`."""
-    if clip_factor is None:
-        return None
-    return AdaptiveGradientClipping(clip_factor, eps, exclude)
+class AdaptiveGradientClipping:
+    """Deprecated alias of :class:`ga_tfx.transforms.AdaptiveClipping`, kept for code that holds
+    it: the same constructor and, called, the clipped ``[(g, v), ...]`` list (the chain member
+    returns ``(list, None)``). Constructing one emits a ``DeprecationWarning``.
+    """
+
+    def __init__(
+        self,
+        clip_factor: float,
+        eps: float = DEFAULTS["agc_eps"],
+        exclude: Union[str, Iterable[str]] = (),
+    ) -> None:
+        # Imported here: ga_tfx.transforms imports this module.
+        from ga_tfx.transforms import AdaptiveClipping
+
+        warnings.warn(
+            "ga_tfx.AdaptiveGradientClipping is deprecated; use "
+            "ga_tfx.transforms.AdaptiveClipping (the same arguments; in transforms=[...], or "
+            "called it returns (grads_and_vars, None)) or ga_tfx.adaptive_clip_gradients.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.member = AdaptiveClipping(clip_factor, eps, exclude)
+        self.clip_factor, self.eps, self.exclude = (
+            self.member.clip_factor,
+            self.member.eps,
+            self.member.exclude,
+        )
+
+    def excludes(self, variable: Any) -> bool:
+        return self.member.excludes(variable)
+
+    def check_variables(self, variables: Iterable[Any]) -> None:
+        self.member.check_variables(variables)
+
+    def __call__(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
+        """Returns ``[(clipped_gradient, variable), ...]``."""
+        return self.member(list(grads_and_vars))[0]
+
+    def get_config(self) -> Dict[str, Any]:
+        return self.member.get_config()

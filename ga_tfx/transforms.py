@@ -35,7 +35,7 @@ user name                :class:`FunctionTransform`: any callable
 
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
-from ga_tfx.agc import AdaptiveGradientClipping, make_agc
+from ga_tfx.agc import adaptive_clip_gradients, agc_settings, excluded, unit_axes
 from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES, AccumulationConfig
 
 import re
@@ -169,10 +169,14 @@ class ClipGlobalNorm(GradientTransform):
 
 
 class AdaptiveClipping(GradientTransform):
-    """Adaptive gradient clipping (:class:`ga_tfx.AdaptiveGradientClipping`) as a chain member.
+    """Adaptive gradient clipping (NFNets, see :mod:`ga_tfx.agc` for the units) as a chain
+    member: ga-tfx's one AGC class (``ga_tfx.AdaptiveGradientClipping`` is its deprecated alias).
 
     Args:
-      clip_factor, eps, exclude: as :class:`ga_tfx.AdaptiveGradientClipping`.
+      clip_factor: ``λ`` in the paper, > 0 (NFNets use 0.01 to 0.16 depending on batch size).
+      eps: ``ε``, >= 0, lower bound of the parameter norm (default 1e-3, as NFNets).
+      exclude: glob patterns matched against variable names (``"dense_out/*"``, ``"*logits*"``);
+        matching parameters are not clipped (NFNets do not clip the final classifier).
       name: checkpoint key (default ``"agc"``); stateless.
     """
 
@@ -180,17 +184,36 @@ class AdaptiveClipping(GradientTransform):
         self,
         clip_factor: float,
         eps: float = DEFAULTS["agc_eps"],
-        exclude: Iterable[str] = (),
+        exclude: Union[str, Iterable[str]] = (),
         name: str = "agc",
     ):
         super().__init__(name=name)
-        self.agc = AdaptiveGradientClipping(clip_factor, eps, exclude)
+        self.clip_factor, self.eps, self.exclude = agc_settings(clip_factor, eps, exclude)
+
+    def excludes(self, variable: Any) -> bool:
+        """Whether ``variable`` is left alone (its name matches a pattern of ``exclude``)."""
+        return excluded(variable, self.exclude)
+
+    def check_variables(self, variables: Iterable[Any]) -> None:
+        """Raises now (not inside a traced step) for parameters AGC cannot handle."""
+        for v in variables:
+            if not self.excludes(v):
+                unit_axes(v.name, v.shape.rank)
 
     def build(self, variables: Sequence[tf.Variable]) -> None:
-        self.agc.check_variables(variables)  # unsupported ranks fail here, not while tracing
+        self.check_variables(variables)  # unsupported ranks fail here, not while tracing
 
     def __call__(self, grads_and_vars: GradsAndVars) -> Tuple[GradsAndVars, Optional[tf.Tensor]]:
-        return self.agc(grads_and_vars), None
+        clipped = adaptive_clip_gradients(grads_and_vars, self.clip_factor, self.eps, self.exclude)
+        return clipped, None
+
+    def get_config(self) -> Dict[str, Any]:
+        """The settings under their :class:`~ga_tfx.AccumulationConfig` names."""
+        return {
+            "agc_clip_factor": self.clip_factor,
+            "agc_eps": self.eps,
+            "agc_exclude": list(self.exclude),
+        }
 
 
 class GradientNoise(GradientTransform):
@@ -286,8 +309,8 @@ class GradientChain(tf.Module):
 
     Args:
       members: :class:`GradientTransform` instances, or ``(name, callable)`` pairs (wrapped
-        in :class:`FunctionTransform`; :class:`ga_tfx.AdaptiveGradientClipping` is such a
-        callable). Names must be unique Python identifiers: they are the checkpoint keys.
+        in :class:`FunctionTransform`). Names must be unique Python identifiers: they are the
+        checkpoint keys.
 
     Attributes:
       members: ``{name: member}`` (checkpoint key ``members/<name>``).
@@ -363,7 +386,7 @@ def make_chain(
     nonfinite_policy: Optional[str] = "skip",
     clip_global_norm: Optional[float] = None,
     transforms: Sequence[Member] = (),
-    agc: Optional[AdaptiveGradientClipping] = None,
+    agc: Optional[AdaptiveClipping] = None,
     gradient_noise: Optional[float] = None,
 ) -> GradientChain:
     """The chain in its documented order: non-finite guard (unless ``nonfinite_policy`` is
@@ -374,11 +397,20 @@ def make_chain(
     if clip_global_norm is not None:
         members.append(ClipGlobalNorm(clip_global_norm))
     if agc is not None:
-        members.append(AdaptiveClipping(agc.clip_factor, agc.eps, agc.exclude))
+        members.append(agc)
     if gradient_noise is not None:
         members.append(GradientNoise(gradient_noise))
     members.extend(transforms)
     return GradientChain(members)
+
+
+def make_agc(
+    clip_factor: Optional[float],
+    eps: float = DEFAULTS["agc_eps"],
+    exclude: Union[str, Iterable[str]] = (),
+) -> Optional[AdaptiveClipping]:
+    """``None`` when AGC is off (``clip_factor`` is ``None``), else :class:`AdaptiveClipping`."""
+    return None if clip_factor is None else AdaptiveClipping(clip_factor, eps, exclude)
 
 
 def chain_for(config: AccumulationConfig, transforms: Sequence[Member] = ()) -> GradientChain:

@@ -60,12 +60,11 @@ from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.agc import AdaptiveGradientClipping, make_agc
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.engine import pacing, recovery
 from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowFigures, WindowLoop
 from ga_tfx.engine.step import WindowStep, train_step_error
-from ga_tfx.transforms import Member
+from ga_tfx.transforms import AdaptiveClipping, Member, make_agc
 from ga_tfx.window import WindowCore
 
 import inspect
@@ -128,8 +127,8 @@ class AccumulationEngine(WindowStep):
         return self._accumulation_config.partial_window
 
     @property
-    def agc(self) -> Optional[AdaptiveGradientClipping]:
-        """The :class:`~ga_tfx.agc.AdaptiveGradientClipping` in use, or ``None``."""
+    def agc(self) -> Optional[AdaptiveClipping]:
+        """The :class:`~ga_tfx.transforms.AdaptiveClipping` in use, or ``None``."""
         config = self._accumulation_config
         return make_agc(config.agc_clip_factor, config.agc_eps, config.agc_exclude)
 
