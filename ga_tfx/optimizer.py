@@ -39,7 +39,7 @@ from ga_tfx._state import Untracked
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
-from ga_tfx.window import WindowCore, WindowEnd, is_loss_scale_optimizer
+from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
@@ -57,8 +57,10 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         :class:`~ga_tfx.AccumulationConfig` (``agc_clip_factor``, ``agc_eps``,
         ``agc_exclude``, ``clip_global_norm``, ``nonfinite_policy``,
         ``max_consecutive_skips``, ``log_noise_scale``, ...) are keyword arguments, or one
-        ``config=AccumulationConfig(...)``. ``partial_window`` must stay ``"apply"``: the
-        wrapper has no epochs, :meth:`flush` applies a partial window.
+        ``config=AccumulationConfig(...)``. The wrapper cannot see an epoch end: call
+        :meth:`end_of_data` there, and ``partial_window`` (``"apply"``, ``"drop"`` or
+        ``"carry"``) ends the short window it finds; :meth:`flush` applies one whatever the
+        policy (at the very end of training).
       config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
       transforms: gradient transforms run once per update after the config's (not part of
         ``get_config``).
@@ -109,12 +111,6 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self._accumulation = resolve(
             "ga_tfx.GradientAccumulateOptimizer", config, dict(settings, accum_steps=accum_steps)
         )
-        if self._accumulation.partial_window != "apply":
-            raise ValueError(
-                f"GradientAccumulateOptimizer has no epochs: partial_window must be 'apply', "
-                f"got {self._accumulation.partial_window!r}; call flush() to apply a partial "
-                "window (or drop it by not calling it)."
-            )
         self.optimizer = optimizer
         self.accum_steps = self._accumulation.accum_steps
         self._transforms = tuple(transforms)
@@ -331,6 +327,19 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         strategy), or in cross-replica context. Returns a bool scalar tensor: whether an update
         happened.
         """
+        return self._cross_replica("flush", self._flush_cross_replica)
+
+    def end_of_data(self) -> tf.Tensor:
+        """The end of the data (an epoch's end): the window still pending, if short, is ended
+        by ``partial_window``: applied as a smaller batch (``"apply"``), dropped (``"drop"``),
+        or kept to be completed by the next micro-steps (``"carry"``; :meth:`flush` applies
+        what is left after the last epoch). Called as :meth:`flush` is (``strategy.run`` under
+        a strategy, or cross-replica); no-op without a pending window. Returns a bool scalar
+        tensor: whether an update happened."""
+        return self._cross_replica("end_of_data", self._end_of_data_cross_replica)
+
+    # ------------------------------------------------------------------ cross-replica decision
+    def _cross_replica(self, method: str, function: Any) -> tf.Tensor:
         if self.core is None:
             return tf.constant(False)
         strategy = self._accumulation_strategy
@@ -339,27 +348,26 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             # in the accumulator's strategy (reading its replica-local buffers outside it
             # would sum them over replicas).
             with strategy.scope():
-                return self._flush_cross_replica(strategy)
-        return self._replica_context("flush").merge_call(self._flush_cross_replica)
+                return function(strategy)
+        return self._replica_context(method).merge_call(function)
 
-    # ------------------------------------------------------------------ cross-replica decision
     def _end_micro_step(self, strategy: Any) -> Any:
-        """Cross-replica, once per micro-step: count it; end the window when it is full."""
+        """Cross-replica, once per micro-step: the clock counts it; a complete window ends."""
         core = cast(WindowCore, self.core)
-        steps = core.micro_steps.assign_add(1)
         return tf.cond(
-            steps >= core.state.accum_steps,  # K: a schedule may change it
+            clock.is_complete(core, clock.count(core)),
             lambda: core.finish(strategy, self.optimizer),
             lambda: tf.constant(False),
         )
+
+    def _end_of_data_cross_replica(self, strategy: Any) -> Any:
+        core = cast(WindowCore, self.core)
+        return clock.end_of_data(core, strategy, lambda: core.finish(strategy, self.optimizer))
 
     def _flush_cross_replica(self, strategy: Any) -> Any:
         core = cast(WindowCore, self.core)
-        return tf.cond(
-            core.micro_steps > 0,
-            lambda: core.finish(strategy, self.optimizer),
-            lambda: tf.constant(False),
-        )
+        finish = lambda: core.finish(strategy, self.optimizer)  # noqa: E731
+        return clock.end_of_data(core, strategy, finish, policy="apply")
 
     # ------------------------------------------------------------------ helpers
     def _core_for(self, variables: List[Any]) -> WindowCore:

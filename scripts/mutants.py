@@ -244,11 +244,35 @@ MUTATIONS: List[Mutation] = [
     ),
     # ---- the optimizer wrapper
     Mutation(
-        "optimizer.window_one_too_long",
-        "ga_tfx/optimizer.py",
-        "            steps >= core.state.accum_steps,",
-        "            steps > core.state.accum_steps,",
+        "clock.window_one_too_long",  # the wrapper's windows (fit's and the loop's are sized)
+        "ga_tfx/window/clock.py",
+        "    return pending >= core.state.accum_steps.read_value()",
+        "    return pending > core.state.accum_steps.read_value()",
         ("tests/test_optimizer_api.py", "-k", "custom_loop_matches_big_batch"),
+    ),
+    Mutation(
+        "clock.drop_applies",
+        "ga_tfx/window/clock.py",
+        "        return tf.cond(pending, lambda: _drop(core, strategy), none)",
+        "        return tf.cond(pending, finish, none)",
+        (
+            "tests/test_optimizer_api.py",
+            "tests/test_training_loop.py",
+            "-k",
+            "end_of_data or partial_window_policies",
+        ),
+    ),
+    Mutation(
+        "clock.carry_drops",
+        "ga_tfx/window/clock.py",
+        "    return tf.constant(False)  # carry",
+        "    return tf.cond(pending, lambda: _drop(core, strategy), none)  # carry",
+        (
+            "tests/test_optimizer_api.py",
+            "tests/test_training_loop.py",
+            "-k",
+            "end_of_data or partial_window_policies",
+        ),
     ),
     Mutation(
         "optimizer.sample_count_ignored",

@@ -184,6 +184,55 @@ def test_flush_applies_a_partial_window():
     assert max_weight_diff(big, model) <= TOLERANCE
 
 
+# One epoch: 6 micro-batches of MICRO, windows of K=4: one whole window and 2 micro-batches left.
+EPOCH_MICRO_BATCHES = 6
+
+
+def _policy_windows(policy, epochs):
+    """The windows of ``epochs`` epochs by ``partial_window``'s definition, as lists of
+    (epoch, micro-batch) pairs: "apply" ends each epoch's short window as a smaller batch,
+    "drop" leaves it out, "carry" completes it with the next epoch's first micro-batches (what
+    is left after the last epoch: flush())."""
+    windows, current = [], []
+    for epoch in range(epochs):
+        for micro_batch in range(EPOCH_MICRO_BATCHES):
+            current.append((epoch, micro_batch))
+            if len(current) == K:
+                windows, current = windows + [current], []
+        if current and policy == "apply":
+            windows, current = windows + [current], []
+        elif policy == "drop":
+            current = []
+    return windows + ([current] if current else [])
+
+
+@pytest.mark.parametrize("policy", ["apply", "drop", "carry"])
+def test_end_of_data_ends_the_short_window_by_the_policy(policy):
+    """The wrapper's end_of_data() at each epoch's end, then flush(): the weights of big-batch
+    SGD with momentum over the windows partial_window defines (max |dw| <= 1e-5)."""
+    epochs = 3
+    x, y = classification_data(n=EPOCH_MICRO_BATCHES * MICRO)
+    big, reference = mlp(), keras.optimizers.SGD(0.5, momentum=0.9)
+    for window in _policy_windows(policy, epochs):
+        rows = np.concatenate([np.arange(b * MICRO, (b + 1) * MICRO) for _, b in window])
+        grads = _loss_and_grads(big, x[rows], y[rows])
+        reference.apply_gradients(zip(grads, big.trainable_variables))
+
+    model = mlp()
+    optimizer = ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.SGD(0.5, momentum=0.9), accum_steps=K, partial_window=policy
+    )
+    step = _step(model, optimizer)
+    for _ in range(epochs):
+        for i in range(0, len(x), MICRO):
+            step(x[i : i + MICRO], y[i : i + MICRO])
+        optimizer.end_of_data()
+    optimizer.flush()
+    assert iterations(optimizer) == len(_policy_windows(policy, epochs))
+    assert iterations(optimizer) == {"apply": 6, "drop": 3, "carry": 5}[policy]
+    assert max_weight_diff(big, model) <= TOLERANCE
+
+
 def test_checkpoint_mid_window_resumes_exactly(tmp_path):
     x, y = classification_data(n=96)
     make = lambda: ga_tfx.GradientAccumulateOptimizer(keras.optimizers.Adam(1e-2), K)

@@ -137,6 +137,36 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     np.testing.assert_allclose([log["loss"] for log in loop.history], losses, rtol=1e-5)
 
 
+@pytest.mark.parametrize("policy", ["drop", "carry"])
+def test_partial_window_policies_match_their_big_batch_definition(policy):
+    # 50 samples in micro-batches of 7 (the last of 1 sample), K=3, 2 epochs: each epoch is
+    # two whole windows and a short one of 2 micro-batches (8 samples). "drop" leaves the short
+    # ones out (4 updates); "carry" completes each with the next epoch's first micro-batches,
+    # and run() applies what is left at its end (windows of 21, 21, 15, 21, 21 and 1: 6).
+    x, y = classification_data(n=50)
+    loop = make_loop(None, sgd, dataset(x, y), partial_window=policy)
+    loop.run(epochs=2)
+    micro_batches = [(x[s : s + MICRO], y[s : s + MICRO]) for s in range(0, len(x), MICRO)]
+    windows, current = [], []
+    for _ in range(2):
+        for micro_batch in micro_batches:
+            current.append(micro_batch)
+            if len(current) == K:
+                windows, current = windows + [current], []
+        if policy == "drop":
+            current = []
+    windows += [current] if current else []
+    windows = [tuple(np.concatenate(part) for part in zip(*window)) for window in windows]
+    assert [len(xb) for xb, _ in windows] == (
+        [21, 21] * 2 if policy == "drop" else [21, 21, 15, 21, 21, 1]
+    )
+    reference = mlp(seed=22, l2=1e-2)
+    big_batch(reference, sgd(), windows)
+    assert loop.updates == int(loop.optimizer.iterations.numpy()) == len(windows)
+    diff = max_diff(loop.model.get_weights(), reference.get_weights())
+    assert diff <= TOLERANCE, diff
+
+
 def test_jit_compile_matches_big_batch_xla_training():
     # The reference is plain big-batch training compiled with XLA: one jit-compiled update per
     # window. SGD with Nesterov momentum; TOLERANCE as above (XLA fuses and reorders sums too).

@@ -42,7 +42,7 @@ the first micro-batches of the next epoch; :class:`CallPacing` the one that, whe
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 from ga_tfx.engine.pacing import CallPacer
-from ga_tfx.window import WindowEnd, xla_step
+from ga_tfx.window import WindowEnd, clock, xla_step
 
 import contextlib
 import math
@@ -203,7 +203,7 @@ class WindowLoop:
             outputs = strategy.run(self._micro_batch_step, args=(data,))
         logs = internals.reduce_per_replica(outputs, strategy, model.distribute_reduction_method)
         with tf.control_dependencies(tf.nest.flatten(logs)):
-            model.window_core.micro_steps.assign_add(1)
+            clock.count(model.window_core)
         return logs
 
     def _fill(self, iterator: Any, count: Any, logs: Any) -> Any:

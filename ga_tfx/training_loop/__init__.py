@@ -253,6 +253,7 @@ class TrainingLoop(LoopSteps):
         self._split = False
         self._trace_window()
         self._flush_fn = tf.function(self._flush)
+        self._end_of_data_fn = tf.function(self._end_of_data)
         self._restored = False
 
         self.checkpoint_dir = checkpoint_dir
@@ -364,7 +365,6 @@ class TrainingLoop(LoopSteps):
         self.core.start_events()
         self.stop_training = False
         self._log.start()
-        policy = self.config.partial_window
         logs: dict = {}
         while self.epoch < epochs and not self.stop_training:
             if max_updates is not None and self.updates >= max_updates:
@@ -391,10 +391,7 @@ class TrainingLoop(LoopSteps):
                     budget -= count
                 epoch_ended = count < take
                 if epoch_ended and self._pending():  # the data ended inside a window
-                    if policy == "apply":
-                        self._flush_fn()
-                    elif policy == "drop":
-                        self.core.discard(self.strategy)
+                    self._end_of_data_fn()  # by partial_window (the window's clock)
                 logs = self._window_ends() or logs
                 if epoch_ended:
                     self.state.epoch.assign_add(1)

@@ -3,7 +3,7 @@ regularisation) and one window (micro-batches in, the window core ends it); the 
 that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop`)."""
 
 from ga_tfx._keras import tf
-from ga_tfx.window import batch_size
+from ga_tfx.window import batch_size, clock
 
 from typing import Any, Callable, Union
 
@@ -90,7 +90,7 @@ class LoopSteps:
             else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
                 self.core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
             count += 1
-        pending = self.core.micro_steps.assign_add(count)
+        pending = clock.count(self.core, count)
         self.state.position.assign_add(count)
         if finish:
             k = self.core.state.accum_steps.read_value()
@@ -100,7 +100,11 @@ class LoopSteps:
 
     def _flush(self) -> None:
         """Cross-replica, traced: ends the pending window (if any) as an update."""
-        tf.cond(self.core.micro_steps > 0, self._finish_window, lambda: tf.constant(False))
+        clock.end_of_data(self.core, self.strategy, self._finish_window, policy="apply")
+
+    def _end_of_data(self) -> None:
+        """Cross-replica, traced: the data ended; the pending window by ``partial_window``."""
+        clock.end_of_data(self.core, self.strategy, self._finish_window)
 
     def _finish_window(self) -> tf.Tensor:
         return self.core.finish(

@@ -58,6 +58,7 @@ accounting), ``schedule`` (K schedules, ``lr_scaling``), ``noise`` (the noise sc
 (the out-of-memory split), ``shims`` (loss-scale optimizers, applying summed gradients, XLA).
 """
 
+from ga_tfx.window import clock
 from ga_tfx.window.core import WindowCore
 from ga_tfx.window.events import (
     RECORD_CAPACITY,
@@ -89,6 +90,7 @@ __all__ = [
     "all_finite",
     "apply_aggregated_gradients",
     "batch_size",
+    "clock",
     "is_loss_scale_optimizer",
     "skips_nonfinite_itself",
     "xla_step",
