@@ -6,7 +6,8 @@ nothing folds it away) when its call count reaches ``at_call`` and its batch has
 ``limit`` -- as a device runs out of memory at a micro-batch size, mid-training. TensorFlow
 raises ``tf.errors.ResourceExhaustedError`` (``OOM when allocating tensor``). The suite's BFC
 CPU allocator retries an allocation for 10 s before it fails, so each injection costs 10 s of
-waiting: the recoveries are in the slow tier (``tests/tiers.py`` moves the first), the two
+waiting: ``fit``'s recovery mid-window is in the fast tier (one real OOM in every
+environment's fast tier, the library's included), the other recoveries are slow, and the two
 refusals stay fast.
 
 References: plain big-batch Keras training (SGD with momentum) and an uninterrupted ga-tfx run
@@ -33,7 +34,7 @@ from tests.helpers import (
     two_replica_strategy,
 )
 
-pytestmark = []  # library only (no TFX); the recoveries are slow (marks, tests/tiers.py)
+pytestmark = []  # library only (no TFX); fit's recovery fast, the others slow (marks, tiers.py)
 
 N, EPOCHS, LR = 96, 2, 0.3
 
