@@ -91,7 +91,6 @@ class WindowLoop:
         self._micro_batch = self._trace(self._run_micro_batch)
         self._finish = self._trace(self._finish_window)
         self._discard = self._trace(self._discard_window)
-        _build_optimizer(model)
         # Set for the length of a fit by CallPacing: the windows of each call follow its pace.
         self.pacer: Optional[CallPacer] = None
         self.listeners: Sequence[Any] = ()
@@ -259,20 +258,6 @@ class WindowLoop:
     def _discard_window(self) -> None:
         model = self._model
         model.window_core.discard(model.distribute_strategy)
-
-
-def _build_optimizer(model: Any) -> None:
-    """Makes the optimizer's slots now (a built model's, with a tf-keras optimizer; Keras
-    makes them at the first update otherwise), so that the window's end, traced once, is not
-    traced again: a function that makes variables while it is traced is traced a second time.
-    ``build`` is what that first update calls, on the same variables."""
-    optimizer = model.optimizer
-    if model.built and isinstance(optimizer, keras.optimizers.Optimizer):
-        # Under the optimizer's name, as its first update would be (slots "Adam/m/..."; a
-        # LossScaleOptimizer's are its inner optimizer's).
-        name = getattr(optimizer, "inner_optimizer", optimizer).name
-        with model.distribute_strategy.scope(), tf.name_scope(name):
-            optimizer.build(model.trainable_variables)
 
 
 class CarryAlignment(keras.callbacks.Callback):
