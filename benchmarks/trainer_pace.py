@@ -43,17 +43,6 @@ def build_model(hparams):
 """
 
 
-def _taxi_module():
-    import tfx
-
-    return os.path.join(
-        os.path.dirname(tfx.__file__),
-        "examples",
-        "chicago_taxi_pipeline",
-        "taxi_utils_native_keras.py",
-    )
-
-
 def _one(side, out):
     """Runs one Trainer (``side``: "stock" or "ga_tfx") into ``out``; returns its seconds."""
     import ga_tfx  # noqa: F401  (first import: Keras 2)
@@ -71,7 +60,7 @@ def _one(side, out):
     model, model_run = standard_artifacts.Model(), standard_artifacts.ModelRun()
     model.uri, model_run.uri = os.path.join(out, "model"), os.path.join(out, "model_run")
     outputs = {specs.MODEL_KEY: [model], specs.MODEL_RUN_KEY: [model_run]}
-    module = _taxi_module()
+    module = os.path.join(taxi.EXAMPLE, "taxi_utils_native_keras.py")
     if side == "stock":
         props = {
             specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(

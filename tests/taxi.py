@@ -12,6 +12,8 @@ from tfx.types import artifact_utils, standard_artifacts
 from tfx.types import standard_component_specs as specs
 
 TESTDATA = os.path.join(os.path.dirname(tfx.__file__), "components", "testdata")
+# TFX's own taxi example (its module files and pipelines).
+EXAMPLE = os.path.join(os.path.dirname(tfx.__file__), "examples", "chicago_taxi_pipeline")
 
 # A module file defining build_model(hparams): hparams "units" (default 8), "batchnorm"
 # (default True) and "optimizer" (default "adam"; "sgd" and "sgd_momentum", whose steps are
