@@ -148,13 +148,26 @@ class GradientAccumulator(tf.Module):
                 )
             else:
                 ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
-        ops.append(self.sample_count.assign_add(tf.cast(weight, tf.float32)))
-        if loss is not None:
-            ops.append(
-                self.loss_sum.assign_add(tf.cast(loss, tf.float32) * tf.cast(weight, tf.float32))
-            )
-        ops.append(self.samples_seen.assign_add(tf.round(tf.cast(weight, tf.float64))))
-        return tf.group(ops)
+        # The counts after the gradients: a step that fails before its gradient exists (an
+        # out-of-memory error in the forward pass) then counts none of its samples.
+        with tf.control_dependencies(ops + ([loss] if loss is not None else [])):
+            counts = [
+                self.sample_count.assign_add(tf.cast(weight, tf.float32)),
+                self.samples_seen.assign_add(tf.round(tf.cast(weight, tf.float64))),
+            ]
+            if loss is not None:
+                counts.append(
+                    self.loss_sum.assign_add(
+                        tf.cast(loss, tf.float32) * tf.cast(weight, tf.float32)
+                    )
+                )
+        return tf.group(ops + counts)
+
+    def uncount_window(self) -> Any:
+        """Takes the window's samples back out of ``samples_seen`` (replica context): the
+        window is discarded to be trained again (out-of-memory recovery), so its samples will
+        be counted when they are added again."""
+        return self.samples_seen.assign_sub(tf.round(tf.cast(self.sample_count, tf.float64)))
 
     def samples_seen_count(self) -> int:
         """``samples_seen`` summed over replicas, as an int (eagerly; any context).

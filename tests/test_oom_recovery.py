@@ -111,6 +111,9 @@ def test_fit_survives_an_out_of_memory_error_mid_training_with_the_same_result()
     assert max_weight_diff(model, _model()) > MIN_MOVEMENT
     assert len(history.history["loss"]) == EPOCHS and history.epoch == [0, 1]
     assert model.window_core.windows == 3 * EPOCHS
+    # Every sample counted once per epoch: not the window's first micro-batch again (trained
+    # before the error and again after it), nor the micro-batch that failed.
+    assert model.samples_seen == N * EPOCHS
 
 
 @pytest.mark.slow

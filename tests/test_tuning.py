@@ -169,6 +169,36 @@ def test_a_trial_out_of_memory_at_its_first_step_is_retried_at_half_the_micro_ba
     assert not trials[2].metrics.exists("micro_batch_split")
 
 
+@pytest.mark.slow  # a real out-of-memory error: 10 s of the allocator's retries
+def test_a_trial_that_runs_out_of_memory_for_real_is_retried_at_half_the_micro_batch(tmp_path):
+    """The allocator's own error, not one raised from Python: a layer of the model asks for an
+    impossible tensor whenever its batch has more than 4 rows (``OutOfMemoryAt`` of
+    tests/test_oom_recovery.py), so the trial's micro-batch of 8 cannot train and 4 can."""
+    from tests.test_oom_recovery import OutOfMemoryAt
+
+    def build(hp):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((8,))
+        h = OutOfMemoryAt(at_call=1, limit=4)(inputs)
+        h = keras.layers.Dense(8, activation="relu")(h)
+        model = keras.Model(inputs, keras.layers.Dense(3)(h))
+        model.compile(
+            keras.optimizers.SGD(0.1),
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        return model
+
+    x, y = classification_data(n=N)
+    space = {"accum_steps": [2], "micro_batch_size": 8}
+    tuner = _tuner(tmp_path, AccumulationHyperModel(build, space), max_trials=1)
+    tuner.search(x, y, epochs=1, verbose=0)
+    (trial,) = tuner.oracle.trials.values()
+    assert trial.status == "COMPLETED", trial.message
+    assert trial.metrics.get_last_value("micro_batch_split") == 2  # micro-batch 4, K 4
+    assert trial.metrics.get_last_value("effective_batch_size") == 16  # the effective batch kept
+    assert trial.metrics.get_last_value("samples_seen") == N  # one whole epoch, nothing twice
+
+
 @pytest.mark.parametrize(
     "tuner_class, kwargs",
     [

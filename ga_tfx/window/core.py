@@ -213,6 +213,7 @@ class WindowCore(tf.Module):
         """
         split_now = split.split_to_double(self.config, self.state, error)
         pending = int(self.micro_steps.numpy())
+        strategy.run(self.accumulator.uncount_window)
         self.discard(strategy)
         self.state.micro_batches_done.assign_sub(pending)  # to be read again, not consumed
         self.state.micro_batch_split.assign(2 * split_now)
