@@ -16,6 +16,7 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before TensorFlow)
 from ga_tfx._keras import tf  # noqa: E402
 
+import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
@@ -25,6 +26,14 @@ import uuid
 import pytest
 
 tf.config.experimental.enable_op_determinism()
+# Python's full garbage collections: a worker of the fast tier holds about a million objects
+# (TensorFlow, TFX and the models' graphs), and each full collection walks them all (about
+# 0.6 s each; 15 s of a 160 s run of five modules, measured with gc.callbacks). Full
+# collections run a tenth as often (the third threshold, 10 by default), and the objects of
+# the imports, which never become garbage, leave the collector's view once the test modules
+# are collected (gc.freeze in pytest_collection_finish): the same run spent 7 s in the
+# collector and 13 % less CPU time.
+gc.set_threshold(700, 10, 100)
 # Under pytest-xdist (the fast tier's `-n 2` on 2 cores) each worker computes on one thread:
 # two processes with a 2-thread pool each fight for the cores (measured on the fast tier:
 # 8 min 44 s of CPU for 4 min 55 s of wall time).
@@ -113,6 +122,8 @@ def pytest_deselected(items):
 
 
 def pytest_collection_finish(session):
+    gc.collect()
+    gc.freeze()
     path = _COLLECTION_REPORT
     if not path or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
