@@ -20,6 +20,7 @@ import numbers
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 METADATA_KEY = "ga_tfx"
+SOURCE_KEY = "ga_tfx.source"  # a like() field's (class, setting)
 _KINDS = (int, float, str, bool)
 
 T = TypeVar("T", bound="Settings")
@@ -214,24 +215,45 @@ class Spec:
 
 
 def setting(
-    default: Any = dataclasses.MISSING, *, spec: Optional[Spec] = None, **spec_fields: Any
+    default: Any = dataclasses.MISSING,
+    *,
+    spec: Optional[Spec] = None,
+    source: Optional[Tuple[type, str]] = None,
+    **spec_fields: Any,
 ) -> Any:
     """A dataclass field declared with a :class:`Spec` (given, or built from ``spec_fields``;
-    with both, ``spec_fields`` override the given spec's fields). No ``default``: required."""
+    with both, ``spec_fields`` override the given spec's fields). No ``default``: required.
+    ``source``: the ``(class, setting)`` this field is (set by :func:`like`)."""
     if spec is None:
         spec = Spec(**spec_fields)
     elif spec_fields:
         spec = dataclasses.replace(spec, **spec_fields)
-    return dataclasses.field(default=default, metadata={METADATA_KEY: spec})
+    metadata: Dict[str, Any] = {METADATA_KEY: spec}
+    if source is not None:
+        metadata[SOURCE_KEY] = source
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def like(cls: type, name: str, default: Any = dataclasses.MISSING, **spec_fields: Any) -> Any:
     """A field with the spec of ``cls``'s setting ``name`` and, unless another is given, its
     default: the same setting seen from another place (e.g. a pipeline option that is a
-    Trainer setting, a Trainer setting that is a library setting)."""
+    Trainer setting, a Trainer setting that is a library setting). The field remembers where
+    it comes from, so that :func:`values_for` hands its value on under ``cls``'s name."""
     if default is dataclasses.MISSING:
         default = defaults(cls).get(name, dataclasses.MISSING)
-    return setting(default, spec=spec_of(cls, name), **spec_fields)
+    return setting(default, spec=spec_of(cls, name), source=(cls, name), **spec_fields)
+
+
+def values_for(settings: Any, cls: type) -> Dict[str, Any]:
+    """``{name: value}`` for ``cls`` of the fields of ``settings`` (a settings dataclass) that
+    were declared ``like(cls, name)``: the one route of a setting from one place to the next
+    (pipeline options to the Trainer, the Trainer's settings to the library), with no
+    hand-copied list of fields and under ``cls``'s names (``seed`` -> ``shuffle_seed``)."""
+    return {
+        field.metadata[SOURCE_KEY][1]: getattr(settings, field.name)
+        for field in dataclasses.fields(settings)
+        if field.metadata.get(SOURCE_KEY, (None,))[0] is cls
+    }
 
 
 def specs(cls: type) -> Dict[str, Spec]:

@@ -10,8 +10,10 @@ runs locally (:mod:`ga_tfx.pipelines.local`) and in the Kubeflow image
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx._schema import values_for
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
+from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.config import ADAPTIVE, parse_schedule
 from ga_tfx.pipelines import data_check, data_plan, user_code
@@ -156,18 +158,14 @@ def create_pipeline(
             f"accum_schedule={options.accum_schedule!r} and tune: the Tuner sets accum_steps, a "
             "schedule sets K by window; give one of them."
         )
+    # The Trainer's settings: those the options carry (each declared like() a Trainer setting),
+    # the label, and the planned K and epoch.
     settings = dict(
+        values_for(options, AccumulationSettings),
         label_key=code.label_key,
         raw_label_key=code.raw_label_key,
-        micro_batch_size=options.micro_batch_size,
-        accum_schedule=options.accum_schedule,
-        lr_scaling=options.lr_scaling,
-        log_noise_scale=options.log_noise_scale,
-        memory_budget=options.memory_budget,
-        strategy=options.strategy,
-        checkpoint_every_updates=options.checkpoint_every_updates,
-        checkpoint_every_seconds=options.checkpoint_every_seconds,
-        shuffle_seed=options.seed,
+        accum_steps=first_accum_steps(options),
+        updates_per_epoch=updates_per_epoch,
     )
     hyperparameters = None
     if options.tune:
@@ -192,9 +190,11 @@ def create_pipeline(
             if probe or options.search_agc_clip_factor is None
             else list(options.search_agc_clip_factor)
         )
+        # A trial trains tuning_updates, not the Trainer's epochs; a search sets the AGC factor.
         ga_settings = dict(settings, accum_steps=options.accum_steps)
-        if probe:
-            ga_settings["agc_clip_factor"] = options.agc_clip_factor
+        del ga_settings["updates_per_epoch"]
+        if not probe:
+            del ga_settings["agc_clip_factor"]
         tuner_config = {
             keys.MODEL_FN: code.model_fn,
             keys.GA_TFX: ga_settings,
@@ -224,9 +224,6 @@ def create_pipeline(
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=hyperparameters,
         **_user_code_args(code, "model_fn"),
-        accum_steps=first_accum_steps(options),
-        agc_clip_factor=options.agc_clip_factor,
-        updates_per_epoch=updates_per_epoch,
         train_args=tfx.proto.TrainArgs(num_steps=updates),
         eval_args=tfx.proto.EvalArgs(num_steps=options.eval_steps),
         **settings,

@@ -673,6 +673,14 @@ MUTATIONS: List[Mutation] = [
         '                measure="B_path",\n',
         ("tests/test_tune_strategy.py", "-k", "stock_tuner_probes_once"),
     ),
+    Mutation(
+        "settings.route_drops_a_setting",
+        "ga_tfx/_schema.py",
+        "        if field.metadata.get(SOURCE_KEY, (None,))[0] is cls\n",
+        "        if field.metadata.get(SOURCE_KEY, (None,))[0] is cls"
+        ' and field.name != "strategy"\n',
+        ("tests/test_tune_strategy.py", "-k", "every_option"),
+    ),
     # ---- judgment rules (issue 34): the recommendation's rounding, the memory probe, the data
     # plan's column rules and the tabular features
     Mutation(

@@ -11,12 +11,14 @@ whole ``--tune-strategy noise_scale`` run.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tuning
+from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.pipelines import cli, tuning_report
 from ga_tfx.pipelines import pipeline as pipeline_lib
 from ga_tfx.pipelines.options import TrainingOptions
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -156,6 +158,55 @@ def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
     config = json.loads(searched["Tuner"].exec_properties["custom_config"])
     assert config["tuner"]["seed"] == 5 and config["tuner"]["max_trials"] == 3
     assert "kind" not in config["tuner"] and config["ga_tfx_search"]["agc_clip_factor"]
+
+
+# A value other than the default for each option that is a Trainer setting (declared
+# like(AccumulationSettings, name)), under the option's name.
+NOT_THE_DEFAULTS = dict(
+    accum_steps=8,
+    micro_batch_size=16,
+    updates_per_epoch=30,
+    checkpoint_every_updates=7,
+    checkpoint_every_seconds=9.5,
+    agc_clip_factor=0.05,
+    accum_schedule="adaptive:2-16",
+    lr_scaling="sqrt",
+    log_noise_scale=True,
+    memory_budget="1GiB",
+    strategy="none",
+    seed=9,
+)
+
+
+def test_every_option_that_is_a_trainer_setting_reaches_the_trainer_and_the_probe(tmp_path):
+    """One route (``values_for``): each such option arrives under the Trainer's name with its
+    value, in the Trainer and in the probe's settings (which train tuning_updates, not the
+    Trainer's epochs); an option added later without a value here fails the first line."""
+    from ga_tfx._schema import SOURCE_KEY
+
+    carried = {
+        f.name: f.metadata[SOURCE_KEY][1]
+        for f in dataclasses.fields(TrainingOptions)
+        if f.metadata.get(SOURCE_KEY, (None,))[0] is AccumulationSettings
+    }
+    assert set(carried) == set(NOT_THE_DEFAULTS)
+    defaults = TrainingOptions()
+    assert all(getattr(defaults, name) != v for name, v in NOT_THE_DEFAULTS.items())
+    no_schedule = dict(NOT_THE_DEFAULTS, accum_schedule=None)
+    parts = _components(TrainingOptions(**NOT_THE_DEFAULTS), tmp_path)
+    trainer = parts["GradientAccumulationTrainer"].exec_properties
+    probed = _components(
+        TrainingOptions(tune=True, tune_strategy="noise_scale", **no_schedule), tmp_path
+    )
+    probe = json.loads(probed["Tuner"].exec_properties["custom_config"])["ga_tfx"]
+    for option, name in carried.items():
+        value = NOT_THE_DEFAULTS[option]
+        sent = int(value) if isinstance(value, bool) else value  # exec properties: 0/1
+        assert trainer[name] == sent, name
+        if option == "updates_per_epoch":
+            assert name not in probe
+        elif option != "accum_schedule":
+            assert probe[name] == value, name
 
 
 CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -16,10 +16,9 @@ Settings travel as primitive execution properties (``int``/``float``/``str``, bo
 ``ValueError`` naming the field, the value and what is allowed.
 """
 
-from ga_tfx._schema import SettingError, Settings, defaults, like, setting, specs
+from ga_tfx._schema import SettingError, Settings, defaults, like, setting, specs, values_for
 from ga_tfx.components import keys
 from ga_tfx.config import ADAPTIVE, AccumulationConfig, parse_schedule
-from ga_tfx.config import FIELDS as LIBRARY_FIELDS
 
 import dataclasses
 import re
@@ -181,13 +180,7 @@ def _budget_problem(text: str) -> Optional[str]:
 
 def accumulation_config(settings: AccumulationSettings) -> AccumulationConfig:
     """The library's :class:`~ga_tfx.AccumulationConfig` of the Trainer's settings."""
-    return AccumulationConfig(
-        **{
-            name: getattr(settings, name)
-            for name in specs(AccumulationSettings)
-            if name in LIBRARY_FIELDS
-        }
-    )
+    return AccumulationConfig(**values_for(settings, AccumulationConfig))
 
 
 # Settings a Tuner's best hyperparameters may override (see run_fn's docstring).
