@@ -31,13 +31,15 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 # The probe's worst measured under-read of a training run's peak, as a fraction of its reading:
 # a size fits when its probe reading x (1 + PROBE_MARGIN) is within the budget. Measured by
-# `python -m benchmarks.micro_batch_memory` (benchmarks/MEMORY.md: the benchmark conv net, SGD
-# with momentum, effective batch 256, on this project's 2-core CPU with TensorFlow's BFC
-# allocator): the highest training peak over the lowest probe reading of the same size was
-# 1.248 at micro-batch 64 (25.1 MiB against 20.1; 5 readings of each at 32, 64, 128 and 256,
-# worst 1.24 at each of 32, 64 and 128, 1.02 at 256); the first run, at d3ffec3, read 42.6
-# against 38.7 at 128 (1.10). The error is run-to-run noise of both readings, not a bias (the
-# probe read up to 1.14 times the lowest training peak, at 256); 0.25: the worst, rounded up.
+# `python -m benchmarks.micro_batch_memory` (the benchmark conv net, SGD with momentum,
+# effective batch 256, on this project's 2-core CPU with TensorFlow's BFC allocator; 5
+# training peaks and 5 probe readings at each of 32, 64, 128 and 256): the highest training
+# peak over the lowest probe reading of the same size was 1.231 at 32 in benchmarks/MEMORY.md
+# (at 14be8ab: 12.0 MiB against 9.8; 1.19 at 64, 1.10 at 128, 1.04 at 256) and 1.248 at 64 in
+# the run just before it (same code: 25.1 MiB against 20.1); the first run, at d3ffec3, read
+# 42.6 against 38.7 at 128 (1.10). The error is run-to-run noise of both readings, not a bias
+# (the probe also read above the training peak: 92.0 against at most 85.4 at 256); 0.25 is the
+# worst ratio, 1.248, rounded up: what was measured, not a bound.
 PROBE_MARGIN = 0.25
 
 _UNITS = {
