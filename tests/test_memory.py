@@ -82,8 +82,15 @@ def test_the_chosen_micro_batch_is_the_largest_whose_training_fits_the_budget():
     (85.9 MiB where a fresh process reads 72), and the two sizes' costs no longer differed
     clearly. The process inherits the suite's allocator settings (tests/conftest.py sets them in
     the environment)."""
+    out = _in_a_fresh_process("_chosen_micro_batch_check")
+    assert "micro-batch 64 x accum_steps 4 = effective batch 256" in out
+
+
+def _in_a_fresh_process(check):
+    """The standard output of this module's function ``check`` run in a fresh interpreter,
+    which must succeed."""
     done = subprocess.run(
-        [sys.executable, "-c", f"import {__name__} as m; m._chosen_micro_batch_check()"],
+        [sys.executable, "-c", f"import {__name__} as m; m.{check}()"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -91,7 +98,7 @@ def test_the_chosen_micro_batch_is_the_largest_whose_training_fits_the_budget():
     )
     print(done.stdout)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert "micro-batch 64 x accum_steps 4 = effective batch 256" in done.stdout
+    return done.stdout
 
 
 def _chosen_micro_batch_check():
@@ -234,16 +241,8 @@ def test_a_budget_inside_the_probes_error_picks_the_next_smaller_size_and_is_not
     benchmark's conv net, with BatchNormalization and TensorFlow's default threading, read up
     to UNDER_READ apart), so the probe's reading at 128 is lowered by that worst measured
     under-read; the training peaks are real. A fresh process as in the test above."""
-    done = subprocess.run(
-        [sys.executable, "-c", f"import {__name__} as m; m._inside_the_error_check()"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    print(done.stdout)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert "inside the error: micro-batch 64 x accum_steps 4" in done.stdout
+    out = _in_a_fresh_process("_inside_the_error_check")
+    assert "inside the error: micro-batch 64 x accum_steps 4" in out
 
 
 def _inside_the_error_check():
