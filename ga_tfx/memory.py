@@ -39,7 +39,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 # the run just before it (same code: 25.1 MiB against 20.1); the first run, at d3ffec3, read
 # 42.6 against 38.7 at 128 (1.10). The error is run-to-run noise of both readings, not a bias
 # (the probe also read above the training peak: 92.0 against at most 85.4 at 256); 0.25 is the
-# worst ratio, 1.248, rounded up: what was measured, not a bound.
+# worst ratio, 1.248, rounded up: what was measured on that conv net, not a bound (an MLP of
+# benchmarks/device_check.py read up to 1.38 on this CPU: docs/benchmarks.md).
 PROBE_MARGIN = 0.25
 
 _UNITS = {
