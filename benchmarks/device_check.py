@@ -9,8 +9,9 @@ script itself, ``tests/test_device_check.py``). Each section prints one line per
    float32 big-batch SGD with momentum: ``max |dw| <= 4 u x movement`` (u: the compute dtype's
    unit round-off; the bound of ``tests/test_mixed_precision.py``).
 2. **memory**: ``fit_micro_batch`` under a budget halfway between its probe's peaks at two
-   sizes; the chosen size's real training peak (``get_memory_info``: peak above what was in
-   use, plus what the run holds) must be within the budget. On a CPU (TensorFlow's BFC
+   sizes, the smaller one's with the probe's margin (``ga_tfx.memory.PROBE_MARGIN``, which the
+   pick applies); the chosen size's real training peak (``get_memory_info``: peak above what
+   was in use, plus what the run holds) must be within the budget. On a CPU (TensorFlow's BFC
    allocator, set by this module before TensorFlow starts) the line is INFO, not a verdict:
    there the probe's reading of one size moved by up to 20% between runs (e.g. 65.6, 74.0 and
    81.0 MiB at 512 in three ``--quick`` runs), so a budget halfway between two sizes is inside
@@ -151,7 +152,8 @@ def memory(quick: bool) -> List[str]:
         ).peaks[size]
         for size in (big, small)
     }
-    budget = (probe[big] + probe[small]) // 2
+    with_margin = int(probe[small] * (1 + memory_lib.PROBE_MARGIN))  # what the pick compares
+    budget = (probe[big] + with_margin) // 2
     gpu = device.startswith("GPU")
     try:
         choice = ga_tfx.fit_micro_batch(
@@ -172,7 +174,8 @@ def memory(quick: bool) -> List[str]:
     mib = 2**20
     return [
         f"{verdict} memory on {device}: budget {budget / mib:.1f} MiB (halfway between the probe's "
-        f"{probe[small] / mib:.1f} at {small} and {probe[big] / mib:.1f} at {big}): picked "
+        f"{probe[small] / mib:.1f} at {small}, {with_margin / mib:.1f} with its margin of "
+        f"{memory_lib.PROBE_MARGIN:.0%}, and {probe[big] / mib:.1f} at {big}): picked "
         f"{choice.micro_batch} x {choice.accum_steps}; its training peaks at {real / mib:.1f} MiB "
         f"(probe / training {probe[choice.micro_batch] / real:.3f})"
     ]

@@ -727,6 +727,13 @@ MUTATIONS: List[Mutation] = [
         slow=True,
     ),
     Mutation(
+        "memory.no_margin",  # the pick ignores the probe's margin (PROBE_MARGIN)
+        "ga_tfx/memory.py",
+        "            if _fits(peaks[size], margin, budget):\n",
+        "            if peaks[size] <= budget:\n",
+        ("tests/test_memory.py", "-k", "margin"),
+    ),
+    Mutation(
         "plan.identifier_rule_off",
         "pipelines/data_plan.py",
         "if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION"
