@@ -402,8 +402,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "checkpoints.one_window_per_call",
         "components/trainer/checkpoints.py",
-        "        self.done += 1\n",
-        "        self.done += int(event.window > 0 and self.done % 2 == 0)\n",
+        "        self.windows_done += 1\n",
+        "        self.windows_done += int(event.window > 0 and self.windows_done % 2 == 0)\n",
         ("tests/test_preemption.py",),
     ),
     Mutation(
@@ -654,7 +654,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "trainer.adaptive_position_from_the_bound",
         "components/trainer/run_fn.py",
-        "    return checkpoint.position\n",
+        "    return checkpoint.micro_batches_done\n",
         "    return settings.micro_batches(0, windows)\n",
         ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
     ),

@@ -119,7 +119,7 @@ def test_the_trainers_checkpoints_leave_fit_pacing_and_count_every_window(tmp_pa
     _fit(model, calls, saves)
     saves.finish()
     assert calls.calls < UPDATES  # paced: the first call one window, the next ones more
-    assert saves.done == UPDATES == int(model.optimizer.iterations.numpy())
+    assert saves.windows_done == UPDATES == int(model.optimizer.iterations.numpy())
     assert saves.saved[-1] == UPDATES and all(n >= 3 for n in saves.saved)
     for a, b in zip(model.weights, one_per_call.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -137,7 +137,7 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     saves.restore()
     _fit(uninterrupted, saves)
     saves.finish()
-    assert saves.done == UPDATES == int(uninterrupted.optimizer.iterations.numpy())
+    assert saves.windows_done == UPDATES == int(uninterrupted.optimizer.iterations.numpy())
     assert saves.saved == [4, 7]  # the first call end at or past 3 updates; the end
 
     # A stop requested as the second call (windows 3 and 4) begins takes effect at its end.
@@ -152,7 +152,7 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     done = again.restore()
     assert done == 4 == int(resumed.optimizer.iterations.numpy())
     _fit(resumed, again, done=done)
-    assert again.done == UPDATES == int(resumed.optimizer.iterations.numpy())
+    assert again.windows_done == UPDATES == int(resumed.optimizer.iterations.numpy())
     diff = max(
         float(np.max(np.abs(a.numpy() - b.numpy())))
         for a, b in zip(resumed.weights, uninterrupted.weights)
@@ -302,3 +302,11 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
     assert again.restore() == 2
     for got, want in zip(resumed.weights, at_two[0]):
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_the_interruption_counts_windows_and_keeps_its_old_name_deprecated():
+    error = preemption.TrainingInterrupted(4, 7, signal.SIGTERM)
+    assert error.windows_done == 4 and error.exit_code == 128 + signal.SIGTERM
+    assert str(error).startswith("interrupted at update 4 of 7;")
+    with pytest.warns(DeprecationWarning, match="use windows_done"):
+        assert error.updates_done == 4

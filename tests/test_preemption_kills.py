@@ -76,7 +76,7 @@ def kill(signum=signal.SIGKILL):
 def at_window(window, action):  # action() as window `window` begins
     begin = Update.on_train_batch_begin
     def patched(self, batch, logs=None):
-        if self.done + 1 == window:
+        if self.windows_done + 1 == window:
             action()
         begin(self, batch, logs)
     Update.on_train_batch_begin = patched

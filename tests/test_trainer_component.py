@@ -665,7 +665,7 @@ KILL_AT = int(sys.argv[3])
 
 def save_then_die(self):
     save(self)
-    if self.done == KILL_AT:  # KILL_AT updates checkpointed: the machine goes away, no clean-up
+    if self.windows_done == KILL_AT:  # KILL_AT updates checkpointed: the machine goes away
         os.kill(os.getpid(), signal.SIGKILL)
 
 checkpoints.UpdateCheckpoint.save = save_then_die

@@ -68,7 +68,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
       clock: seconds, monotonic (tests pass a fake one).
 
     Call :meth:`restore` after the model is built and before ``fit``: it returns the windows
-    already trained. Keeps the two latest checkpoints. ``done`` is the number of windows
+    already trained. Keeps the two latest checkpoints. ``windows_done`` is the number of windows
     trained, ``saved_at`` the number the latest checkpoint holds. Under ``multi_worker`` every
     decision to save or stop is agreed by all workers (one small all-reduce per window), since
     all of them must save together; only the chief's files are kept.
@@ -90,12 +90,12 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         clock: Callable[[], float] = time.monotonic,
     ):
         super().__init__()
-        self.updates_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates_done")
-        self.micro_batches_done = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name="micro_batches_done"
-        )
+        windows = tf.Variable(0, dtype=tf.int64, trainable=False, name="windows_done")
+        micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_batches_done")
+        self._saved = windows, micro_batches  # the checkpoint's copies of the two counters
+        # "updates_done": the key of checkpoints written before the rename, so that they resume.
         self._checkpoint = tf.train.Checkpoint(
-            model=model, updates_done=self.updates_done, micro_batches_done=self.micro_batches_done
+            model=model, updates_done=windows, micro_batches_done=micro_batches
         )
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=2)
         self._directory = directory
@@ -110,8 +110,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._total, self._every, self._seconds = total_updates, every_updates, every_seconds
         self._stop = stop or StopRequest()
         self._clock = clock
-        self.done = self.saved_at = 0
-        self.position = 0  # micro-batches of the ``done`` windows
+        self.windows_done = self.saved_at = 0
+        self.micro_batches_done = 0  # of the ``windows_done`` windows: the data position
         # Updates (applied windows) since the latest checkpoint.
         self._updates_since_save = 0
         self._has_checkpoint = False  # (not read from the index: the same on every worker)
@@ -129,20 +129,20 @@ class UpdateCheckpoint(keras.callbacks.Callback):
             # restored when they are created (deferred restoration).
             self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
-        self.done = self.saved_at = int(self.updates_done.numpy())
-        self.position = int(self.micro_batches_done.numpy())
+        self.windows_done = self.saved_at = int(self._saved[0].numpy())
+        self.micro_batches_done = int(self._saved[1].numpy())
         self._updates_since_save = 0
         self._saved_time = self._clock()
-        return self.done
+        return self.windows_done
 
     def save(self) -> None:
-        """Writes a checkpoint of the state after ``done`` windows (once per count)."""
-        if self._has_checkpoint and self.saved_at == self.done:
+        """Writes a checkpoint of the state after ``windows_done`` windows (once per count)."""
+        if self._has_checkpoint and self.saved_at == self.windows_done:
             return
-        self.updates_done.assign(self.done)
-        self.micro_batches_done.assign(self.position)
-        self._write_manager.save(checkpoint_number=self.done)
-        self.saved_at, self._saved_time = self.done, self._clock()
+        self._saved[0].assign(self.windows_done)
+        self._saved[1].assign(self.micro_batches_done)
+        self._write_manager.save(checkpoint_number=self.windows_done)
+        self.saved_at, self._saved_time = self.windows_done, self._clock()
         self._updates_since_save = 0
         self._has_checkpoint = True
 
@@ -163,12 +163,12 @@ class UpdateCheckpoint(keras.callbacks.Callback):
 
     def _interrupt(self):
         self.save()
-        raise TrainingInterrupted(self.done, self._total, self._stop.signum or 0)
+        raise TrainingInterrupted(self.windows_done, self._total, self._stop.signum or 0)
 
     def on_window_end(self, event):
         """The window core's event: one more window trained (an update unless skipped)."""
-        self.done += 1
-        self.position += int(event.micro_batches)
+        self.windows_done += 1
+        self.micro_batches_done += int(event.micro_batches)
         self._updates_since_save += int(event.applied)
 
     def on_train_batch_end(self, batch, logs=None):

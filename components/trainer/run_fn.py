@@ -261,10 +261,10 @@ def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_
 
 
 def _train(model, fn_args, settings, schema, evaluation, checkpoint, updates, per_epoch, callbacks):
-    """The ``fit`` calls of windows ``checkpoint.done + 1 .. updates`` (:func:`_fit_plan`);
+    """The ``fit`` calls of windows ``checkpoint.windows_done + 1 .. updates`` (:func:`_fit_plan`);
     returns the last epoch's logs."""
     metrics = {}
-    plan = _fit_plan(checkpoint.done, updates, per_epoch, bool(settings.accum_schedule))
+    plan = _fit_plan(checkpoint.windows_done, updates, per_epoch, bool(settings.accum_schedule))
     adaptive = settings.adaptive_range is not None
     for initial_epoch, epochs, windows, skip in plan:
         history = model.fit(
@@ -287,13 +287,13 @@ def _train(model, fn_args, settings, schema, evaluation, checkpoint, updates, pe
 
 def _data_position(checkpoint, settings, windows):
     """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
-    chosen as the training went) the sum of their K (``checkpoint.position``: counted from the
-    window events, restored with the checkpoint)."""
+    chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``:
+    counted from the window events, restored with the checkpoint)."""
     if settings.adaptive_range is None:
         return settings.micro_batches(0, windows)
-    if checkpoint.done != windows:
-        raise RuntimeError(f"{checkpoint.done} windows trained, the plan expects {windows}")
-    return checkpoint.position
+    if checkpoint.windows_done != windows:
+        raise RuntimeError(f"{checkpoint.windows_done} windows trained, the plan expects {windows}")
+    return checkpoint.micro_batches_done
 
 
 class _StopAfterWindows(keras.callbacks.Callback):
