@@ -1010,7 +1010,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "oom.trainer_replans_from_the_start",
         "components/trainer/run_fn.py",
-        "_fit_plan(checkpoint.done, updates,",
+        "_fit_plan(checkpoint.windows_done, updates,",
         "_fit_plan(0, updates,",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
