@@ -252,7 +252,6 @@ class TrainingLoop(LoopSteps):
         self._micro_step_fn = xla_step(self._micro_step) if self.jit_compile else self._micro_step
         self._split = False
         self._trace_window()
-        self._flush_fn = tf.function(self._flush)
         self._end_of_data_fn = tf.function(self._end_of_data)
         self._restored = False
 
@@ -400,7 +399,7 @@ class TrainingLoop(LoopSteps):
                 if budget == 0:
                     self.stop_training = True
         if self.epoch >= epochs and self._pending():  # carry: the last window of the run
-            self._flush_fn()
+            self._end_of_data_fn("apply")
             logs = self._window_ends() or logs
         self.save()
         for callback in self.callbacks:

@@ -5,7 +5,7 @@ that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop`)."""
 from ga_tfx._keras import tf
 from ga_tfx.window import batch_size, clock
 
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 
 def default_inputs(batch: Any) -> Any:
@@ -98,13 +98,10 @@ class LoopSteps:
             tf.cond(pending >= least, self._finish_window, lambda: tf.constant(False))
         return count
 
-    def _flush(self) -> None:
-        """Cross-replica, traced: ends the pending window (if any) as an update."""
-        clock.end_of_data(self.core, self.strategy, self._finish_window, policy="apply")
-
-    def _end_of_data(self) -> None:
-        """Cross-replica, traced: the data ended; the pending window by ``partial_window``."""
-        clock.end_of_data(self.core, self.strategy, self._finish_window)
+    def _end_of_data(self, policy: Optional[str] = None) -> None:
+        """Cross-replica, traced: the data ended; the clock ends the pending window by
+        ``policy`` (``None``: ``partial_window``; the run's last window: ``"apply"``)."""
+        clock.end_of_data(self.core, self.strategy, self._finish_window, policy)
 
     def _finish_window(self) -> tf.Tensor:
         return self.core.finish(
