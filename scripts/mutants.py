@@ -176,8 +176,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "engine.drop_policy_ignored",
         LOOP,
-        'elif self._ending == "drop":',
-        "elif False:",
+        "            self._end_of_data(self._ending)\n",
+        '            self._end_of_data("apply")\n',
         ("tests/test_windows.py", "-k", "policies and drop"),
     ),
     Mutation(
