@@ -56,7 +56,7 @@ from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noq
 import json
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union, cast
 
 import keras_tuner
 
@@ -207,17 +207,12 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             # An out-of-memory error is first retried by the engine at half the micro-batch
             # and twice K (the same effective batch; ga_tfx.engine.recovery), down to one
             # sample; only then does the trial fail.
-            while True:
-                try:
-                    return model.fit(x, y, callbacks=callbacks, **kwargs)
-                except recovery.OutOfMemoryRecovered as error:
-                    if (error.epoch, error.position) != (0, 0):
-                        raise
-                    # In the trial's first window: nothing was trained, so the trial starts
-                    # over at the smaller micro-batch (the engine's split stays).
+            return recovery.replay(
+                lambda: model.fit(x, y, callbacks=callbacks, **kwargs), _start_over
+            )
         except (tf.errors.ResourceExhaustedError, RuntimeError) as error:
-            oom = error if isinstance(error, tf.errors.ResourceExhaustedError) else error.__cause__
-            if not isinstance(oom, tf.errors.ResourceExhaustedError):
+            oom = recovery.out_of_memory(error)
+            if oom is None:
                 raise
             core = getattr(model, "window_core", None)
             split = core.micro_batch_split if core is not None else 1
@@ -233,6 +228,15 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
                 f"Trial ran out of memory at effective batch size "
                 f"{values['effective_batch_size']} (micro-batch {micro}){retried}: {oom.message}"
             ) from error
+
+
+def _start_over(error: BaseException, pending: int) -> None:
+    """A trial's fit that recovered from an out-of-memory error but cannot read the window's
+    data again: in the trial's first window nothing was trained, so the trial starts over at
+    the smaller micro-batch (the engine's split stays); later, the error stands."""
+    recovered = cast(recovery.OutOfMemoryRecovered, error)  # (the one error replayed here)
+    if (recovered.epoch, recovered.position) != (0, 0):
+        raise error
 
 
 class _TrialRecorder(keras.callbacks.Callback):

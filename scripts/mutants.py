@@ -258,6 +258,13 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
     ),
     Mutation(
+        "oom.replay_gives_up",  # the one replay (fit, TrainingLoop, the Tuner, the Trainer)
+        "ga_tfx/engine/recovery.py",
+        "            rewind(error, core(error).recover_from_oom(strategy, error))\n",
+        "            raise\n",
+        ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
+    ),
+    Mutation(
         "clock.drop_applies",
         "ga_tfx/window/clock.py",
         "        return tf.cond(pending, lambda: _drop(core, strategy), none)",
@@ -987,8 +994,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "oom.tuner_trial_not_retried",
         "ga_tfx/tuning.py",
-        "                    if (error.epoch, error.position) != (0, 0):\n",
-        "                    if True:\n",
+        "    if (recovered.epoch, recovered.position) != (0, 0):\n",
+        "    if True:\n",
         ("tests/test_tuning.py", "-k", "retried_at_half"),
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
@@ -1003,8 +1010,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "training_loop.signal_not_acted_on",
         "ga_tfx/training_loop/__init__.py",
-        "                self._stop_if_requested(max_updates)\n",
-        "                pass\n",
+        "        self._stop_if_requested(max_updates)\n",
+        "        pass\n",
         ("tests/test_preemption_in_step.py", "-k", "training_loop"),
     ),
     Mutation(

@@ -44,6 +44,7 @@ from ga_tfx._keras import keras, tf
 from ga_tfx._schema import Spec
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.distribution import is_chief
+from ga_tfx.engine import recovery
 from ga_tfx.engine.step import batch_size
 from ga_tfx.training_loop import checks
 from ga_tfx.training_loop.callbacks import UpdateCallback
@@ -54,7 +55,7 @@ from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
-from typing import Any, Callable, List, Optional, Sequence, Union, cast
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union, cast
 
 __all__ = [
     "LOG_KEYS",
@@ -254,6 +255,8 @@ class TrainingLoop(LoopSteps):
         self._trace_window()
         self._end_of_data_fn = tf.function(self._end_of_data)
         self._restored = False
+        self._budget: Optional[int] = None  # micro-batches left to this run (max_micro_batches)
+        self._iterator: Any = None  # the current epoch's data
 
         self.checkpoint_dir = checkpoint_dir
         self._checkpoints = LoopCheckpoints(
@@ -365,29 +368,24 @@ class TrainingLoop(LoopSteps):
         self.stop_training = False
         self._log.start()
         logs: dict = {}
+        self._budget = budget
         while self.epoch < epochs and not self.stop_training:
             if max_updates is not None and self.updates >= max_updates:
                 break
-            iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
+            self._iterator = self._epoch_data()
             while not self.stop_training:
                 if max_updates is not None and self.updates >= max_updates:
                     break
-                self._stop_if_requested(max_updates)
-                wanted = self.core.accum_steps - self._pending()
-                finish = budget is None or budget >= wanted
-                take = wanted if finish else cast(int, budget)  # not finish: budget is an int
-                try:
-                    count = int(self._window_fn(iterator, tf.constant(take, tf.int64), finish))
-                except tf.errors.ResourceExhaustedError as error:
-                    # The window again from its first micro-batch, at half the micro-batch.
-                    pending = self.core.recover_from_oom(self.strategy, error)
-                    self._trace_window()  # with the split
-                    self.state.position.assign_sub(pending)
-                    budget = None if budget is None else budget + pending
-                    iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
-                    continue
-                if budget is not None:
-                    budget -= count
+                # An out-of-memory error: the window again from its first micro-batch, at
+                # half the micro-batch (recovery.replay).
+                count, take = recovery.replay(
+                    lambda: self._next_window(max_updates),
+                    self._read_window_again,
+                    lambda error: self.core,
+                    self.strategy,
+                )
+                if self._budget is not None:
+                    self._budget -= count
                 epoch_ended = count < take
                 if epoch_ended and self._pending():  # the data ended inside a window
                     self._end_of_data_fn()  # by partial_window (the window's clock)
@@ -396,7 +394,7 @@ class TrainingLoop(LoopSteps):
                     self.state.epoch.assign_add(1)
                     self.state.position.assign(0)
                     break
-                if budget == 0:
+                if self._budget == 0:
                     self.stop_training = True
         if self.epoch >= epochs and self._pending():  # carry: the last window of the run
             self._end_of_data_fn("apply")
@@ -406,6 +404,28 @@ class TrainingLoop(LoopSteps):
             if hasattr(callback, "on_train_end"):
                 callback.on_train_end(self, logs)
         return logs
+
+    def _epoch_data(self) -> Any:
+        """An iterator over the current epoch's micro-batches from the data position on."""
+        return iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
+
+    def _next_window(self, max_updates: Optional[int]) -> Tuple[int, int]:
+        """One call of the traced window: the rest of the pending window, or of the budget
+        (``max_micro_batches``). Returns the micro-batches taken and those asked for."""
+        self._stop_if_requested(max_updates)
+        wanted = self.core.accum_steps - self._pending()
+        finish = self._budget is None or self._budget >= wanted
+        take = wanted if finish else cast(int, self._budget)  # not finish: budget is an int
+        return int(self._window_fn(self._iterator, tf.constant(take, tf.int64), finish)), take
+
+    def _read_window_again(self, error: BaseException, pending: int) -> None:
+        """After an out-of-memory recovery, which discarded the window (``pending`` of its
+        micro-batches were consumed before the failed call): the data from its first
+        micro-batch, the window traced with the split micro-batch."""
+        self._trace_window()
+        self.state.position.assign_sub(pending)
+        self._budget = None if self._budget is None else self._budget + pending
+        self._iterator = self._epoch_data()
 
     def _stop_if_requested(self, max_updates: Optional[int]) -> None:
         """Between windows: on a stop signal (agreed by every worker), save and raise
