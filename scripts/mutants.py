@@ -514,7 +514,7 @@ MUTATIONS: List[Mutation] = [
     # ---- tuning: the library, the Tuner's tuner_fn and trials, the report
     Mutation(
         "tuning.out_of_memory_not_caught",
-        "ga_tfx/tuning.py",
+        "ga_tfx/hypermodel.py",
         "except (tf.errors.ResourceExhaustedError, RuntimeError) as error:",
         "except (tf.errors.CancelledError, ValueError) as error:",
         ("tests/test_tuning.py", "-k", "out_of_memory"),
@@ -522,7 +522,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "tuning.steps_per_epoch_off_by_one",
-        "ga_tfx/tuning.py",
+        "ga_tfx/hypermodel.py",
         'kwargs["steps_per_epoch"] = samples_per_epoch // micro',
         'kwargs["steps_per_epoch"] = samples_per_epoch // micro + 1',
         ("tests/test_tuner_component.py", "-k", "searches_accum_steps"),
@@ -993,7 +993,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "oom.tuner_trial_not_retried",
-        "ga_tfx/tuning.py",
+        "ga_tfx/hypermodel.py",
         "    if (recovered.epoch, recovered.position) != (0, 0):\n",
         "    if True:\n",
         ("tests/test_tuning.py", "-k", "retried_at_half"),
