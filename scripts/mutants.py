@@ -1009,8 +1009,8 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "training_loop.signal_not_acted_on",
-        "ga_tfx/training_loop/__init__.py",
-        "        self._stop_if_requested(max_updates)\n",
+        "ga_tfx/training_loop/run.py",
+        "        self._stop_if_requested()\n",
         "        pass\n",
         ("tests/test_preemption_in_step.py", "-k", "training_loop"),
     ),

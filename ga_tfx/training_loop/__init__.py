@@ -30,9 +30,11 @@ Counters: an *update* is one applied optimizer step (``optimizer.iterations`` ad
 a skipped window is not an update. Every "every N" and "at N" counts updates; the data position
 counts micro-batches.
 
-Where the code is: this module is the loop (micro-batches into windows, the run);
-:mod:`~ga_tfx.training_loop.step` the math of one micro-batch,
-:mod:`~ga_tfx.training_loop.data` each epoch's data from a position on,
+Where the code is: this module is the loop (its arguments, state and checkpoints);
+:mod:`~ga_tfx.training_loop.run` the host loop of one :meth:`TrainingLoop.run` (epochs of
+windows, the out-of-memory replay, stop signals, each window end's logs, checkpoints and
+callbacks), :mod:`~ga_tfx.training_loop.step` the traced window and the math of one
+micro-batch, :mod:`~ga_tfx.training_loop.data` each epoch's data from a position on,
 :mod:`~ga_tfx.training_loop.checkpoints`, :mod:`~ga_tfx.training_loop.logs` and
 :mod:`~ga_tfx.training_loop.callbacks` its checkpoints, logs and callbacks,
 :mod:`~ga_tfx.training_loop.checks` its argument checks.
@@ -44,18 +46,18 @@ from ga_tfx._keras import keras, tf
 from ga_tfx._schema import Spec
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.distribution import is_chief
-from ga_tfx.engine import recovery
 from ga_tfx.engine.step import batch_size
 from ga_tfx.training_loop import checks
 from ga_tfx.training_loop.callbacks import UpdateCallback
 from ga_tfx.training_loop.checkpoints import LoopCheckpoints
 from ga_tfx.training_loop.data import EpochData
 from ga_tfx.training_loop.logs import LOG_KEYS, NOISE_KEYS, LoopLog
+from ga_tfx.training_loop.run import LoopRun
 from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 __all__ = [
     "LOG_KEYS",
@@ -255,8 +257,6 @@ class TrainingLoop(LoopSteps):
         self._trace_window()
         self._end_of_data_fn = tf.function(self._end_of_data)
         self._restored = False
-        self._budget: Optional[int] = None  # micro-batches left to this run (max_micro_batches)
-        self._iterator: Any = None  # the current epoch's data
 
         self.checkpoint_dir = checkpoint_dir
         self._checkpoints = LoopCheckpoints(
@@ -358,85 +358,7 @@ class TrainingLoop(LoopSteps):
             self.stop_on_signals and self.checkpoint_dir is not None
         ) as stop:
             self._stop = stop
-            return self._run(epochs, max_updates, budget)
-
-    def _run(self, epochs: int, max_updates: Optional[int], budget: Optional[int]) -> dict:
-        if not self._restored:
-            self.restore()
-            self._trace_window()  # a restored out-of-memory split
-        self.core.start_events()
-        self.stop_training = False
-        self._log.start()
-        logs: dict = {}
-        self._budget = budget
-        while self.epoch < epochs and not self.stop_training:
-            if max_updates is not None and self.updates >= max_updates:
-                break
-            self._iterator = self._epoch_data()
-            while not self.stop_training:
-                if max_updates is not None and self.updates >= max_updates:
-                    break
-                # An out-of-memory error: the window again from its first micro-batch, at
-                # half the micro-batch (recovery.replay).
-                count, take = recovery.replay(
-                    lambda: self._next_window(max_updates),
-                    self._read_window_again,
-                    lambda error: self.core,
-                    self.strategy,
-                )
-                if self._budget is not None:
-                    self._budget -= count
-                epoch_ended = count < take
-                if epoch_ended and self._pending():  # the data ended inside a window
-                    self._end_of_data_fn()  # by partial_window (the window's clock)
-                logs = self._window_ends() or logs
-                if epoch_ended:
-                    self.state.epoch.assign_add(1)
-                    self.state.position.assign(0)
-                    break
-                if self._budget == 0:
-                    self.stop_training = True
-        if self.epoch >= epochs and self._pending():  # carry: the last window of the run
-            self._end_of_data_fn("apply")
-            logs = self._window_ends() or logs
-        self.save()
-        for callback in self.callbacks:
-            if hasattr(callback, "on_train_end"):
-                callback.on_train_end(self, logs)
-        return logs
-
-    def _epoch_data(self) -> Any:
-        """An iterator over the current epoch's micro-batches from the data position on."""
-        return iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
-
-    def _next_window(self, max_updates: Optional[int]) -> Tuple[int, int]:
-        """One call of the traced window: the rest of the pending window, or of the budget
-        (``max_micro_batches``). Returns the micro-batches taken and those asked for."""
-        self._stop_if_requested(max_updates)
-        wanted = self.core.accum_steps - self._pending()
-        finish = self._budget is None or self._budget >= wanted
-        take = wanted if finish else cast(int, self._budget)  # not finish: budget is an int
-        return int(self._window_fn(self._iterator, tf.constant(take, tf.int64), finish)), take
-
-    def _read_window_again(self, error: BaseException, pending: int) -> None:
-        """After an out-of-memory recovery, which discarded the window (``pending`` of its
-        micro-batches were consumed before the failed call): the data from its first
-        micro-batch, the window traced with the split micro-batch."""
-        self._trace_window()
-        self.state.position.assign_sub(pending)
-        self._budget = None if self._budget is None else self._budget + pending
-        self._iterator = self._epoch_data()
-
-    def _stop_if_requested(self, max_updates: Optional[int]) -> None:
-        """Between windows: on a stop signal (agreed by every worker), save and raise
-        :class:`~ga_tfx.preemption.TrainingInterrupted`."""
-        requested = self._stop.requested
-        if internals.in_multi_worker_mode(self.strategy):  # any worker's signal stops all
-            flag = self.strategy.run(lambda: tf.constant(int(requested), tf.int32))
-            requested = bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None))
-        if requested:
-            self.save()
-            raise preemption.TrainingInterrupted(self.updates, max_updates, self._stop.signum or 0)
+            return LoopRun(self, max_updates, budget)(epochs)
 
     def _trace_window(self) -> None:
         """(Re)makes the traced window function: its micro-batch step runs on
@@ -449,29 +371,3 @@ class TrainingLoop(LoopSteps):
 
     def _pending(self) -> int:
         return int(self.core.micro_steps.numpy())
-
-    def _window_ends(self) -> dict:
-        """Host side: logs, checkpoints and callbacks for each window finished since the last
-        call (the window core's events); returns the last one's logs (``{}``: none)."""
-        logs: dict = {}
-        for event in self.core.poll():
-            logs = self._window_ended(event)
-        return logs
-
-    def _window_ended(self, event: WindowEnd) -> dict:
-        guard = self.core.guard
-        logs = self._log.window_ended(
-            event,
-            learning_rate=self.learning_rate,
-            skipped_windows=self.skipped_windows,
-            nonfinite_windows=0 if guard is None else int(guard.nonfinite_windows.numpy()),
-        )
-        self.core.check_skips()
-        if event.applied:
-            every = self.checkpoint_every_n_updates
-            if every is not None and event.update % every == 0:
-                self.save()
-            for callback in self.callbacks:
-                if hasattr(callback, "on_update_end"):
-                    callback.on_update_end(self, logs)
-        return logs

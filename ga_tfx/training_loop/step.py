@@ -1,6 +1,6 @@
 """``TrainingLoop``'s traced steps: one micro-batch's math (inputs, targets, the mean loss,
 regularisation) and one window (micro-batches in, the window core ends it); the host loop
-that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop`)."""
+that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 
 from ga_tfx._keras import tf
 from ga_tfx.window import batch_size, clock
