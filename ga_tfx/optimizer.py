@@ -327,7 +327,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         strategy), or in cross-replica context. Returns a bool scalar tensor: whether an update
         happened.
         """
-        return self._cross_replica("flush", self._flush_cross_replica)
+        return self._cross_replica("flush", "apply")
 
     def end_of_data(self) -> tf.Tensor:
         """The end of the data (an epoch's end): the window still pending, if short, is ended
@@ -336,10 +336,12 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         what is left after the last epoch). Called as :meth:`flush` is (``strategy.run`` under
         a strategy, or cross-replica); no-op without a pending window. Returns a bool scalar
         tensor: whether an update happened."""
-        return self._cross_replica("end_of_data", self._end_of_data_cross_replica)
+        return self._cross_replica("end_of_data", None)
 
     # ------------------------------------------------------------------ cross-replica decision
-    def _cross_replica(self, method: str, function: Any) -> tf.Tensor:
+    def _cross_replica(self, method: str, policy: Optional[str]) -> tf.Tensor:
+        """The data's end, from ``method`` in replica or cross-replica context: the pending
+        window ended by ``policy`` (``None``: ``partial_window``)."""
         if self.core is None:
             return tf.constant(False)
         strategy = self._accumulation_strategy
@@ -348,8 +350,9 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             # in the accumulator's strategy (reading its replica-local buffers outside it
             # would sum them over replicas).
             with strategy.scope():
-                return function(strategy)
-        return self._replica_context(method).merge_call(function)
+                return self._end_of_data(strategy, policy)
+        end = lambda strategy: self._end_of_data(strategy, policy)  # noqa: E731
+        return self._replica_context(method).merge_call(end)
 
     def _end_micro_step(self, strategy: Any) -> Any:
         """Cross-replica, once per micro-step: the clock counts it; a complete window ends."""
@@ -360,14 +363,11 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             lambda: tf.constant(False),
         )
 
-    def _end_of_data_cross_replica(self, strategy: Any) -> Any:
-        core = cast(WindowCore, self.core)
-        return clock.end_of_data(core, strategy, lambda: core.finish(strategy, self.optimizer))
-
-    def _flush_cross_replica(self, strategy: Any) -> Any:
+    def _end_of_data(self, strategy: Any, policy: Optional[str]) -> Any:
+        """Cross-replica: the clock ends the pending window by ``policy`` (``flush``: "apply")."""
         core = cast(WindowCore, self.core)
         finish = lambda: core.finish(strategy, self.optimizer)  # noqa: E731
-        return clock.end_of_data(core, strategy, finish, policy="apply")
+        return clock.end_of_data(core, strategy, finish, policy)
 
     # ------------------------------------------------------------------ helpers
     def _core_for(self, variables: List[Any]) -> WindowCore:

@@ -176,8 +176,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "engine.drop_policy_ignored",
         LOOP,
-        'elif self._ending == "drop":',
-        "elif False:",
+        "            self._end_of_data(self._ending)\n",
+        '            self._end_of_data("apply")\n',
         ("tests/test_windows.py", "-k", "policies and drop"),
     ),
     Mutation(
@@ -255,6 +255,13 @@ MUTATIONS: List[Mutation] = [
         "ga_tfx/window/core.py",
         "        strategy.run(self.accumulator.uncount_window)\n",
         "",
+        ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
+    ),
+    Mutation(
+        "oom.replay_gives_up",  # the one replay (fit, TrainingLoop, the Tuner, the Trainer)
+        "ga_tfx/engine/recovery.py",
+        "            rewind(error, core(error).recover_from_oom(strategy, error))\n",
+        "            raise\n",
         ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
     ),
     Mutation(
@@ -507,7 +514,7 @@ MUTATIONS: List[Mutation] = [
     # ---- tuning: the library, the Tuner's tuner_fn and trials, the report
     Mutation(
         "tuning.out_of_memory_not_caught",
-        "ga_tfx/tuning.py",
+        "ga_tfx/hypermodel.py",
         "except (tf.errors.ResourceExhaustedError, RuntimeError) as error:",
         "except (tf.errors.CancelledError, ValueError) as error:",
         ("tests/test_tuning.py", "-k", "out_of_memory"),
@@ -515,7 +522,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "tuning.steps_per_epoch_off_by_one",
-        "ga_tfx/tuning.py",
+        "ga_tfx/hypermodel.py",
         'kwargs["steps_per_epoch"] = samples_per_epoch // micro',
         'kwargs["steps_per_epoch"] = samples_per_epoch // micro + 1',
         ("tests/test_tuner_component.py", "-k", "searches_accum_steps"),
@@ -1001,9 +1008,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "oom.tuner_trial_not_retried",
-        "ga_tfx/tuning.py",
-        "                    if (error.epoch, error.position) != (0, 0):\n",
-        "                    if True:\n",
+        "ga_tfx/hypermodel.py",
+        "    if (recovered.epoch, recovered.position) != (0, 0):\n",
+        "    if True:\n",
         ("tests/test_tuning.py", "-k", "retried_at_half"),
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
@@ -1017,9 +1024,9 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "training_loop.signal_not_acted_on",
-        "ga_tfx/training_loop/__init__.py",
-        "                self._stop_if_requested(max_updates)\n",
-        "                pass\n",
+        "ga_tfx/training_loop/run.py",
+        "        self._stop_if_requested()\n",
+        "        pass\n",
         ("tests/test_preemption_in_step.py", "-k", "training_loop"),
     ),
     Mutation(

@@ -185,6 +185,11 @@ def test_fit_that_cannot_read_the_window_again_says_where_to_continue():
     position = recovery.FitPosition(model)
     position.on_epoch_begin(0)
     error = tf.errors.ResourceExhaustedError(None, None, "OOM")
+
+    def fit_once(arguments):  # a fit that runs out of memory
+        raise error
+
     with pytest.raises(recovery.OutOfMemoryRecovered, match="shuffled arrays.*epoch 0"):
-        recovery.continuation(model, dict(x=x, y=y, batch_size=8, shuffle=True), position, error)
+        arguments = dict(x=x, y=y, batch_size=8, shuffle=True)
+        recovery.fit_replayed(model, arguments, fit_once, position)
     assert model.window_core.micro_batch_split == 2  # recovered, only the data is the caller's

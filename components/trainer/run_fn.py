@@ -171,30 +171,29 @@ def train_and_export(
             resumed = checkpoint.restore()
             if resumed:
                 logging.info("ga_tfx: resuming from update %d of %d", resumed, updates)
-            while True:  # again from the windows done after an out-of-memory recovery
-                try:
-                    metrics = _train(
-                        model,
-                        fn_args,
-                        settings,
-                        schema,
-                        evaluation,
+            # After an out-of-memory recovery (the window discarded, the micro-batch halved:
+            # same samples per update) fit cannot read the window again: the plan again, from
+            # the first window not done (recovery.replay).
+            metrics = recovery.replay(
+                lambda: _train(
+                    model,
+                    fn_args,
+                    settings,
+                    schema,
+                    evaluation,
+                    checkpoint,
+                    updates,
+                    per_epoch,
+                    [
+                        keras.callbacks.TensorBoard(
+                            log_dir=fn_args.model_run_dir, update_freq="epoch"
+                        ),
+                        logger,
                         checkpoint,
-                        updates,
-                        per_epoch,
-                        [
-                            keras.callbacks.TensorBoard(
-                                log_dir=fn_args.model_run_dir, update_freq="epoch"
-                            ),
-                            logger,
-                            checkpoint,
-                        ],
-                    )
-                    break
-                except recovery.OutOfMemoryRecovered as error:
-                    # The window was discarded and the micro-batch halved (same samples per
-                    # update): the data again from the first window not done.
-                    logging.warning("ga_tfx: %s", error)
+                    ],
+                ),
+                lambda error, pending: logging.warning("ga_tfx: %s", error),
+            )
             checkpoint.finish()  # the final state: an export killed later re-runs from here
             plain = ga_tfx.unwrap_model(model)
             raw_label_keys = (

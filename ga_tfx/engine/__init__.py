@@ -263,21 +263,12 @@ class AccumulationEngine(WindowStep):
         if not self._engine_active():
             return self._fit_once(arguments)
         position = recovery.FitPosition(self)
-        histories: list = []
-        plan = [arguments]
-        while plan:
-            attempt = plan.pop(0)
-            engine = dict(
-                attempt, callbacks=[position] + self._engine_callbacks(attempt.get("callbacks"))
-            )
-            try:
-                histories.append(self._fit_once(engine))
-            except tf.errors.ResourceExhaustedError as error:
-                failed = getattr(self, "history", None)  # Keras sets it at the fit's start
-                if failed is not None and failed.epoch and all(failed is not h for h in histories):
-                    histories.append(failed)  # the epochs done before the error
-                plan = recovery.continuation(self, attempt, position, error) + plan[1:]
-        return recovery.join_histories(histories)
+
+        def fit_once(attempt: Dict[str, Any]) -> Any:
+            callbacks = [position] + self._engine_callbacks(attempt.get("callbacks"))
+            return self._fit_once(dict(attempt, callbacks=callbacks))
+
+        return recovery.fit_replayed(self, arguments, fit_once, position)
 
     def _fit_once(self, arguments: Dict[str, Any]) -> Any:
         try:

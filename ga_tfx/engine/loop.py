@@ -12,9 +12,10 @@ windows). Per call it
   :meth:`~ga_tfx.engine.step.WindowStep._accumulate_micro_batch` under ``strategy.run``; a
   window is applied inside the loop only once it is known to be complete, so no update ever
   runs under a data-dependent conditional;
-* decides what to do with the execution's last window (``partial_window``): ``"apply"``
-  always applies it, in the same traced function; ``"drop"`` and ``"carry"`` read its size on
-  the host and apply a full window, discard a short one (drop) or keep it pending (carry);
+* ends the execution's last window: under ``partial_window="apply"`` it is applied in the
+  same traced function; under ``"drop"`` and ``"carry"`` its size is read on the host, a full
+  window is applied and a short one is the window clock's
+  (:func:`~ga_tfx.window.clock.end_of_data`: discarded, or kept pending);
 * ends every window through the window core (:meth:`~ga_tfx.window.WindowCore.finish`: one
   all-reduce, the gradient chain, one update or a skip) and counts it in Keras' train
   counter;
@@ -90,7 +91,7 @@ class WindowLoop:
         # a trace of the model's step and of the window's end is most of a fit's start-up.
         self._micro_batch = self._trace(self._run_micro_batch)
         self._finish = self._trace(self._finish_window)
-        self._discard = self._trace(self._discard_window)
+        self._end_of_data = self._trace(self._end_short_window)
         # Set for the length of a fit by CallPacing: the windows of each call follow its pace.
         self.pacer: Optional[CallPacer] = None
         self.listeners: Sequence[Any] = ()
@@ -160,20 +161,23 @@ class WindowLoop:
             self._ending = previous
 
     def _end_last_window(self) -> None:
-        """Host side, after an execution: a full pending window is applied (and the next
-        execution is whole windows again); a short one is applied if the policy is ``"apply"``
-        (the traced function has already done so unless the data ended), discarded if
-        ``"drop"``, kept if ``"carry"``."""
+        """Host side, after an execution: a full pending window is applied; a short one is
+        ended by the clock (:func:`ga_tfx.window.clock.end_of_data`) by the policy: applied
+        (``"apply"``; the traced function has already done so unless the data ended),
+        discarded (``"drop"``) or kept (``"carry"``; CarryAlignment realigns the next epoch).
+        Once a window ended, the next execution is whole windows again."""
         model = self._model
+        core = model.window_core
         pending = self.pending()
         if pending == 0:
             return
-        if pending >= model.window_core.accum_steps or self._ending == "apply":
+        windows = core.windows
+        if clock.is_complete(core, pending):
             self._finish()
+        else:
+            self._end_of_data(self._ending)
+        if core.windows > windows:
             internals.set_steps_per_execution(model, model._steps_per_call())
-        elif self._ending == "drop":
-            self._discard()
-        # carry: keep the partial window; CarryAlignment realigns the next epoch.
 
     def stop_pacing(self) -> None:
         """Back to the compiled windows per call (the end of a paced ``fit``)."""
@@ -240,14 +244,15 @@ class WindowLoop:
             done += count
         return logs
 
-    def _finish_window(self) -> None:
+    def _finish_window(self) -> tf.Tensor:
         """Cross-replica: the window core ends the window (an update, or a skip); Keras'
-        train counter counts it."""
+        train counter counts it. Returns whether it was applied."""
         model = self._model
-        model.window_core.finish(
+        applied = model.window_core.finish(
             model.distribute_strategy, model.optimizer, jit_compile=bool(model.jit_compile)
         )
         internals.count_train_step(model)
+        return applied
 
     def _train_execution_and_apply(self, iterator: Any) -> Any:
         logs = self._train_execution(iterator)
@@ -255,9 +260,10 @@ class WindowLoop:
             self._finish()
         return logs
 
-    def _discard_window(self) -> None:
+    def _end_short_window(self, policy: str) -> Any:
+        """Cross-replica: the data ended inside a window; the clock ends it by ``policy``."""
         model = self._model
-        model.window_core.discard(model.distribute_strategy)
+        return clock.end_of_data(model.window_core, model.distribute_strategy, self._finish, policy)
 
 
 class CarryAlignment(keras.callbacks.Callback):

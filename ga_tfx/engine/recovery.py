@@ -1,25 +1,34 @@
-"""``fit`` after an out-of-memory error: the window again, at half the micro-batch.
+"""The out-of-memory replay of every front-end, and ``fit``'s: the window again, at half the
+micro-batch.
 
 When a training step runs out of memory (``tf.errors.ResourceExhaustedError``) the window core
 discards the window in progress and doubles its micro-batch split
 (:meth:`ga_tfx.window.WindowCore.recover_from_oom`): weights, optimizer and AccumBN statistics
-are those of the window's start. ``fit`` then has to read that window's micro-batches again:
-it continues with the rest of the interrupted epoch (its data from the window's first
-micro-batch on) and then the remaining epochs, as two more ``fit`` calls whose histories are
-joined to the first's. Every window is the same samples as before, so the weights are those
-of a run at the smaller micro-batch from the window on (exact for models without ghost batch
-statistics; AccumBatchNormalization's moving statistics are window statistics either way).
+are those of the window's start. :func:`replay` is that path, once for every front-end: it
+runs a step (``fit``, a ``TrainingLoop`` window, a Tuner trial, the Trainer's fits), recovers
+the core after the error, has the front-end read the window's data again and runs the step
+again.
+
+``fit`` (:func:`fit_replayed`) continues with the rest of the interrupted epoch (its data from
+the window's first micro-batch on) and then the remaining epochs, as two more ``fit`` calls
+whose histories are joined to the first's. Every window is the same samples as before, so the
+weights are those of a run at the smaller micro-batch from the window on (exact for models
+without ghost batch statistics; AccumBatchNormalization's moving statistics are window
+statistics either way).
 
 Replayable data: a finite ``tf.data.Dataset`` that gives the same order when iterated again
 (``steps_per_epoch`` unset), or arrays (NumPy, tensors, dicts of them) with ``shuffle=False``.
 Anything else (a generator, shuffled arrays, ``steps_per_epoch``) cannot be read again from
 the window's start: ``fit`` then raises :class:`OutOfMemoryRecovered` (the state is the
-window's start, the micro-batch halved), which the TFX Trainer catches to re-plan its data.
+window's start, the micro-batch halved), which the TFX Trainer and the Tuner's trials replay
+with their own data plan.
 """
 
 from ga_tfx._keras import keras, tf
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+T = TypeVar("T")
 
 
 class OutOfMemoryRecovered(RuntimeError):
@@ -47,13 +56,81 @@ class FitPosition(keras.callbacks.Callback):
         self.start = 0 if core is None else int(core.state.micro_batches_done.numpy())
 
 
-def continuation(
-    model: Any, arguments: Dict[str, Any], position: FitPosition, error: BaseException
-) -> List[Dict[str, Any]]:
-    """After ``error`` in ``fit(**arguments)``: recovers the window core and returns the
-    ``fit`` arguments that finish the training (the interrupted epoch's rest, then the other
-    epochs); raises ``error`` when the engine has no window core, or
-    :class:`OutOfMemoryRecovered` when the data cannot be read again."""
+def replay(
+    run: Callable[[], T],
+    rewind: Callable[[BaseException, int], None],
+    core: Optional[Callable[[BaseException], Any]] = None,
+    strategy: Any = None,
+) -> T:
+    """Runs ``run()`` until it returns, training a window that ran out of memory again.
+
+    * ``tf.errors.ResourceExhaustedError`` from ``run()``, for a front-end that gives ``core``
+      (``core(error)``: its window core, or it raises when it cannot replay): the core
+      discards the window and halves the micro-batch (``recover_from_oom`` in ``strategy``;
+      its ``RuntimeError`` when it cannot ends the replay), then ``rewind(error, pending)``
+      puts the front-end's data back to the window's first micro-batch (``pending``: the
+      micro-batches of the window consumed before the failed step). Without ``core`` the
+      error is raised.
+    * :class:`OutOfMemoryRecovered` from ``run()`` (a ``fit`` whose core recovered but that
+      cannot read the window's data again): ``rewind(error, 0)`` re-plans the data, or
+      raises.
+
+    Then ``run()`` runs again."""
+    while True:
+        try:
+            return run()
+        except OutOfMemoryRecovered as error:
+            rewind(error, 0)
+        except tf.errors.ResourceExhaustedError as error:
+            if core is None:
+                raise
+            rewind(error, core(error).recover_from_oom(strategy, error))
+
+
+def out_of_memory(error: BaseException) -> Optional[tf.errors.ResourceExhaustedError]:
+    """The out-of-memory error ``error`` is, or that it wraps (a recovery that could not split
+    the micro-batch further, :class:`OutOfMemoryRecovered`: their ``__cause__``); ``None``
+    for any other error."""
+    for candidate in (error, error.__cause__):
+        if isinstance(candidate, tf.errors.ResourceExhaustedError):
+            return candidate
+    return None
+
+
+def fit_replayed(
+    model: Any,
+    arguments: Dict[str, Any],
+    fit_once: Callable[[Dict[str, Any]], Any],
+    position: FitPosition,
+) -> Any:
+    """``fit(**arguments)`` through out-of-memory errors (:func:`replay`): ``fit_once(arguments)``
+    runs one Keras ``fit`` (``position`` among its callbacks); after an error the rest of the
+    training runs as more of them (:func:`continuation`), and one ``History`` joins theirs."""
+    histories: List[Any] = []
+    plan = [arguments]
+    attempt = arguments
+
+    def run() -> Any:
+        nonlocal attempt
+        while plan:
+            attempt = plan.pop(0)
+            histories.append(fit_once(attempt))
+        return join_histories(histories)
+
+    def rewind(error: BaseException, pending: int) -> None:
+        failed = getattr(model, "history", None)  # Keras sets it at the fit's start
+        if failed is not None and failed.epoch and all(failed is not h for h in histories):
+            histories.append(failed)  # the epochs done before the error
+        plan[:] = continuation(model, attempt, position, error) + plan[1:]
+
+    return replay(
+        run, rewind, lambda error: _core_to_recover(model, error), model.distribute_strategy
+    )
+
+
+def _core_to_recover(model: Any, error: BaseException) -> Any:
+    """The window core ``fit`` recovers after ``error``; raises ``error`` when the engine has
+    none, and a ``RuntimeError`` under ``partial_window="carry"``."""
     core = model.window_core
     if core is None:
         raise error
@@ -63,7 +140,16 @@ def continuation(
             "spans epochs, so fit cannot read it again; use 'apply' or 'drop' for out-of-"
             "memory recovery, or a smaller micro-batch."
         ) from error
-    core.recover_from_oom(model.distribute_strategy, error)
+    return core
+
+
+def continuation(
+    model: Any, arguments: Dict[str, Any], position: FitPosition, error: BaseException
+) -> List[Dict[str, Any]]:
+    """After ``error`` in ``fit(**arguments)`` and the window core's recovery: the ``fit``
+    arguments that finish the training (the interrupted epoch's rest, then the other epochs);
+    raises :class:`OutOfMemoryRecovered` when the data cannot be read again."""
+    core = model.window_core
     model.train_function = None  # made again, with the split micro-batch step
     epoch = position.epoch
     consumed = int(core.state.micro_batches_done.numpy()) - position.start
@@ -121,4 +207,12 @@ def join_histories(histories: List[Any]) -> Any:
     return first
 
 
-__all__: Tuple[str, ...] = ("FitPosition", "OutOfMemoryRecovered", "continuation", "join_histories")
+__all__: Tuple[str, ...] = (
+    "FitPosition",
+    "OutOfMemoryRecovered",
+    "continuation",
+    "fit_replayed",
+    "join_histories",
+    "out_of_memory",
+    "replay",
+)

@@ -30,9 +30,11 @@ Counters: an *update* is one applied optimizer step (``optimizer.iterations`` ad
 a skipped window is not an update. Every "every N" and "at N" counts updates; the data position
 counts micro-batches.
 
-Where the code is: this module is the loop (micro-batches into windows, the run);
-:mod:`~ga_tfx.training_loop.step` the math of one micro-batch,
-:mod:`~ga_tfx.training_loop.data` each epoch's data from a position on,
+Where the code is: this module is the loop (its arguments, state and checkpoints);
+:mod:`~ga_tfx.training_loop.run` the host loop of one :meth:`TrainingLoop.run` (epochs of
+windows, the out-of-memory replay, stop signals, each window end's logs, checkpoints and
+callbacks), :mod:`~ga_tfx.training_loop.step` the traced window and the math of one
+micro-batch, :mod:`~ga_tfx.training_loop.data` each epoch's data from a position on,
 :mod:`~ga_tfx.training_loop.checkpoints`, :mod:`~ga_tfx.training_loop.logs` and
 :mod:`~ga_tfx.training_loop.callbacks` its checkpoints, logs and callbacks,
 :mod:`~ga_tfx.training_loop.checks` its argument checks.
@@ -50,11 +52,12 @@ from ga_tfx.training_loop.callbacks import UpdateCallback
 from ga_tfx.training_loop.checkpoints import LoopCheckpoints
 from ga_tfx.training_loop.data import EpochData
 from ga_tfx.training_loop.logs import LOG_KEYS, NOISE_KEYS, LoopLog
+from ga_tfx.training_loop.run import LoopRun
 from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
-from typing import Any, Callable, List, Optional, Sequence, Union, cast
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 __all__ = [
     "LOG_KEYS",
@@ -252,7 +255,6 @@ class TrainingLoop(LoopSteps):
         self._micro_step_fn = xla_step(self._micro_step) if self.jit_compile else self._micro_step
         self._split = False
         self._trace_window()
-        self._flush_fn = tf.function(self._flush)
         self._end_of_data_fn = tf.function(self._end_of_data)
         self._restored = False
 
@@ -356,68 +358,7 @@ class TrainingLoop(LoopSteps):
             self.stop_on_signals and self.checkpoint_dir is not None
         ) as stop:
             self._stop = stop
-            return self._run(epochs, max_updates, budget)
-
-    def _run(self, epochs: int, max_updates: Optional[int], budget: Optional[int]) -> dict:
-        if not self._restored:
-            self.restore()
-            self._trace_window()  # a restored out-of-memory split
-        self.core.start_events()
-        self.stop_training = False
-        self._log.start()
-        logs: dict = {}
-        while self.epoch < epochs and not self.stop_training:
-            if max_updates is not None and self.updates >= max_updates:
-                break
-            iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
-            while not self.stop_training:
-                if max_updates is not None and self.updates >= max_updates:
-                    break
-                self._stop_if_requested(max_updates)
-                wanted = self.core.accum_steps - self._pending()
-                finish = budget is None or budget >= wanted
-                take = wanted if finish else cast(int, budget)  # not finish: budget is an int
-                try:
-                    count = int(self._window_fn(iterator, tf.constant(take, tf.int64), finish))
-                except tf.errors.ResourceExhaustedError as error:
-                    # The window again from its first micro-batch, at half the micro-batch.
-                    pending = self.core.recover_from_oom(self.strategy, error)
-                    self._trace_window()  # with the split
-                    self.state.position.assign_sub(pending)
-                    budget = None if budget is None else budget + pending
-                    iterator = iter(self._data.epoch(self.epoch, int(self.state.position.numpy())))
-                    continue
-                if budget is not None:
-                    budget -= count
-                epoch_ended = count < take
-                if epoch_ended and self._pending():  # the data ended inside a window
-                    self._end_of_data_fn()  # by partial_window (the window's clock)
-                logs = self._window_ends() or logs
-                if epoch_ended:
-                    self.state.epoch.assign_add(1)
-                    self.state.position.assign(0)
-                    break
-                if budget == 0:
-                    self.stop_training = True
-        if self.epoch >= epochs and self._pending():  # carry: the last window of the run
-            self._flush_fn()
-            logs = self._window_ends() or logs
-        self.save()
-        for callback in self.callbacks:
-            if hasattr(callback, "on_train_end"):
-                callback.on_train_end(self, logs)
-        return logs
-
-    def _stop_if_requested(self, max_updates: Optional[int]) -> None:
-        """Between windows: on a stop signal (agreed by every worker), save and raise
-        :class:`~ga_tfx.preemption.TrainingInterrupted`."""
-        requested = self._stop.requested
-        if internals.in_multi_worker_mode(self.strategy):  # any worker's signal stops all
-            flag = self.strategy.run(lambda: tf.constant(int(requested), tf.int32))
-            requested = bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None))
-        if requested:
-            self.save()
-            raise preemption.TrainingInterrupted(self.updates, max_updates, self._stop.signum or 0)
+            return LoopRun(self, max_updates, budget)(epochs)
 
     def _trace_window(self) -> None:
         """(Re)makes the traced window function: its micro-batch step runs on
@@ -430,29 +371,3 @@ class TrainingLoop(LoopSteps):
 
     def _pending(self) -> int:
         return int(self.core.micro_steps.numpy())
-
-    def _window_ends(self) -> dict:
-        """Host side: logs, checkpoints and callbacks for each window finished since the last
-        call (the window core's events); returns the last one's logs (``{}``: none)."""
-        logs: dict = {}
-        for event in self.core.poll():
-            logs = self._window_ended(event)
-        return logs
-
-    def _window_ended(self, event: WindowEnd) -> dict:
-        guard = self.core.guard
-        logs = self._log.window_ended(
-            event,
-            learning_rate=self.learning_rate,
-            skipped_windows=self.skipped_windows,
-            nonfinite_windows=0 if guard is None else int(guard.nonfinite_windows.numpy()),
-        )
-        self.core.check_skips()
-        if event.applied:
-            every = self.checkpoint_every_n_updates
-            if every is not None and event.update % every == 0:
-                self.save()
-            for callback in self.callbacks:
-                if hasattr(callback, "on_update_end"):
-                    callback.on_update_end(self, logs)
-        return logs

@@ -1,11 +1,11 @@
 """``TrainingLoop``'s traced steps: one micro-batch's math (inputs, targets, the mean loss,
 regularisation) and one window (micro-batches in, the window core ends it); the host loop
-that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop`)."""
+that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 
 from ga_tfx._keras import tf
 from ga_tfx.window import batch_size, clock
 
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 
 def default_inputs(batch: Any) -> Any:
@@ -56,7 +56,7 @@ def regularization_gradients(
 class LoopSteps:
     """Mixin of :class:`~ga_tfx.TrainingLoop`: the traced functions of one window and one
     micro-batch. Expects the loop's ``core``, ``strategy``, ``state``, ``model``,
-    ``optimizer``, ``variables``, ``config`` and its user functions."""
+    ``optimizer``, ``variables`` and its user functions."""
 
     core: Any
     strategy: Any
@@ -64,7 +64,6 @@ class LoopSteps:
     model: Any
     optimizer: Any
     variables: Any
-    config: Any
     jit_compile: bool
     inputs_fn: Callable
     targets_fn: Callable
@@ -76,9 +75,9 @@ class LoopSteps:
 
     def _window(self, iterator: Any, take: Any, finish: bool) -> Any:
         """Cross-replica, traced: accumulates up to ``take`` micro-batches; with ``finish``
-        (a Python bool) the window core ends the window when it is complete (or, with
-        ``partial_window="apply"``, whenever it holds any: the data ended). Returns the
-        number of micro-batches taken."""
+        (a Python bool) the window core ends the window when the clock finds it complete (a
+        short one, the data ended, is :meth:`_end_of_data`'s). Returns the number of
+        micro-batches taken."""
         count = tf.constant(0, tf.int64)
         while count < take:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
@@ -93,18 +92,14 @@ class LoopSteps:
         pending = clock.count(self.core, count)
         self.state.position.assign_add(count)
         if finish:
-            k = self.core.state.accum_steps.read_value()
-            least = tf.constant(1, tf.int64) if self.config.partial_window == "apply" else k
-            tf.cond(pending >= least, self._finish_window, lambda: tf.constant(False))
+            complete = clock.is_complete(self.core, pending)
+            tf.cond(complete, self._finish_window, lambda: tf.constant(False))
         return count
 
-    def _flush(self) -> None:
-        """Cross-replica, traced: ends the pending window (if any) as an update."""
-        clock.end_of_data(self.core, self.strategy, self._finish_window, policy="apply")
-
-    def _end_of_data(self) -> None:
-        """Cross-replica, traced: the data ended; the pending window by ``partial_window``."""
-        clock.end_of_data(self.core, self.strategy, self._finish_window)
+    def _end_of_data(self, policy: Optional[str] = None) -> None:
+        """Cross-replica, traced: the data ended; the clock ends the pending window by
+        ``policy`` (``None``: ``partial_window``; the run's last window: ``"apply"``)."""
+        clock.end_of_data(self.core, self.strategy, self._finish_window, policy)
 
     def _finish_window(self) -> tf.Tensor:
         return self.core.finish(
