@@ -681,6 +681,20 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_tune_strategy.py", "-k", "stock_tuner_probes_once"),
     ),
     Mutation(
+        "run_log.noise_written_without_estimate",
+        "components/trainer/run_log.py",
+        "                if not tf.math.is_nan(rows[i, len(SCALARS)]):\n",
+        "                if True:\n",
+        ("tests/test_trainer_component.py", "-k", "run_log"),
+    ),
+    Mutation(
+        "run_log.one_point_per_call",
+        "components/trainer/run_log.py",
+        "            for i in tf.range(tf.size(steps)):\n",
+        "            for i in tf.range(tf.size(steps) - 1, tf.size(steps)):\n",
+        ("tests/test_trainer_component.py", "-k", "run_log"),
+    ),
+    Mutation(
         "settings.route_drops_a_setting",
         "ga_tfx/_schema.py",
         "        if field.metadata.get(SOURCE_KEY, (None,))[0] is cls\n",

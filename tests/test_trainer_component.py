@@ -411,6 +411,52 @@ def test_executor_trains_exports_serving_signatures_and_logs(tmp_path):
     assert "epoch_loss" in _scalars(os.path.join(run_dir, "train"))  # Keras' own logs
 
 
+def test_the_run_log_writes_one_point_per_window_and_the_noise_scale_where_estimated(tmp_path):
+    """AccumulationLogger's traced writer: every window of a call at its update, the skipped
+    windows counted, the noise scale's three scalars only for windows with an estimate."""
+    from ga_tfx.components.trainer import run_log
+
+    from types import SimpleNamespace
+
+    nan = float("nan")
+    windows = [  # window 2 skipped (update stays 1); window 3 estimated the noise scale
+        dict(window=1, update=1, samples=16, loss=0.5, noise=(nan, nan, nan)),
+        dict(window=2, update=1, samples=16, loss=0.25, noise=(nan, nan, nan)),
+        dict(window=3, update=2, samples=32, loss=0.125, noise=(12.0, 3.0, 0.25)),
+    ]
+    logger = run_log.AccumulationLogger(str(tmp_path))
+    logger.set_model(keras.Sequential([keras.layers.Dense(1, input_shape=(2,))]))
+    logger.on_train_begin()
+    logger.on_epoch_begin(0)
+    for w in windows:
+        scale, trace, grad_sq = w["noise"]
+        logger.on_window_end(
+            SimpleNamespace(
+                window=w["window"],
+                update=w["update"],
+                samples=w["samples"],
+                micro_batches=w["samples"] // 8,
+                loss=w["loss"],
+                noise_scale=scale,
+                noise_trace=trace,
+                noise_grad_sq=grad_sq,
+            )
+        )
+    logger.on_train_batch_end(0)  # one call of the train function: three windows
+    logger.on_train_end()
+    scalars = _scalars(str(tmp_path))
+    assert scalars["ga_tfx/effective_batch_size"] == [(1, 16.0), (1, 16.0), (2, 32.0)]
+    assert scalars["ga_tfx/updates"] == [(1, 1.0), (1, 1.0), (2, 2.0)]
+    assert scalars["ga_tfx/skipped_windows"] == [(1, 0.0), (1, 1.0), (2, 1.0)]
+    assert scalars["ga_tfx/loss_per_update"] == [(1, 0.5), (1, 0.25), (2, 0.125)]
+    rates = {value for _, value in scalars["ga_tfx/samples_per_second"]}
+    assert len(rates) == 1 and rates.pop() > 0  # the call's rate, for each of its windows
+    assert scalars["ga_tfx/noise_scale"] == [(2, 12.0)]
+    assert scalars["ga_tfx/noise_trace"] == [(2, 3.0)]
+    assert scalars["ga_tfx/noise_grad_sq"] == [(2, 0.25)]
+    assert logger.noise_scale == 12.0 and logger.schedule_used == [[0, 2], [2, 4]]
+
+
 def test_serving_signature_answers_like_the_trained_in_memory_model(tmp_path):
     # train_and_export returns the model it trained and exported, still in memory; the
     # serving signature must give its answers on raw examples (parsed and transformed inside
