@@ -1,13 +1,13 @@
 """The critical batch by brute force, against the noise-scale probe's recommendation.
 
-Run from the repository root (6 to 8 minutes on 2 shared cores)::
+Run from the repository root (about 25 minutes on 2 shared cores)::
 
     .venv/bin/python -m benchmarks.critical_batch
 
 It writes ``benchmarks/CRITICAL_BATCH.md`` (the command, the tables, the verdict),
 ``benchmarks/CRITICAL_BATCH.json`` (every figure, the probes' curves included: a header line,
 then one line per data set) and ``benchmarks/critical_batch.png``. It exits 1 when a data set's
-probes are not all within a factor 2 of its critical batch.
+probes as a user runs them are not all within a factor 2 of its critical batch.
 
 For each data set (three tables shipped inside installed packages, the taxi one with two labels;
 nothing is downloaded):
@@ -23,10 +23,13 @@ nothing is downloaded):
    ``B_crit = E_min / S_min`` is the critical batch of that target.
 3. **The probe**: :class:`ga_tfx.tuning.NoiseScaleProbe` (the code behind ``ga-tfx run --tune
    --tune-strategy noise_scale``), once per seed, with the same model, micro-batches of
-   ``MICRO`` samples and ``accum_steps = PROBE_K``, trained as the sweep trained that effective
-   batch: at its best learning rate, for as many updates as it needed to reach the target (so
-   the probe covers the path to the target loss, where ``B_crit`` is defined; a user probes at
-   the rate they train with). No other figure of the sweep reaches the probe. It measures
+   ``MICRO`` samples and ``accum_steps = PROBE_K``, two ways. **As a user runs it**, reading
+   nothing from the sweep: at ``USER_LR`` on every data set, until its own eval loss reaches the
+   target (:class:`ga_tfx.tuning.StopAtLoss`). **Informed by the sweep** (the figures reported
+   before issue 34): trained as the sweep trained that effective batch, at its best learning
+   rate, for as many updates as it needed to reach the target (so the probe covers the path to
+   the target loss, where ``B_crit`` is defined). No other figure of the sweep reaches the
+   probe. Either way it measures
    ``B_path`` (:func:`ga_tfx.batch_choice.path_noise_scale`) and recommends ``accum_steps``
    among the powers of two covering the sweep; the check is that the
    recommended effective batch lies within a factor 2 of ``B_crit``. The probe is also run at
