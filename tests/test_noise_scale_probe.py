@@ -11,7 +11,7 @@ against a noise scale known in closed form (linear least squares with Gaussian i
 import ga_tfx  # noqa: F401
 from ga_tfx import keras, tf
 from ga_tfx.batch_choice import path_noise_scale, recommend_accum_steps
-from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe
+from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe, StopAtLoss
 
 import math
 
@@ -180,6 +180,63 @@ def test_the_probe_measures_a_known_noise_scale_and_recommends_accum_steps_from_
         project_name="probe",
     )
     assert again.probe_report() == report
+
+
+def _regression_probe(tmp_path, name, target, epochs):
+    """A linear model trained by SGD on y = x w* (no noise): its loss falls towards 0."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(512, D)).astype("float32")
+    y = (x @ np.linspace(-1.0, 1.0, D).astype("float32"))[:, None]
+
+    def build(hp):
+        inputs = keras.Input((D,))
+        model = keras.Model(inputs, keras.layers.Dense(1, kernel_initializer="zeros")(inputs))
+        model.compile(keras.optimizers.SGD(0.05), "mse")
+        return model
+
+    space = {"accum_steps": [1, 2, 4], "micro_batch_size": MICRO}
+    tuner = NoiseScaleProbe(
+        AccumulationHyperModel(build, space, replace_batchnorm=False),
+        objective="val_loss",
+        probe_accum_steps=2,
+        seed=0,
+        directory=str(tmp_path),
+        project_name=name,
+    )
+    val: list = []  # the Tuner deep-copies callbacks; a function (and its list) stays shared
+    seen = keras.callbacks.LambdaCallback(on_epoch_end=lambda _, logs: val.append(logs["val_loss"]))
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+    tuner.search(
+        data,
+        samples_per_epoch=2 * 2 * MICRO,  # two windows per epoch: the loss read every 2
+        epochs=epochs,
+        validation_data=(x[:128], y[:128]),
+        callbacks=[seen, StopAtLoss(target)],
+        verbose=0,
+    )
+    return tuner.probe_report()["curve"], val
+
+
+def test_stop_at_loss_ends_the_probe_at_the_first_epoch_at_the_target(tmp_path):
+    full, full_val = _regression_probe(tmp_path, "full", target=-1.0, epochs=40)  # never met
+    assert len(full) == 80 and len(full_val) == 40  # 40 epochs of 2 windows
+    curve, val = _regression_probe(tmp_path, "stopped", target=0.5, epochs=40)
+    # Stopped after the first epoch at or below the target: every earlier one was above.
+    assert val[-1] <= 0.5 and all(v > 0.5 for v in val[:-1]) and len(val) > 1
+    assert len(curve) == 2 * len(val) < len(full)
+    assert val == full_val[: len(val)]
+    # The stopped probe's path is the full one's first windows (the same data and seed).
+    assert [r["loss"] for r in curve] == [r["loss"] for r in full[: len(curve)]]
+
+
+@pytest.mark.parametrize(
+    "bad, error", [(None, TypeError), (True, TypeError), (math.nan, ValueError)]
+)
+def test_stop_at_loss_needs_a_finite_target_and_the_monitored_loss(bad, error):
+    with pytest.raises(error, match="StopAtLoss: target"):
+        StopAtLoss(bad)
+    with pytest.raises(ValueError, match="no 'val_loss' in the epoch's logs"):
+        StopAtLoss(0.1).on_epoch_end(0, {"loss": 0.3})
 
 
 @pytest.mark.parametrize(
