@@ -26,14 +26,13 @@ import uuid
 import pytest
 
 tf.config.experimental.enable_op_determinism()
-# Python's full garbage collections: a worker of the fast tier holds about a million objects
-# (TensorFlow, TFX and the models' graphs), and each full collection walks them all (about
-# 0.6 s each; 15 s of a 160 s run of five modules, measured with gc.callbacks). Full
-# collections run a tenth as often (the third threshold, 10 by default), and the objects of
-# the imports, which never become garbage, leave the collector's view once the test modules
-# are collected (gc.freeze in pytest_collection_finish): the same run spent 7 s in the
-# collector and 13 % less CPU time.
-gc.set_threshold(700, 10, 100)
+# Python's full garbage collections: a worker of the fast tier holds about a million objects,
+# most of them TensorFlow's and TFX's modules, which never become garbage, and each full
+# collection walked them all. They leave the collector's view once the test modules are
+# collected (gc.freeze in pytest_collection_finish). Measured on the fast tier (2 cores, quiet,
+# gc.callbacks): 11-13 s per worker in the collector. Full collections made rarer
+# (gc.set_threshold(700, 10, 100)) cost more: garbage piles up and one collection then stalled
+# a test for 20-36 s (TensorFlow's objects finalised in bulk), 3 min 16 s against 3 min 4 s.
 # Under pytest-xdist (the fast tier's `-n 2` on 2 cores) each worker computes on one thread:
 # two processes with a 2-thread pool each fight for the cores (measured on the fast tier:
 # 8 min 44 s of CPU for 4 min 55 s of wall time).
