@@ -1029,6 +1029,14 @@ MUTATIONS: List[Mutation] = [
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
     Mutation(
+        "oom.second_replay_drops_later_fits",
+        "ga_tfx/engine/recovery.py",
+        "        plan[:] = continuation(model, attempt, position, error) + plan\n",
+        "        plan[:] = continuation(model, attempt, position, error) + plan[1:]\n",
+        ("tests/test_oom_recovery.py", "-k", "second_out_of_memory"),
+        slow=True,
+    ),
+    Mutation(
         "oom.trainer_replans_from_the_start",
         "components/trainer/run_fn.py",
         "_fit_plan(checkpoint.windows_done, updates,",

@@ -117,6 +117,18 @@ def test_fit_survives_an_out_of_memory_error_mid_training_with_the_same_result()
 
 
 @pytest.mark.slow
+def test_a_second_out_of_memory_error_in_the_replayed_epoch_keeps_the_later_epochs():
+    # Micro-batches of 8 fail from the 10th call above 2 rows: at 8, then at 4 (the first
+    # replay, the rest of epoch 0), then 2 fit. The second replay must still train epoch 1.
+    model, history = _fit(8, 4, oom=OutOfMemoryAt(at_call=10, limit=2))
+    assert model.window_core.micro_batch_split == 4  # two recoveries
+    assert history.epoch == [0, 1] and model.window_core.windows == 3 * EPOCHS
+    smaller, _ = _fit(2, 16)  # micro-batches of 2 from the start, the same windows of 32
+    assert max_weight_diff(model, smaller) <= 1e-6
+    assert model.samples_seen == N * EPOCHS
+
+
+@pytest.mark.slow
 def test_accum_bn_statistics_after_a_recovery_equal_the_smaller_micro_batch():
     # The second micro-batch runs out of memory: every window is then trained at 4, so with
     # AccumBatchNormalization (ghost statistics per micro-batch) the weights, and the moving

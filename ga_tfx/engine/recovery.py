@@ -121,7 +121,8 @@ def fit_replayed(
         failed = getattr(model, "history", None)  # Keras sets it at the fit's start
         if failed is not None and failed.epoch and all(failed is not h for h in histories):
             histories.append(failed)  # the epochs done before the error
-        plan[:] = continuation(model, attempt, position, error) + plan[1:]
+        # The failed attempt is already off the plan: the fits after it stay.
+        plan[:] = continuation(model, attempt, position, error) + plan
 
     return replay(
         run, rewind, lambda error: _core_to_recover(model, error), model.distribute_strategy
