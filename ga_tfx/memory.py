@@ -24,6 +24,7 @@ strategy, measure with the replica's share of the micro-batch (``replicas``).
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
+from ga_tfx._validation import check_positive_float
 
 import dataclasses
 import re
@@ -216,15 +217,7 @@ def fit_micro_batch(
     margin and the budget), a candidate does not divide the effective batch, or ``margin`` is
     not a number >= 0.
     """
-    if (
-        isinstance(margin, bool)
-        or not isinstance(margin, (int, float))
-        or not 0 <= margin < float("inf")
-    ):
-        raise ValueError(
-            f"margin must be a number >= 0 (a fraction of the probe's reading; default "
-            f"PROBE_MARGIN = {PROBE_MARGIN}), got {margin!r}."
-        )
+    margin = check_positive_float(margin, "margin", allow_zero=True)
     device = device or default_device()
     budget = parse_budget(memory_budget, device)
     sizes = list(candidates) if candidates is not None else _halvings(effective_batch_size)

@@ -90,9 +90,13 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         clock: Callable[[], float] = time.monotonic,
     ):
         super().__init__()
-        windows = tf.Variable(0, dtype=tf.int64, trainable=False, name="windows_done")
-        micro_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_batches_done")
-        self._saved = windows, micro_batches  # the checkpoint's copies of the two counters
+        # The checkpoint's copies of the two counters.
+        windows = self._saved_windows = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="windows_done"
+        )
+        micro_batches = self._saved_micro_batches = tf.Variable(
+            0, dtype=tf.int64, trainable=False, name="micro_batches_done"
+        )
         # "updates_done": the key of checkpoints written before the rename, so that they resume.
         self._checkpoint = tf.train.Checkpoint(
             model=model, updates_done=windows, micro_batches_done=micro_batches
@@ -129,8 +133,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
             # restored when they are created (deferred restoration).
             self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
-        self.windows_done = self.saved_at = int(self._saved[0].numpy())
-        self.micro_batches_done = int(self._saved[1].numpy())
+        self.windows_done = self.saved_at = int(self._saved_windows.numpy())
+        self.micro_batches_done = int(self._saved_micro_batches.numpy())
         self._updates_since_save = 0
         self._saved_time = self._clock()
         return self.windows_done
@@ -139,8 +143,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         """Writes a checkpoint of the state after ``windows_done`` windows (once per count)."""
         if self._has_checkpoint and self.saved_at == self.windows_done:
             return
-        self._saved[0].assign(self.windows_done)
-        self._saved[1].assign(self.micro_batches_done)
+        self._saved_windows.assign(self.windows_done)
+        self._saved_micro_batches.assign(self.micro_batches_done)
         self._write_manager.save(checkpoint_number=self.windows_done)
         self.saved_at, self._saved_time = self.windows_done, self._clock()
         self._updates_since_save = 0

@@ -167,16 +167,14 @@ class WindowLoop:
         discarded (``"drop"``) or kept (``"carry"``; CarryAlignment realigns the next epoch).
         Once a window ended, the next execution is whole windows again."""
         model = self._model
-        core = model.window_core
         pending = self.pending()
         if pending == 0:
             return
-        windows = core.windows
-        if clock.is_complete(core, pending):
+        if clock.is_complete(model.window_core, pending):
             self._finish()
         else:
             self._end_of_data(self._ending)
-        if core.windows > windows:
+        if self.pending() == 0:  # ended: applied, skipped or dropped (not carried)
             internals.set_steps_per_execution(model, model._steps_per_call())
 
     def stop_pacing(self) -> None:
