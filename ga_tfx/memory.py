@@ -28,7 +28,7 @@ from ga_tfx._validation import check_positive_float
 
 import dataclasses
 import re
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 # The probe's worst measured under-read of a training run's peak, as a fraction of its reading:
 # a size fits when its probe reading x (1 + PROBE_MARGIN) is within the budget. Measured by
@@ -217,7 +217,7 @@ def fit_micro_batch(
     margin and the budget), a candidate does not divide the effective batch, or ``margin`` is
     not a number >= 0.
     """
-    margin = check_positive_float(margin, "margin", allow_zero=True)
+    margin = cast(float, check_positive_float(margin, "margin", allow_zero=True))  # not None
     device = device or default_device()
     budget = parse_budget(memory_budget, device)
     sizes = list(candidates) if candidates is not None else _halvings(effective_batch_size)
