@@ -35,13 +35,14 @@ update the same way.)
 
 from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
-from ga_tfx._state import Untracked
+from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
+import warnings
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
@@ -77,7 +78,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     when training under a strategy.
 
     State (checkpointed with the wrapper): the wrapped optimizer (``.optimizer``) and a
-    :class:`~ga_tfx.window.WindowCore` (``.core``: the accumulator, the gradient chain's
+    :class:`~ga_tfx.window.WindowCore` (``.window_core``: the accumulator, the gradient chain's
     state, the window counters), created on the first ``apply_gradients`` (or by
     :meth:`build`). ``model.save("model.keras")`` and ``load_model`` keep it. A SavedModel
     (``model.save(dir)``) holds it as well, but tf-keras' ``load_model(dir)`` compiles a new
@@ -115,7 +116,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self.accum_steps = self._accumulation.accum_steps
         self._transforms = tuple(transforms)
         self._window_layers = Untracked(_window_layers_of(window_layers))
-        self.core: Optional[WindowCore] = None
+        self._core_holder = Untracked()  # the WindowCore, built at the first apply_gradients
 
     # ------------------------------------------------------------ the wrapped optimizer's state
     def _create_iteration_variable(self) -> None:
@@ -146,25 +147,41 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         return self._accumulation
 
     @property
+    def window_core(self) -> Optional[WindowCore]:
+        """The :class:`~ga_tfx.window.WindowCore` (``None`` before the first
+        ``apply_gradients``); the name fit's model and ``TrainingLoop`` use too."""
+        return self._core_holder.value
+
+    @property
+    def core(self) -> Optional[WindowCore]:
+        """Deprecated: :attr:`window_core`."""
+        warnings.warn(
+            "GradientAccumulateOptimizer.core is deprecated: use window_core",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.window_core
+
+    @property
     def accumulator(self) -> Optional[GradientAccumulator]:
         """The core's :class:`~ga_tfx.accumulator.GradientAccumulator` (``None`` before the
         first ``apply_gradients``)."""
-        return None if self.core is None else self.core.accumulator
+        return None if self.window_core is None else self.window_core.accumulator
 
     @property
     def micro_steps(self) -> Any:
         """Micro-steps accumulated in the current window (``0 .. K-1`` between calls)."""
-        return self.core.micro_steps if self.core is not None else 0
+        return self.window_core.micro_steps if self.window_core is not None else 0
 
     def window_events(self) -> List[WindowEnd]:
         """Host side: one :class:`~ga_tfx.window.WindowEnd` per window finished since the last
         call (applied or skipped, with its figures: samples, grad norms, the noise scale with
         ``log_noise_scale``); raises :class:`~ga_tfx.NonFiniteGradientError` once
         ``max_consecutive_skips`` windows in a row were skipped."""
-        if self.core is None:
+        if self.window_core is None:
             return []
-        events = self.core.poll()
-        self.core.check_skips()
+        events = self.window_core.poll()
+        self.window_core.check_skips()
         return events
 
     @property
@@ -173,7 +190,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         counters)."""
         inner = self.optimizer.variables
         inner = list(inner() if callable(inner) and not isinstance(inner, list) else inner)
-        own: List[Any] = [] if self.core is None else list(self.core.variables)
+        own: List[Any] = [] if self.window_core is None else list(self.window_core.variables)
         return (
             type(self.optimizer.variables)(inner + own)
             if isinstance(self.optimizer, keras.optimizers.Optimizer)
@@ -293,7 +310,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
                 "skip_gradients_aggregation, experimental_aggregate_gradients."
             )
         ctx = self._replica_context("apply_gradients")
-        if self.core is not None and (
+        if self.window_core is not None and (
             tf.distribute.get_strategy() is not self._accumulation_strategy
         ):
             raise RuntimeError(
@@ -342,7 +359,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     def _cross_replica(self, method: str, policy: Optional[str]) -> tf.Tensor:
         """The data's end, from ``method`` in replica or cross-replica context: the pending
         window ended by ``policy`` (``None``: ``partial_window``)."""
-        if self.core is None:
+        if self.window_core is None:
             return tf.constant(False)
         strategy = self._accumulation_strategy
         if tf.distribute.get_replica_context() is None or not tf.distribute.has_strategy():
@@ -356,7 +373,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
 
     def _end_micro_step(self, strategy: Any) -> Any:
         """Cross-replica, once per micro-step: the clock counts it; a complete window ends."""
-        core = cast(WindowCore, self.core)
+        core = cast(WindowCore, self.window_core)
         return tf.cond(
             clock.is_complete(core, clock.count(core)),
             lambda: core.finish(strategy, self.optimizer),
@@ -365,26 +382,28 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
 
     def _end_of_data(self, strategy: Any, policy: Optional[str]) -> Any:
         """Cross-replica: the clock ends the pending window by ``policy`` (``flush``: "apply")."""
-        core = cast(WindowCore, self.core)
+        core = cast(WindowCore, self.window_core)
         finish = lambda: core.finish(strategy, self.optimizer)  # noqa: E731
         return clock.end_of_data(core, strategy, finish, policy)
 
     # ------------------------------------------------------------------ helpers
     def _core_for(self, variables: List[Any]) -> WindowCore:
-        if self.core is None:
-            self.core = WindowCore(
+        if self.window_core is None:
+            core = WindowCore(
                 variables,
                 self._accumulation,
                 self._transforms,
                 window_layers=self._window_layers.value,
             )
+            # Checkpointed under "core", the key of checkpoints written before the rename.
+            attach_state(self, self._core_holder, core, "core")
             self._accumulation_strategy = tf.distribute.get_strategy()
-        elif not self.core.matches(variables):
+        elif not self.window_core.matches(variables):
             raise ValueError(
                 "GradientAccumulateOptimizer.apply_gradients must receive the same variables in "
                 "the same order on every call."
             )
-        return self.core
+        return cast(WindowCore, self.window_core)
 
     @staticmethod
     def _replica_context(method: str) -> Any:

@@ -124,7 +124,7 @@ def _wrapper(case, x, y):
     for _ in range(EPOCHS):
         for start in range(0, N, MICRO):
             step(x[start : start + MICRO], y[start : start + MICRO])
-    return model, optimizer.core
+    return model, optimizer.window_core
 
 
 def _loop(case, x, y):
@@ -141,7 +141,7 @@ def _loop(case, x, y):
         **spec["config"],
     )
     loop.run(epochs=EPOCHS)
-    return model, loop.core
+    return model, loop.window_core
 
 
 FRONT_ENDS = {"fit": _fit, "optimizer_wrapper": _wrapper, "training_loop": _loop}
@@ -189,3 +189,45 @@ def test_a_transform_setting_reaches_the_trainers_model():
     x, y = _data(False)
     model.fit(x, y, batch_size=MICRO, epochs=1, verbose=0)
     assert model.window_core.chain.order == ("nonfinite_guard", "gradient_noise")
+
+
+def test_every_front_end_calls_its_core_window_core_and_old_checkpoints_keep_their_key(tmp_path):
+    """One name for the core: fit's model, the optimizer wrapper and TrainingLoop each expose
+    their :class:`~ga_tfx.window.WindowCore` as ``window_core``; the wrapper's and the loop's
+    old ``core`` is a deprecated alias of the same object. The wrapper's checkpoint key stays
+    ``core`` (checkpoints written before the rename hold ``optimizer/core/...``), and such a
+    checkpoint restores the window in progress."""
+    x, y = classification_data(n=N, seed=3)
+    cores = {name: run("user_transform", x, y) for name, run in FRONT_ENDS.items()}
+    for name, (_, core) in cores.items():
+        assert isinstance(core, ga_tfx.window.WindowCore), name
+        assert core.windows == EPOCHS * N // (MICRO * K), name
+
+    model = mlp(seed=5)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(LR), K)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x[:MICRO]))
+    optimizer.apply_gradients(
+        zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+    )
+    with pytest.warns(DeprecationWarning, match="use window_core"):
+        assert optimizer.core is optimizer.window_core
+    loop = ga_tfx.TrainingLoop(
+        mlp(seed=5),
+        keras.optimizers.SGD(LR),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO),
+        K,
+        verbose=False,
+    )
+    with pytest.warns(DeprecationWarning, match="use window_core"):
+        assert loop.core is loop.window_core
+
+    path = tf.train.Checkpoint(model=model, optimizer=optimizer).save(str(tmp_path / "ckpt"))
+    names = [name for name, _ in tf.train.list_variables(path)]
+    assert "optimizer/core/accumulator/micro_steps/.ATTRIBUTES/VARIABLE_VALUE" in names
+    assert not [name for name in names if "window_core" in name]
+    restored = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(LR), K)
+    tf.train.Checkpoint(model=mlp(seed=6), optimizer=restored).restore(path)
+    restored.build(model.trainable_variables)  # the core is made: the deferred restore fills it
+    assert int(restored.window_core.micro_steps.numpy()) == 1

@@ -101,7 +101,7 @@ def _wrapper(replicas):
         step(x, y)
     events = optimizer.window_events()
     assert len(events) == min(WINDOWS, ga_tfx.window.RECORD_CAPACITY)
-    return events[-1].noise_scale, _estimated_windows(optimizer.core)
+    return events[-1].noise_scale, _estimated_windows(optimizer.window_core)
 
 
 def _estimated_windows(core):
@@ -131,7 +131,7 @@ def loop_estimate(strategy):
         verbose=False,
     )
     logs = loop.run(epochs=1)
-    return float(logs["noise_scale"]), _estimated_windows(loop.core)
+    return float(logs["noise_scale"]), _estimated_windows(loop.window_core)
 
 
 def _loop(replicas):

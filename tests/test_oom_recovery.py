@@ -171,7 +171,7 @@ def _loop(micro, k, oom=None):
 @pytest.mark.slow
 def test_training_loop_survives_an_out_of_memory_error_with_the_same_result():
     loop = _loop(8, 4, oom=OutOfMemoryAt(at_call=7, limit=4))
-    assert loop.core.micro_batch_split == 2
+    assert loop.window_core.micro_batch_split == 2
     assert max_weight_diff(loop.model, _loop(4, 8).model) <= 1e-6
     assert max_weight_diff(loop.model, _big_batch(32)) <= 1e-5
     assert loop.windows == 3 * EPOCHS

@@ -84,7 +84,7 @@ def _loop(optimizer_name, x, y, schedule, scaling):
         verbose=False,
     )
     loop.run(epochs=1)
-    return model, loop.core
+    return model, loop.window_core
 
 
 def _wrapper(optimizer_name, x, y, schedule, scaling):
@@ -103,7 +103,7 @@ def _wrapper(optimizer_name, x, y, schedule, scaling):
 
     for start in range(0, len(x), MICRO):
         step(x[start : start + MICRO], y[start : start + MICRO])
-    return model, optimizer.core
+    return model, optimizer.window_core
 
 
 FRONT_ENDS = {"fit": _fit, "training_loop": _loop, "optimizer_wrapper": _wrapper}
@@ -212,11 +212,11 @@ def test_a_checkpoint_in_the_middle_of_a_schedule_resumes_exactly(tmp_path):
     whole.run(epochs=2)
     first = loop()
     first.run(epochs=2, max_micro_batches=7)  # stops inside the first K=4 window
-    assert (first.core.accum_steps, first.windows, first._pending()) == (4, 2, 3)
+    assert (first.window_core.accum_steps, first.windows, first._pending()) == (4, 2, 3)
     second = loop()
     second.run(epochs=2)
     assert max_weight_diff(second.model, whole.model) == 0.0
-    assert second.windows == whole.windows and second.core.accum_steps == 1
+    assert second.windows == whole.windows and second.window_core.accum_steps == 1
     assert second.optimizer.learning_rate.numpy() == whole.optimizer.learning_rate.numpy()
 
 

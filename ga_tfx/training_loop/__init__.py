@@ -58,6 +58,7 @@ from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
 from typing import Any, Callable, List, Optional, Sequence, Union
+import warnings
 
 __all__ = [
     "LOG_KEYS",
@@ -236,7 +237,7 @@ class TrainingLoop(LoopSteps):
 
         with self.strategy.scope():
             self.state = LoopState()
-            self.core = WindowCore(
+            self.window_core = WindowCore(
                 self.variables,
                 self.config,
                 transforms,
@@ -246,11 +247,10 @@ class TrainingLoop(LoopSteps):
                     if hasattr(layer, "ga_window_end")
                 ],
                 state=self.state,
-                name="loop_core",
             )
             optimizer.build(self.variables)  # slots exist before tracing and restoring
-        self.accumulator = self.core.accumulator
-        self.chain = self.core.chain
+        self.accumulator = self.window_core.accumulator
+        self.chain = self.window_core.chain
         # The replica-context micro-batch step: one XLA computation under jit_compile.
         self._micro_step_fn = xla_step(self._micro_step) if self.jit_compile else self._micro_step
         self._split = False
@@ -263,10 +263,10 @@ class TrainingLoop(LoopSteps):
             tf.train.Checkpoint(
                 model=model,
                 optimizer=optimizer,
-                accumulator=self.core.accumulator,
-                gradient_chain=self.core.chain,
+                accumulator=self.window_core.accumulator,
+                gradient_chain=self.window_core.chain,
                 loop_state=self.state,
-                noise_sums=self.core.noise_sums,
+                noise_sums=self.window_core.noise_sums,
             ),
             checkpoint_dir,
             self.strategy,
@@ -282,14 +282,22 @@ class TrainingLoop(LoopSteps):
 
     # ------------------------------------------------------------------ public state
     @property
+    def core(self) -> WindowCore:
+        """Deprecated: :attr:`window_core` (the loop's :class:`~ga_tfx.window.WindowCore`)."""
+        warnings.warn(
+            "TrainingLoop.core is deprecated: use window_core", DeprecationWarning, stacklevel=2
+        )
+        return self.window_core
+
+    @property
     def updates(self) -> int:
         """Optimizer updates applied by this loop (restored from checkpoints)."""
-        return self.core.updates
+        return self.window_core.updates
 
     @property
     def windows(self) -> int:
         """Windows finished, applied or skipped."""
-        return self.core.windows
+        return self.window_core.windows
 
     @property
     def epoch(self) -> int:
@@ -298,7 +306,7 @@ class TrainingLoop(LoopSteps):
     @property
     def skipped_windows(self) -> int:
         """Windows skipped by the non-finite guard (0 under ``nonfinite_policy="zero"``)."""
-        return self.core.skipped_windows
+        return self.window_core.skipped_windows
 
     @property
     def samples_seen(self) -> int:
@@ -364,10 +372,10 @@ class TrainingLoop(LoopSteps):
         """(Re)makes the traced window function: its micro-batch step runs on
         ``micro_batch_split`` slices once an out-of-memory recovery split it (never under
         XLA, whose computations want static shapes)."""
-        split = not self.jit_compile and self.core.micro_batch_split > 1
+        split = not self.jit_compile and self.window_core.micro_batch_split > 1
         if split != self._split or not hasattr(self, "_window_fn"):
             self._split = split
             self._window_fn = tf.function(self._window)
 
     def _pending(self) -> int:
-        return int(self.core.micro_steps.numpy())
+        return int(self.window_core.micro_steps.numpy())

@@ -39,7 +39,7 @@ class LoopRun:
         if not loop._restored:
             loop.restore()
             loop._trace_window()  # a restored out-of-memory split
-        loop.core.start_events()
+        loop.window_core.start_events()
         loop.stop_training = False
         loop._log.start()
         logs: dict = {}
@@ -55,7 +55,7 @@ class LoopRun:
                 count, take = recovery.replay(
                     self._next_window,
                     self._read_window_again,
-                    lambda error: loop.core,
+                    lambda error: loop.window_core,
                     loop.strategy,
                 )
                 if self.budget is not None:
@@ -89,7 +89,7 @@ class LoopRun:
         Returns the micro-batches taken and those asked for."""
         loop = self.loop
         self._stop_if_requested()
-        wanted = loop.core.accum_steps - loop._pending()
+        wanted = loop.window_core.accum_steps - loop._pending()
         finish = self.budget is None or self.budget >= wanted
         take = wanted if finish else cast(int, self.budget)  # not finish: budget is an int
         return int(loop._window_fn(self.iterator, tf.constant(take, tf.int64), finish)), take
@@ -121,20 +121,20 @@ class LoopRun:
         """Host side: logs, checkpoints and callbacks for each window finished since the last
         call (the window core's events); returns the last one's logs (``{}``: none)."""
         logs: dict = {}
-        for event in self.loop.core.poll():
+        for event in self.loop.window_core.poll():
             logs = self._window_ended(event)
         return logs
 
     def _window_ended(self, event: WindowEnd) -> dict:
         loop = self.loop
-        guard = loop.core.guard
+        guard = loop.window_core.guard
         logs = loop._log.window_ended(
             event,
             learning_rate=loop.learning_rate,
             skipped_windows=loop.skipped_windows,
             nonfinite_windows=0 if guard is None else int(guard.nonfinite_windows.numpy()),
         )
-        loop.core.check_skips()
+        loop.window_core.check_skips()
         if event.applied:
             every = loop.checkpoint_every_n_updates
             if every is not None and event.update % every == 0:

@@ -55,10 +55,10 @@ def regularization_gradients(
 
 class LoopSteps:
     """Mixin of :class:`~ga_tfx.TrainingLoop`: the traced functions of one window and one
-    micro-batch. Expects the loop's ``core``, ``strategy``, ``state``, ``model``,
+    micro-batch. Expects the loop's ``window_core``, ``strategy``, ``state``, ``model``,
     ``optimizer``, ``variables`` and its user functions."""
 
-    core: Any
+    window_core: Any
     strategy: Any
     state: Any
     model: Any
@@ -87,22 +87,22 @@ class LoopSteps:
             if not self._split:  # (read when traced: see _trace_window)
                 self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
             else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
-                self.core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
+                self.window_core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
             count += 1
-        pending = clock.count(self.core, count)
+        pending = clock.count(self.window_core, count)
         self.state.position.assign_add(count)
         if finish:
-            complete = clock.is_complete(self.core, pending)
+            complete = clock.is_complete(self.window_core, pending)
             tf.cond(complete, self._finish_window, lambda: tf.constant(False))
         return count
 
     def _end_of_data(self, policy: Optional[str] = None) -> None:
         """Cross-replica, traced: the data ended; the clock ends the pending window by
         ``policy`` (``None``: ``partial_window``; the run's last window: ``"apply"``)."""
-        clock.end_of_data(self.core, self.strategy, self._finish_window, policy)
+        clock.end_of_data(self.window_core, self.strategy, self._finish_window, policy)
 
     def _finish_window(self) -> tf.Tensor:
-        return self.core.finish(
+        return self.window_core.finish(
             self.strategy,
             self.optimizer,
             jit_compile=self.jit_compile,
@@ -123,7 +123,7 @@ class LoopSteps:
             outputs = self.model(x, training=True)
             loss = mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples) / replicas
         grads = tape.gradient(loss, self.variables)
-        return self.core.add(grads, samples, loss)
+        return self.window_core.add(grads, samples, loss)
 
     def _regularization_gradients(self) -> Any:
         """Replica context: ``(R, ∇R)`` of the regularisation, or ``(None, None)``."""
