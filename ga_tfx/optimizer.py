@@ -41,8 +41,8 @@ from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 import warnings
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 

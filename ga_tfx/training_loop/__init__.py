@@ -57,8 +57,8 @@ from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
-from typing import Any, Callable, List, Optional, Sequence, Union
 import warnings
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 __all__ = [
     "LOG_KEYS",

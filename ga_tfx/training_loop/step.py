@@ -87,7 +87,9 @@ class LoopSteps:
             if not self._split:  # (read when traced: see _trace_window)
                 self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
             else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
-                self.window_core.run_micro_batch(self.strategy, self._micro_step, optional.get_value())
+                self.window_core.run_micro_batch(
+                    self.strategy, self._micro_step, optional.get_value()
+                )
             count += 1
         pending = clock.count(self.window_core, count)
         self.state.position.assign_add(count)
