@@ -94,6 +94,9 @@ class NoiseScaleProbe(keras_tuner.Tuner):
       probe_accum_steps: ``accum_steps`` of the probe run (default: the largest searched). With
         one replica it must be >= 2: one small gradient per window measures no noise.
       seed: the oracle's seed. Other keyword arguments go to ``keras_tuner.Tuner``.
+      target_loss: None, or the loss you aim at: the probe ends at the first epoch whose
+        ``val_loss`` is at or below it (:class:`StopAtLoss`; give it short epochs, and as
+        ``epochs`` the cap), and :meth:`probe_report` says whether it got there.
 
     The estimate depends on where training is: the noise scale grows as the loss falls, and a
     learning rate far below the one a batch would be trained with measures it larger
@@ -107,8 +110,11 @@ class NoiseScaleProbe(keras_tuner.Tuner):
         objective: Any = None,
         probe_accum_steps: Optional[int] = None,
         seed: Optional[int] = None,
+        target_loss: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
+        # Checked now (StopAtLoss's own rule), before any trial.
+        self.target_loss = None if target_loss is None else StopAtLoss(target_loss).target
         if not isinstance(hypermodel, AccumulationHyperModel):
             raise TypeError(f"NoiseScaleProbe needs an AccumulationHyperModel, got {hypermodel!r}.")
         space = hypermodel.search_space
@@ -149,11 +155,16 @@ class NoiseScaleProbe(keras_tuner.Tuner):
 
     def _build_and_fit_model(self, trial: Any, *args: Any, **kwargs: Any) -> Any:
         curve = _ProbeCurve()
+        stop = None if self.target_loss is None else StopAtLoss(self.target_loss)
         kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [curve]
+        kwargs["callbacks"] += [stop] if stop is not None else []
         results = super()._build_and_fit_model(trial, *args, **kwargs)
+        record: Dict[str, Any] = {"curve": curve.rows}
+        if stop is not None:
+            record.update(target_loss=stop.target, reached_target=stop.stopped_epoch is not None)
         path = os.path.join(self.get_trial_dir(trial.trial_id), PROBE_FILE)
         with tf.io.gfile.GFile(path, "w") as f:
-            f.write(json.dumps({"curve": curve.rows}))
+            f.write(json.dumps(record))
         return results
 
     def _probe_trial(self) -> Any:
@@ -167,12 +178,15 @@ class NoiseScaleProbe(keras_tuner.Tuner):
             )
         return done[0]
 
-    def _curve(self) -> List[Dict[str, Any]]:
+    def _probe_file(self) -> Dict[str, Any]:
         path = os.path.join(self.get_trial_dir(self._probe_trial().trial_id), PROBE_FILE)
         if not tf.io.gfile.exists(path):
-            return []
+            return {"curve": []}
         with tf.io.gfile.GFile(path) as f:
-            return json.loads(f.read())["curve"]
+            return json.loads(f.read())
+
+    def _curve(self) -> List[Dict[str, Any]]:
+        return self._probe_file()["curve"]
 
     def recommendation(self) -> Recommendation:
         """``accum_steps`` from the probe's ``B_path`` (see the class docstring)."""
@@ -207,14 +221,19 @@ class NoiseScaleProbe(keras_tuner.Tuner):
 
     def probe_report(self) -> Dict[str, Any]:
         """The evidence: the probe's settings, its curve (one row per window, fields
-        :data:`CURVE_FIELDS`; None where no estimate existed yet) and the recommendation."""
-        curve = self._curve()
-        return {
+        :data:`CURVE_FIELDS`; None where no estimate existed yet) and the recommendation.
+        With a ``target_loss``: it, and ``reached_target`` (True: the probe stopped at the
+        first evaluation at or below it; False: it ran to the cap without reaching it)."""
+        measured = self._probe_file()
+        curve = measured["curve"]
+        report = {
             "probe_accum_steps": self.probe_accum_steps,
             "micro_batch_size": self.hypermodel.search_space.micro_batch_size[0],
             "curve": curve,
             "recommendation": self._recommend(curve).to_dict(),
         }
+        report.update({k: measured[k] for k in ("target_loss", "reached_target") if k in measured})
+        return report
 
     def ga_extra_record(self, trial: Any) -> Dict[str, Any]:
         """What a trial record (the TFX Tuner's ``trials_file``) adds for the probe:

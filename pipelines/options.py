@@ -8,6 +8,7 @@ flags, their help and defaults are generated from these fields (:func:`add_flags
 
 from ga_tfx._schema import SettingError, Settings, Spec, defaults, like, setting, specs
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
+from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.pipelines.csv_dialect import CsvReading
 from ga_tfx.search_space import AccumulationSearchSpace
 
@@ -34,7 +35,9 @@ class TrainingOptions(Settings):
     ``tuning_updates`` updates, and its best values override ``accum_steps`` and
     ``agc_clip_factor`` in the Trainer. With ``tune_strategy="noise_scale"`` one probe run of
     ``tuning_updates`` updates at ``accum_steps`` measures the gradient noise scale instead,
-    and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`). ``seed``
+    and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`); with
+    ``tuning_target_loss`` the probe ends at the first evaluation at or below that loss,
+    ``tuning_updates`` being the cap (:class:`ga_tfx.tuning.StopAtLoss`). ``seed``
     seeds the search and the data order of its trials and of the Trainer.
     """
 
@@ -162,6 +165,14 @@ class TrainingOptions(Settings):
         help="updates of the trial with the largest effective batch; every trial sees as "
         "many examples (noise_scale: updates of the probe run)",
     )
+    tuning_target_loss: Optional[float] = like(
+        TunerOptions,
+        "target_loss",
+        None,
+        help="noise_scale: end the probe at the first evaluation whose eval loss is at or "
+        "below this (the loss you aim at), --tuning-updates being the cap, evaluated about "
+        "10 times over it; None: the probe runs --tuning-updates updates",
+    )
     tune_strategy: str = setting(
         "search",
         kind=str,
@@ -191,6 +202,14 @@ class TrainingOptions(Settings):
         if self.tune_strategy != "search" and not self.tune:
             raise SettingError(
                 f"tune_strategy={self.tune_strategy!r} applies to a tuned run: add tune (--tune)."
+            )
+        if self.tuning_target_loss is not None and not (
+            self.tune and self.tune_strategy == "noise_scale"
+        ):
+            raise SettingError(
+                f"tuning_target_loss={self.tuning_target_loss!r} ends the noise-scale probe: "
+                f"it applies to --tune --tune-strategy noise_scale only, got tune={self.tune}, "
+                f"tune_strategy={self.tune_strategy!r} (remove --tuning-target-loss, or probe)."
             )
         if self.tune and self.tune_strategy == "noise_scale" and self.accum_steps < 2:
             raise SettingError(

@@ -15,6 +15,7 @@ from ga_tfx.components import keys
 from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.components.tuner import tuner_fn
+from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.config import ADAPTIVE, parse_schedule
 from ga_tfx.pipelines import data_check, data_plan, user_code
 from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, TrainingOptions
@@ -185,6 +186,10 @@ def create_pipeline(
             tuner_options["kind"] = "noise_scale"
         else:
             tuner_options["max_trials"] = options.tuning_trials
+        # The Tuner's own options (e.g. the probe's target loss), when given.
+        tuner_options.update(
+            {k: v for k, v in values_for(options, TunerOptions).items() if v is not None}
+        )
         search_agc = (
             None
             if probe or options.search_agc_clip_factor is None

@@ -12,8 +12,9 @@ end) stands beside its score. A noise-scale probe (``--tune-strategy noise_scale
 evidence: ``noise_scale_probe.csv`` (one row per window: update, samples, loss, noise scale and
 the two moving averages it is the ratio of, the window's own two estimates, from which the
 probe's B_path is made), ``noise_scale_probe.png`` (the noise scale and the
-loss against samples, with the recommended effective batch) and lines saying what was measured
-and why ``accum_steps`` was chosen (:func:`probe_lines`).
+loss against samples, with the recommended effective batch) and lines saying what was measured,
+why the probe stopped when it had a target loss (:func:`stop_lines`) and why ``accum_steps``
+was chosen (:func:`probe_lines`).
 
 Standard library plus matplotlib (imported only to draw).
 """
@@ -157,8 +158,28 @@ def probe_lines(probe: Dict[str, Any]) -> List[str]:
             f"({len(half)} updates); a wide range means a longer probe (--tuning-updates) "
             "would measure it better"
         )
+    lines += stop_lines(probe)
     lines.append(f"recommended:          accum_steps {rec['accum_steps']}: {rec['reason']}")
     return lines
+
+
+def stop_lines(probe: Dict[str, Any]) -> List[str]:
+    """Why a probe with a target loss (``--tuning-target-loss``) stopped ([] without one)."""
+    if probe.get("target_loss") is None:
+        return []
+    target, curve = probe["target_loss"], probe.get("curve") or []
+    updates = curve[-1].get("update", "?") if curve else 0
+    if probe.get("reached_target"):
+        return [
+            f"stopped at the target: eval loss at or below {target:.4g} after {updates} updates "
+            "(the probe measured the path to the loss you aim at)"
+        ]
+    return [
+        f"target NOT reached:   eval loss still above {target:.4g} after {updates} updates (the "
+        "cap, --tuning-updates); the noise scale grows as the loss falls, so the recommendation "
+        "is that of a higher loss: a lower limit of the target's effective batch. A longer "
+        "probe (--tuning-updates) would reach the target"
+    ]
 
 
 def write_probe(probe: Dict[str, Any], output_dir: str) -> List[str]:

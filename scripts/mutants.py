@@ -680,6 +680,20 @@ MUTATIONS: List[Mutation] = [
         '                measure="B_path",\n',
         ("tests/test_tune_strategy.py", "-k", "stock_tuner_probes_once"),
     ),
+    Mutation(  # --tuning-target-loss: one evaluation at the cap, so the probe never stops early
+        "tune.target_probe_read_only_at_the_cap",
+        "components/tuner/tuner_fn.py",
+        "        epochs = fn_args.train_steps // probe_check_updates(fn_args.train_steps)\n",
+        "        epochs = 1\n",
+        ("tests/test_tune_strategy.py", "-k", "easy_target"),
+    ),
+    Mutation(  # the parsed target never reaches the probe tuner
+        "tune.target_loss_not_given_to_the_probe",
+        "components/tuner/tuner_fn.py",
+        "            target_loss=config.target_loss,\n",
+        "            target_loss=None,\n",
+        ("tests/test_tune_strategy.py", "-k", "tuner_option_reaches_the_probe"),
+    ),
     Mutation(
         "run_log.noise_written_without_estimate",
         "components/trainer/run_log.py",

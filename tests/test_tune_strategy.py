@@ -4,7 +4,9 @@
 Fast: the oracle's seeding through ``tuner_fn.build_tuner`` (keras-tuner replaces a seed of 0 by
 a random one, which made two runs of the same command try different hyperparameters), the
 ``noise_scale`` kind's configuration and errors, the options and the pipeline's wiring of
-``--seed`` and ``--tune-strategy``, and the report's evidence. Slow: the same command run twice
+``--seed`` and ``--tune-strategy``, and the report's evidence; ``--tuning-target-loss``
+(issue 34, item 1): its checks, its route to the probe, and the stock Tuner's probe stopping at
+an easy target and running to the cap at an unreachable one. Slow: the same command run twice
 into fresh output directories (separate processes, as a user runs it), and ``--seed 1``; and a
 whole ``--tune-strategy noise_scale`` run.
 """
@@ -22,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -207,6 +210,140 @@ def test_every_option_that_is_a_trainer_setting_reaches_the_trainer_and_the_prob
             assert name not in probe
         elif option != "accum_schedule":
             assert probe[name] == value, name
+
+
+# ------------------------------------------------- the probe's target loss (issue 34, item 1)
+# A value other than the default for each option that is a Tuner option (declared
+# like(TunerOptions, name)), under the option's name.
+TUNER_NOT_THE_DEFAULTS = dict(tuning_target_loss=0.25)
+
+
+@pytest.mark.parametrize(
+    "flag, match",
+    [
+        ("-1", r"tuning_target_loss must be > 0, got -1.0"),
+        ("0", r"tuning_target_loss must be > 0, got 0.0"),
+        ("nan", r"tuning_target_loss must be a finite number > 0, got nan"),
+        ("inf", r"tuning_target_loss must be a finite number > 0, got inf"),
+        ("low", r"tuning_target_loss must be a number > 0, or None, got 'low'"),
+    ],
+)
+def test_a_bad_tuning_target_loss_is_an_error_naming_it(flag, match, capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(
+            ["run", "--tune", "--tune-strategy", "noise_scale", "--tuning-target-loss", flag]
+        )
+    assert re.search(match, capsys.readouterr().err.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(), r"got tune=False, tune_strategy='search'"),
+        (dict(tune=True), r"got tune=True, tune_strategy='search'"),
+    ],
+)
+def test_a_tuning_target_loss_without_the_probe_is_an_error(kwargs, match):
+    """It ends the probe: a search (or no tuning) would silently ignore it."""
+    with pytest.raises(ValueError, match=r"tuning_target_loss=0.3 ends the noise-scale probe: "):
+        TrainingOptions(tuning_target_loss=0.3, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        TrainingOptions(tuning_target_loss=0.3, **kwargs)
+    args = cli.build_parser().parse_args(
+        ["run", "--tune", "--tune-strategy", "noise_scale", "--tuning-target-loss", "0.3"]
+    )
+    assert cli.training_options(args) == TrainingOptions(
+        tune=True, tune_strategy="noise_scale", tuning_target_loss=0.3
+    )
+    # The Tuner's own check (custom_config written by hand): the probe only, with evaluation.
+    with pytest.raises(ValueError, match=r"target_loss=0.3 ends the noise-scale probe: .*'random'"):
+        _config("random", target_loss=0.3)
+    with pytest.raises(ValueError, match=r"target_loss=0.3 is read from the probe's val_loss"):
+        tuner_fn.parse_config(
+            {
+                "model_fn": "ga_tfx.pipelines.digits",
+                "ga_tfx": {"label_key": "label"},
+                "tuner": {"kind": "noise_scale", "target_loss": 0.3},
+            }
+        )
+
+
+def test_every_option_that_is_a_tuner_option_reaches_the_probe(tmp_path):
+    """One route (``values_for``): each option declared like(TunerOptions, name) arrives in
+    custom_config["tuner"] under the Tuner's name and in the parsed config the probe is built
+    from; an option added later without a value here fails the first line."""
+    from ga_tfx._schema import SOURCE_KEY
+    from ga_tfx.components.tuner.options import TunerOptions
+
+    carried = {
+        f.name: f.metadata[SOURCE_KEY][1]
+        for f in dataclasses.fields(TrainingOptions)
+        if f.metadata.get(SOURCE_KEY, (None,))[0] is TunerOptions
+    }
+    assert set(carried) == set(TUNER_NOT_THE_DEFAULTS)
+    defaults = TrainingOptions()
+    assert all(getattr(defaults, name) != v for name, v in TUNER_NOT_THE_DEFAULTS.items())
+    options = TrainingOptions(tune=True, tune_strategy="noise_scale", **TUNER_NOT_THE_DEFAULTS)
+    tuner = _components(options, tmp_path)["Tuner"]
+    config = json.loads(tuner.exec_properties["custom_config"])
+    parsed = tuner_fn.parse_config(config, eval_steps=options.eval_steps)
+    for option, name in carried.items():
+        assert config["tuner"][name] == TUNER_NOT_THE_DEFAULTS[option], name
+        assert getattr(parsed, name) == TUNER_NOT_THE_DEFAULTS[option], name
+    # The probe built from it stops at that target.
+    hypermodel = tuning.AccumulationHyperModel(_tiny_model, parsed.search_space)
+    probe = tuner_fn.build_tuner(parsed, hypermodel, directory=str(tmp_path), project_name="p")
+    assert probe.target_loss == TUNER_NOT_THE_DEFAULTS["tuning_target_loss"]
+
+
+@pytest.mark.parametrize("cap, every", [(1, 1), (7, 1), (10, 1), (20, 2), (26, 2), (100, 10)])
+def test_a_probe_with_a_target_is_evaluated_about_ten_times_up_to_the_cap_exactly(cap, every):
+    assert tuner_fn.probe_check_updates(cap) == every
+    assert cap % every == 0 and every <= max(1, math.ceil(cap / tuner_fn.PROBE_TARGET_CHECKS))
+
+
+def _stock_probe(tmp_path, model_module, name, target, num_steps):
+    """The stock Tuner's noise-scale probe (taxi testdata) with ``target_loss``: its record."""
+    from tests.test_tuner_component import _config as stock_config
+    from tests.test_tuner_component import _tune
+
+    module = model_module()
+    trials_file = str(tmp_path / f"{name}.jsonl")
+    config = stock_config(
+        module,
+        ga_tfx=dict(stock_config(module)["ga_tfx"], accum_steps=2, micro_batch_size=4),
+        ga_tfx_search={"accum_steps": [1, 2, 4]},
+        tuner={"kind": "noise_scale", "trials_file": trials_file, "target_loss": target},
+    )
+    _tune(str(tmp_path / name), config, num_steps=num_steps)
+    (record,) = tuning_report.read_trials(trials_file)
+    assert record["status"] == "completed", record["message"]
+    return record
+
+
+def test_the_probe_stops_at_its_first_evaluation_at_an_easy_target(tmp_path, model_module):
+    """Through TFX's stock Tuner executor: a target every loss meets ends the probe at its
+    first evaluation (2 updates of a cap of 20: evaluated every 2), and the report says so."""
+    easy = _stock_probe(tmp_path, model_module, "easy", 1e6, 20)
+    assert [r["update"] for r in easy["probe"]["curve"]] == [1, 2]
+    assert easy["probe"]["target_loss"] == 1e6 and easy["probe"]["reached_target"] is True
+    assert tuning_report.stop_lines(easy["probe"]) == [
+        "stopped at the target: eval loss at or below 1e+06 after 2 updates (the probe "
+        "measured the path to the loss you aim at)"
+    ]
+    assert tuning_report.stop_lines({"curve": []}) == []  # no target: no line
+
+
+def test_the_probe_runs_to_the_cap_at_an_unreachable_target(tmp_path, model_module):
+    """A target no loss meets: all the cap's updates (8, evaluated every one), and the report
+    says the target was not reached and what the recommendation then is."""
+    never = _stock_probe(tmp_path, model_module, "never", 1e-9, 8)
+    assert [r["update"] for r in never["probe"]["curve"]] == list(range(1, 9))
+    assert never["probe"]["reached_target"] is False
+    (line,) = tuning_report.stop_lines(never["probe"])
+    assert line.startswith("target NOT reached:   eval loss still above 1e-09 after 8 updates")
+    assert "a lower limit of the target's effective batch" in line
+    assert line in tuning_report.probe_lines(never["probe"])
 
 
 CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -59,6 +59,15 @@ class TunerOptions(Settings):
         help="a JSON-lines file where every finished trial (failed ones too) is appended, "
         "with TensorBoard HParams beside it (None: no record)",
     )
+    target_loss: Optional[float] = setting(
+        None,
+        kind=float,
+        above=0,
+        optional=True,
+        help="noise_scale: end the probe at the first evaluation whose val_loss is at or below "
+        "this (the loss you aim at; train_args.num_steps updates are then the cap, evaluated "
+        "every few updates); None: the probe runs train_args.num_steps updates",
+    )
     stale_trial_seconds: float = setting(
         DEFAULT_STALE_TRIAL_SECONDS,
         kind=float,
@@ -75,6 +84,11 @@ class TunerOptions(Settings):
             raise ValueError(
                 f'max_trials does not apply to kind "noise_scale" (one probe run), got '
                 f"max_trials={self.max_trials!r}."
+            )
+        if self.kind != "noise_scale" and self.target_loss is not None:
+            raise ValueError(
+                f"target_loss={self.target_loss!r} ends the noise-scale probe: it applies to "
+                f'kind "noise_scale" only, not {self.kind!r} (remove target_loss or probe).'
             )
         if self.kind != "hyperband" and self.max_epochs is not None:
             raise ValueError(f'max_epochs only applies to kind "hyperband", not {self.kind!r}.')

@@ -39,8 +39,8 @@ Use it with TFX's own Tuner component (no custom component needed)::
                    ``objective`` (default ``"val_loss"`` when ``eval_args.num_steps`` is set,
                    else ``"loss"``), ``max_trials`` (random and bayesian, default 10),
                    ``max_epochs`` (hyperband, default 3), ``seed`` (default 0: the same
-                   search every run), ``trials_file``, ``stale_trial_seconds`` (see
-                   ``options.py``).
+                   search every run), ``trials_file``, ``stale_trial_seconds``,
+                   ``target_loss`` (``noise_scale`` only; see ``options.py``).
 
 Every trial logs the gradient noise scale (``log_noise_scale``): its ``noise_scale`` (B_simple at
 the trial's end, in samples; none for ``accum_steps=1`` on one device) is recorded beside its
@@ -53,7 +53,11 @@ score in ``trials_file``.
 measured, and the best hyperparameters are ``accum_steps`` = the ``ga_tfx_search`` value
 nearest (log2 scale) to ``B_simple / micro_batch_size``. The search space may then list
 ``accum_steps`` and one ``micro_batch_size`` only. ``trials_file`` gets the probe's curve and
-the recommendation with its reason (``"probe"``).
+the recommendation with its reason (``"probe"``). With ``target_loss`` the probe ends at
+the first evaluation whose ``val_loss`` is at or below it (:class:`ga_tfx.tuning.StopAtLoss`),
+``train_args.num_steps`` updates being the cap: it is evaluated about
+:data:`PROBE_TARGET_CHECKS` times, every :func:`probe_check_updates` updates (short epochs),
+and its record says whether it reached the target.
 
 The budget rule (``train_args.num_steps``)
 ------------------------------------------
@@ -121,6 +125,8 @@ from tfx.components.tuner.component import TunerFnResult
 
 CONFIG_KEYS = (keys.MODEL_FN, keys.GA_TFX, keys.GA_TFX_SEARCH, keys.TUNER)
 PROJECT_NAME = "ga_tfx_tuner"
+# A probe with a target loss is evaluated about this many times over its cap (short epochs).
+PROBE_TARGET_CHECKS = 10
 TUNABLE_MODEL_FN = "build_tunable_model"
 
 
@@ -138,6 +144,7 @@ class TunerConfig:
     seed: Optional[int] = 0
     trials_file: Optional[str] = None
     stale_trial_seconds: float = DEFAULT_STALE_TRIAL_SECONDS
+    target_loss: Optional[float] = None
 
 
 def parse_config(
@@ -188,6 +195,11 @@ def parse_config(
             f"custom_config tuner objective {objective!r} needs evaluation: set "
             "eval_args.num_steps."
         )
+    if options.target_loss is not None and not eval_steps:
+        raise ValueError(
+            f"custom_config {keys.TUNER} target_loss={options.target_loss!r} is read from the "
+            "probe's val_loss: set eval_args.num_steps."
+        )
     if options.kind == "hyperband":
         max_trials, max_epochs = None, options.max_epochs or DEFAULT_MAX_EPOCHS
     elif options.kind == "noise_scale":
@@ -206,6 +218,7 @@ def parse_config(
         seed=options.seed,
         trials_file=options.trials_file,
         stale_trial_seconds=options.stale_trial_seconds,
+        target_loss=options.target_loss,
     )
 
 
@@ -265,6 +278,15 @@ def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace
     return samples
 
 
+def probe_check_updates(num_steps: int) -> int:
+    """Updates between two evaluations of a probe with a ``target_loss``: the largest divisor
+    of ``num_steps`` (the cap) not above ``num_steps / PROBE_TARGET_CHECKS`` (rounded up), so
+    that the probe is evaluated about ``PROBE_TARGET_CHECKS`` times and its epochs add up to
+    the cap exactly."""
+    most = max(1, -(-num_steps // PROBE_TARGET_CHECKS))
+    return max(d for d in range(1, most + 1) if num_steps % d == 0)
+
+
 def load_hp_build_model(model_fn: str, transform_output=None):
     """``build(hp) -> compiled keras.Model`` from the ``model_fn`` module (docstring)."""
     module_name, _, attr = model_fn.rpartition(".")
@@ -293,11 +315,16 @@ def tuner_fn(fn_args) -> TunerFnResult:
     config = parse_config(fn_args.custom_config, fn_args.eval_steps)
     space, settings = config.search_space, config.settings
     probe = config.kind == "noise_scale"
-    # The probe's budget: num_steps updates of the Trainer's effective batch.
+    # The probe's budget: num_steps updates of the Trainer's effective batch; with a target
+    # loss, the cap, in short epochs read by StopAtLoss.
     samples = trial_budget(
         fn_args.train_steps,
         dataclasses.replace(space, accum_steps=(settings.accum_steps,)) if probe else space,
     )
+    epochs = 1
+    if config.target_loss is not None:
+        epochs = fn_args.train_steps // probe_check_updates(fn_args.train_steps)
+        samples //= epochs
     schema, transform_output = data.schema_and_transform(fn_args)
     build = load_hp_build_model(config.model_fn, transform_output)
     strategy = distribution.make_strategy(settings.strategy)
@@ -343,7 +370,7 @@ def tuner_fn(fn_args) -> TunerFnResult:
         return batches(fn_args.train_files, micro_batch_size, settings.shuffle)
 
     fit_kwargs: Dict[str, Any] = dict(
-        x=train_micro_batches, samples_per_epoch=samples, epochs=1, verbose=2
+        x=train_micro_batches, samples_per_epoch=samples, epochs=epochs, verbose=2
     )
     if fn_args.eval_steps:
         fit_kwargs.update(
@@ -361,7 +388,11 @@ def build_tuner(config: TunerConfig, hypermodel: AccumulationHyperModel, **kwarg
     kwargs.setdefault("search_seed", config.seed)
     if config.kind == "noise_scale":
         return trials.recording_tuner(NoiseScaleProbe)(
-            hypermodel, probe_accum_steps=config.settings.accum_steps, seed=seed, **kwargs
+            hypermodel,
+            probe_accum_steps=config.settings.accum_steps,
+            seed=seed,
+            target_loss=config.target_loss,
+            **kwargs,
         )
     if config.kind == "hyperband":
         return trials.recording_tuner(keras_tuner.Hyperband)(
