@@ -292,6 +292,29 @@ def local_component(variable: Any) -> Any:
     return get_local() if get_local is not None else variable
 
 
+def autograph_converted(function: Callable) -> Callable:
+    """``function`` as a ``tf.function`` with autograph would run it (Python control flow on
+    tensors converted), also where its caller is traced without conversion (the window's end,
+    :mod:`ga_tfx.engine.loop`): for user code called from library code. Unchanged when running
+    eagerly, or where TensorFlow lacks the private module (its rule then applies as before)."""
+    if tf.executing_eagerly():
+        return function
+    try:
+        from tensorflow.python.autograph.core import ag_ctx
+    except ImportError:
+        return function
+    enabled = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
+    return tf.__internal__.autograph.tf_convert(function, enabled)
+
+
+def user_code(owner: Any, function: Callable) -> Callable:
+    """``function`` (``owner`` or one of its methods) converted by :func:`autograph_converted`
+    when ``owner``'s class is the user's; as it is when it is ga-tfx's own."""
+    if type(owner).__module__.startswith("ga_tfx."):
+        return function
+    return autograph_converted(function)
+
+
 def leave_tf_keras_unconverted_by_autograph() -> None:
     """Adds ``DoNotConvert("tf_keras")`` to autograph's rules (once).
 

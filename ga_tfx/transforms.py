@@ -34,6 +34,7 @@ user name                :class:`FunctionTransform`: any callable
 """
 
 from ga_tfx._keras import tf
+from ga_tfx._tf_keras_internals import autograph_converted, user_code
 from ga_tfx._validation import check_positive_float
 from ga_tfx.agc import adaptive_clip_gradients, agc_settings, excluded, unit_axes
 from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES, AccumulationConfig
@@ -291,7 +292,7 @@ class FunctionTransform(GradientTransform):
         self.fn = fn
 
     def __call__(self, grads_and_vars: GradsAndVars) -> Tuple[GradsAndVars, Optional[tf.Tensor]]:
-        out = list(self.fn(list(grads_and_vars)))
+        out = list(autograph_converted(self.fn)(list(grads_and_vars)))
         if [v.ref() for _, v in out] != [v.ref() for _, v in grads_and_vars]:
             raise ValueError(
                 f"gradient transform {self.name!r} must return one (gradient, variable) pair "
@@ -340,7 +341,8 @@ class GradientChain(tf.Module):
         grads_and_vars = list(grads_and_vars)
         apply = tf.constant(True)
         for name in self.order:
-            grads_and_vars, vote = self.members[name](grads_and_vars)
+            member = self.members[name]
+            grads_and_vars, vote = user_code(member, member)(grads_and_vars)
             if vote is not None:
                 apply = tf.logical_and(apply, vote)
         return grads_and_vars, apply

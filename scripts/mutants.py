@@ -694,6 +694,13 @@ MUTATIONS: List[Mutation] = [
         "            target_loss=None,\n",
         ("tests/test_tune_strategy.py", "-k", "tuner_option_reaches_the_probe"),
     ),
+    Mutation(  # fit's window end is traced without autograph: the user's code in it too
+        "engine.user_transform_not_converted",
+        "ga_tfx/_tf_keras_internals.py",
+        "        return function\n    return autograph_converted(function)\n",
+        "        return function\n    return function\n",
+        ("tests/test_transforms.py", "-k", "python_control_flow"),
+    ),
     Mutation(
         "run_log.noise_written_without_estimate",
         "components/trainer/run_log.py",

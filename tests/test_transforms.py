@@ -153,3 +153,42 @@ def test_bad_members_and_names_are_rejected():
         dropping(_pairs(variables, np.ones((3, 2)), [1.0, 1.0]))
     with pytest.raises(ValueError, match="rank 0 to 5"):
         AdaptiveClipping(0.1).build([tf.Variable(tf.zeros([1] * 6), name="big")])
+
+
+def _halve_where_finite(grads_and_vars):
+    """A user's transform written with Python control flow on a tensor (autograph's job)."""
+    out = []
+    for g, v in grads_and_vars:
+        if tf.reduce_all(tf.math.is_finite(g)):
+            g = g * 0.5
+        out.append((g, v))
+    return out
+
+
+class _HalveWhereFinite(GradientTransform):
+    """The same as a user's own GradientTransform subclass."""
+
+    def __call__(self, grads_and_vars):
+        return _halve_where_finite(grads_and_vars), None
+
+
+def test_a_users_transforms_with_python_control_flow_on_tensors_train_in_fit():
+    """fit traces the window's end without autograph's conversion (ga_tfx.engine.loop: its
+    start-up); the user's code in it still is converted: a transform given as a function and a
+    GradientTransform subclass, each with ``if`` on a tensor, train as the same transform in
+    tensor ops (each halves: a quarter in all), to float32 round-off, with SGD."""
+    from tests.helpers import classification_data, max_weight_diff, mlp, sparse_ce
+
+    x, y = classification_data(n=64, seed=4)
+
+    def trained(transforms):
+        model = ga_tfx.wrap_model(mlp(seed=2), 4, transforms=transforms)
+        model.compile(ga_tfx.keras.optimizers.SGD(0.5), sparse_ce())
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return model
+
+    users = trained([("by_function", _halve_where_finite), _HalveWhereFinite("by_class")])
+    quarter = trained([("quarter", lambda pairs: [(g * 0.25, v) for g, v in pairs])])
+    untouched = trained([])
+    assert max_weight_diff(users, quarter) <= 1e-6
+    assert max_weight_diff(users, untouched) > 1e-3  # the transforms did act

@@ -2,6 +2,7 @@
 
 from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
+from ga_tfx._tf_keras_internals import user_code
 from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.transforms import GradientChain, Member, NonFiniteGuard, chain_for
@@ -249,7 +250,7 @@ class WindowCore(tf.Module):
 
     def _end_step(self, apply: bool) -> Any:
         """Replica context: ends the window layers' windows, clears the buffers."""
-        ends = [layer.ga_window_end(apply=apply) for layer in self._layers.value]
+        ends = [user_code(layer, layer.ga_window_end)(apply=apply) for layer in self._layers.value]
         with tf.control_dependencies(ends):
             return self._clear()
 

@@ -2,6 +2,7 @@
 gradients already summed over replicas) and of XLA."""
 
 from ga_tfx._keras import keras, tf
+from ga_tfx._tf_keras_internals import autograph_converted
 from ga_tfx.config import AccumulationConfig
 
 from typing import Any, Callable, List, Sequence, Tuple
@@ -46,10 +47,11 @@ def apply_aggregated_gradients(
     not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
     applied updates only.
     """
+    apply_gradients = autograph_converted(optimizer.apply_gradients)  # the user's, maybe
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        result = optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+        result = apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
     else:
-        result = optimizer.apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
+        result = apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
     if skips_nonfinite_itself(optimizer):
         # The same decision the LossScaleOptimizer takes: all gradients finite.
         with tf.control_dependencies(as_dependencies(result)):
