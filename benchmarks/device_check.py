@@ -9,8 +9,8 @@ script itself, ``tests/test_device_check.py``). Each section prints one line per
    float32 big-batch SGD with momentum: ``max |dw| <= 4 u x movement`` (u: the compute dtype's
    unit round-off; the bound of ``tests/test_mixed_precision.py``).
 2. **memory**: ``fit_micro_batch`` under a budget halfway between its probe's peaks at two
-   sizes, the smaller one's with the probe's margin (``ga_tfx.memory.PROBE_MARGIN``, which the
-   pick applies); the chosen size's real training peak (``get_memory_info``: peak above what
+   sizes, the smaller one's with the probe's margin and one more input micro-batch
+   (``ga_tfx.memory.required_bytes``, which the pick applies); the chosen size's real training peak (``get_memory_info``: peak above what
    was in use, plus what the run holds) must be within the budget. On a CPU (TensorFlow's BFC
    allocator, set by this module before TensorFlow starts) the line is INFO, not a verdict:
    there the probe's reading of one size moved by up to 20% between runs (e.g. 65.6, 74.0 and
@@ -152,7 +152,8 @@ def memory(quick: bool) -> List[str]:
         ).peaks[size]
         for size in (big, small)
     }
-    with_margin = int(probe[small] * (1 + memory_lib.PROBE_MARGIN))  # what the pick compares
+    # What the pick compares: the reading with the margin and one more input micro-batch.
+    with_margin = memory_lib.required_bytes(probe[small], memory_lib.input_bytes(x, y, small))
     budget = (probe[big] + with_margin) // 2
     gpu = device.startswith("GPU")
     try:
@@ -175,7 +176,8 @@ def memory(quick: bool) -> List[str]:
     return [
         f"{verdict} memory on {device}: budget {budget / mib:.1f} MiB (halfway between the probe's "
         f"{probe[small] / mib:.1f} at {small}, {with_margin / mib:.1f} with its margin of "
-        f"{memory_lib.PROBE_MARGIN:.0%}, and {probe[big] / mib:.1f} at {big}): picked "
+        f"{memory_lib.PROBE_MARGIN:.0%} and one more input micro-batch, and "
+        f"{probe[big] / mib:.1f} at {big}): picked "
         f"{choice.micro_batch} x {choice.accum_steps}; its training peaks at {real / mib:.1f} MiB "
         f"(probe / training {probe[choice.micro_batch] / real:.3f})"
     ]

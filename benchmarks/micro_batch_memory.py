@@ -191,8 +191,9 @@ def main(argv=None):
         f"The probe's worst under-read: {under[worst]:.3f} at micro-batch {worst} (training "
         f"peaks up to {mib(peaks[worst])} MiB, probe readings down to "
         f"{mib(min(probes[worst]))} MiB); `ga_tfx.memory.PROBE_MARGIN` = {margin}: a size fits "
-        f"when its probe reading x {1 + margin:g} is within the budget "
-        f"({'covers' if 1 + margin >= under[worst] else 'does NOT cover'} it).",
+        f"when its probe reading x {1 + margin:g}, plus one more input micro-batch "
+        f"(`ga_tfx.memory.required_bytes`), is within the budget "
+        f"(the factor alone {'covers' if 1 + margin >= under[worst] else 'does NOT cover'} it).",
         "",
         "Budgets halfway between neighbouring training peaks, and inside the probe's error "
         "(halfway between a size's lowest probe reading and its training peak: a pick without "

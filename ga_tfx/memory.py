@@ -5,10 +5,11 @@ loss, backward: what a micro-batch of the window costs) at candidate micro-batch
 TensorFlow's allocator statistics (``tf.config.experimental.get_memory_info``: on a GPU, and on
 the CPU when TensorFlow's BFC CPU allocator is on, ``TF_CPU_ALLOCATOR_USE_BFC=true`` before
 TensorFlow starts), and picks the largest micro-batch that divides the effective batch and
-fits the budget with the probe's margin (:data:`PROBE_MARGIN`: its reading times ``1 +
-margin`` must be within the budget, since a training run peaked above the probe's reading);
-``K`` is then ``effective_batch_size / micro_batch``, so the updates are the ones asked for.
-The choice says why (:class:`MicroBatchChoice`).
+fits the budget with the probe's margin (:func:`required_bytes`: its reading times ``1 +
+margin`` (:data:`PROBE_MARGIN`), plus one more input micro-batch, must be within the budget,
+since training runs peaked above the probe's readings); ``K`` is then
+``effective_batch_size / micro_batch``, so the updates are the ones asked for. The choice
+says why (:class:`MicroBatchChoice`).
 
 What a micro-step costs: the peak of the tensors one micro-step of ga-tfx ``fit`` allocates
 (activations, gradients, the batch, the kernels' work space: the allocator's peak minus what
@@ -28,6 +29,8 @@ from ga_tfx._validation import check_positive_float
 
 import dataclasses
 import re
+
+import numpy as np
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 # The probe's worst measured under-read of a training run's peak, as a fraction of its reading:
@@ -40,8 +43,10 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 # the run just before it (same code: 25.1 MiB against 20.1); the first run, at d3ffec3, read
 # 42.6 against 38.7 at 128 (1.10). The error is run-to-run noise of both readings, not a bias
 # (the probe also read above the training peak: 92.0 against at most 85.4 at 256); 0.25 is the
-# worst ratio, 1.248, rounded up: what was measured on that conv net, not a bound (an MLP of
-# benchmarks/device_check.py read up to 1.38 on this CPU: docs/benchmarks.md).
+# worst ratio, 1.248, rounded up: what was measured on that conv net, not a bound. A model whose
+# input dominates its memory (the MLP of benchmarks/device_check.py: 4096 features, 16 MiB per
+# input micro-batch) trained up to 1.38 times the probe's reading on this CPU, by about one
+# input micro-batch alive or not as the ops were scheduled: required_bytes adds one.
 PROBE_MARGIN = 0.25
 
 _UNITS = {
@@ -119,8 +124,10 @@ class MicroBatchChoice:
       persistent_bytes: what each peak counts for the whole run: variables, optimizer slots,
         accumulation buffers.
       device: the device measured.
-      margin: the probe's margin applied: a size fits when ``peaks[size] * (1 + margin) <=
-        budget_bytes`` (:data:`PROBE_MARGIN` by default).
+      margin: the probe's margin applied (:data:`PROBE_MARGIN` by default).
+      input_bytes: ``{micro-batch: bytes of one input micro-batch (features and labels) per
+        device}``; a size fits when :func:`required_bytes` of its reading is within the
+        budget: ``peaks[size] * (1 + margin) + input_bytes[size] <= budget_bytes``.
     """
 
     micro_batch: int
@@ -131,38 +138,48 @@ class MicroBatchChoice:
     persistent_bytes: int
     device: str
     margin: float
+    input_bytes: Dict[int, int]
+
+    def required(self, size: int) -> int:
+        """Bytes the pick requires of micro-batch ``size`` (:func:`required_bytes`)."""
+        return required_bytes(self.peaks[size], self.input_bytes[size], self.margin)
 
     def explain(self) -> str:
         """One line: the choice, its measured peak with the margin, the budget, the sizes that
         did not fit (their reading, and with the margin)."""
         over = [
-            f"{size} ({_mib(peak)}, {_mib(_with_margin(peak, self.margin))} with it)"
+            f"{size} ({_mib(peak)}, {_mib(self.required(size))} with it)"
             for size, peak in self.peaks.items()
-            if not _fits(peak, self.margin, self.budget_bytes)
+            if self.required(size) > self.budget_bytes
         ]
         chosen = self.peaks[self.micro_batch]
         return (
             f"micro-batch {self.micro_batch} x accum_steps {self.accum_steps} = effective batch "
             f"{self.effective_batch_size}: one micro-step peaks at {_mib(chosen)} on "
-            f"{self.device}, {_mib(_with_margin(chosen, self.margin))} with the probe's margin "
+            f"{self.device}, {_mib(self.required(self.micro_batch))} with the probe's margin "
             f"of {self.margin:.0%} ("
             + (
                 "PROBE_MARGIN, its worst measured under-read"
                 if self.margin == PROBE_MARGIN
                 else "given"
             )
-            + f"), within the budget of {_mib(self.budget_bytes)}"
+            + f") and one more input micro-batch ({_mib(self.input_bytes[self.micro_batch])}), "
+            f"within the budget of {_mib(self.budget_bytes)}"
             + (f"; over it with the margin: micro-batch {', '.join(over)}" if over else "")
         )
 
 
-def _with_margin(peak: int, margin: float) -> int:
-    return int(peak * (1 + margin))
+def required_bytes(reading: int, input_bytes: int, margin: float = PROBE_MARGIN) -> int:
+    """What a micro-batch size must find in the budget: the probe's ``reading`` of it times
+    ``1 + margin`` (its worst measured under-read), plus ``input_bytes``, one more input
+    micro-batch (a training run may hold the next one already: measured on an MLP whose input
+    dominates, benchmarks/device_check.py)."""
+    return int(reading * (1 + margin)) + input_bytes
 
 
-def _fits(peak: int, margin: float, budget: int) -> bool:
-    """Whether a probe reading of ``peak`` bytes fits ``budget`` with the probe's margin."""
-    return _with_margin(peak, margin) <= budget
+def input_bytes(x: Any, y: Any, samples: int) -> int:
+    """Bytes of ``samples`` rows of the features ``x`` and labels ``y`` (nested arrays)."""
+    return sum(int(np.asarray(array[:samples]).nbytes) for array in tf.nest.flatten((x, y)))
 
 
 def _mib(n: int) -> str:
@@ -210,8 +227,9 @@ def fit_micro_batch(
         (default: the effective batch, then halved while it divides evenly).
       replicas: devices the global micro-batch is split over (each measures its share).
       device: the device whose statistics are read (default :func:`default_device`).
-      margin: a size fits when its probe reading x ``(1 + margin)`` is within the budget
-        (default :data:`PROBE_MARGIN`, the probe's worst measured under-read; a number >= 0).
+      margin: a size fits when its probe reading x ``(1 + margin)``, plus one more input
+        micro-batch, is within the budget (:func:`required_bytes`; default
+        :data:`PROBE_MARGIN`, the probe's worst measured under-read; a number >= 0).
 
     Raises ``ValueError`` when even the smallest candidate does not fit (naming its peak, the
     margin and the budget), a candidate does not divide the effective batch, or ``margin`` is
@@ -237,6 +255,7 @@ def fit_micro_batch(
         + sum(int(v.shape.num_elements()) for v in trainable) * 4  # float32 accumulation
     )
     peaks: Dict[int, int] = {}
+    inputs: Dict[int, int] = {}
     # The probe trains (at learning rate 0) through the engine itself: BatchNormalization
     # statistics move, so every variable is put back afterwards.
     kept = [(v, v.numpy()) for v in model.variables]
@@ -245,7 +264,8 @@ def fit_micro_batch(
             share = max(1, size // replicas)
             peaks[size] = _micro_step_peak(model, x, y, share, device)
             peaks[size] += persistent
-            if _fits(peaks[size], margin, budget):
+            inputs[size] = input_bytes(x, y, share)
+            if required_bytes(peaks[size], inputs[size], margin) <= budget:
                 return MicroBatchChoice(
                     size,
                     effective_batch_size // size,
@@ -255,6 +275,7 @@ def fit_micro_batch(
                     persistent,
                     device,
                     margin,
+                    inputs,
                 )
     finally:
         for variable, value in kept:
@@ -266,7 +287,8 @@ def fit_micro_batch(
     raise ValueError(
         f"No micro-batch fits memory_budget={memory_budget!r} ({_mib(budget)} per device): the "
         f"smallest tried, {smallest}, peaks at {_mib(peaks[smallest])} on {device}, "
-        f"{_mib(_with_margin(peaks[smallest], margin))} with the probe's margin of {margin:.0%}. "
+        f"{_mib(required_bytes(peaks[smallest], inputs[smallest], margin))} with the probe's "
+        f"margin of {margin:.0%} and one more input micro-batch. "
         "Raise the budget or make the model smaller."
     )
 

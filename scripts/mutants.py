@@ -771,8 +771,15 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "memory.no_margin",  # the pick ignores the probe's margin (PROBE_MARGIN)
         "ga_tfx/memory.py",
-        "            if _fits(peaks[size], margin, budget):\n",
-        "            if peaks[size] <= budget:\n",
+        "    return int(reading * (1 + margin)) + input_bytes\n",
+        "    return int(reading) + input_bytes\n",
+        ("tests/test_memory.py", "-k", "margin"),
+    ),
+    Mutation(
+        "memory.no_input_micro_batch",  # the pick leaves out one more input micro-batch
+        "ga_tfx/memory.py",
+        "    return int(reading * (1 + margin)) + input_bytes\n",
+        "    return int(reading * (1 + margin))\n",
         ("tests/test_memory.py", "-k", "margin"),
     ),
     Mutation(

@@ -111,14 +111,14 @@ def _chosen_micro_batch_check():
     # 128.
     peaks = {micro: _fit_peak(micro) for micro in (64, 128)}
     print({k: v / 2**20 for k, v in peaks.items()})
-    with_margin = int(peaks[64] * (1 + memory.PROBE_MARGIN))
+    with_margin = memory.required_bytes(peaks[64], memory.input_bytes(x, y, 64))
     assert peaks[128] > with_margin + 10 * 2**20  # the sizes differ by far more than the noise
     budget = (with_margin + peaks[128]) // 2
     choice = ga_tfx.fit_micro_batch(_model(), x, y, EFFECTIVE, budget, device="CPU:0")
     print(choice.explain())
     assert (choice.micro_batch, choice.accum_steps) == (64, 4)  # the effective batch kept
     # its own measurement agrees
-    assert choice.peaks[64] * (1 + memory.PROBE_MARGIN) <= budget < choice.peaks[128]
+    assert choice.required(64) <= budget < choice.peaks[128]
     assert "micro-batch 64 x accum_steps 4 = effective batch 256" in choice.explain()
     # A budget above every size: the whole effective batch in one micro-batch.
     whole = ga_tfx.fit_micro_batch(_model(), x, y, EFFECTIVE, 2**40, device="CPU:0")
@@ -150,7 +150,8 @@ def test_the_probe_leaves_the_model_as_it_was_and_refuses_what_cannot_fit():
 def test_a_size_fits_only_with_the_probes_margin(monkeypatch):
     """The pick rule alone, the probe's readings stubbed (no training): a budget above a
     size's reading but below the reading with the margin does not take that size, the margin
-    at the boundary does; the choice and its line say the margin; a bad margin is refused."""
+    at the boundary does, with one more input micro-batch (one byte less does not); the
+    choice and its line say the margin; a bad margin is refused."""
     steps = {128: 40 * 2**20, 64: 20 * 2**20}
     monkeypatch.setattr(memory, "_micro_step_peak", lambda m, x, y, samples, d: steps[samples])
     x, y = _data()
@@ -170,10 +171,15 @@ def test_a_size_fits_only_with_the_probes_margin(monkeypatch):
         model, x, y, EFFECTIVE, inside, candidates=[128, 64], device="CPU:0", margin=0
     )
     assert bare.micro_batch == 128  # what the pick was without the margin
-    edge = ga_tfx.fit_micro_batch(
-        model, x, y, EFFECTIVE, int(reading * (1 + margin)), candidates=[128], device="CPU:0"
-    )
-    assert edge.micro_batch == 128  # the reading with the margin exactly at the budget fits
+    # One more input micro-batch is required too: its bytes, counted here from the arrays.
+    one_input = x[:128].nbytes + y[:128].nbytes
+    assert one_input > 0 and choice.input_bytes[64] == x[:64].nbytes + y[:64].nbytes
+    edge = int(reading * (1 + margin)) + one_input
+    fits = ga_tfx.fit_micro_batch(model, x, y, EFFECTIVE, edge, candidates=[128], device="CPU:0")
+    assert fits.micro_batch == 128  # the reading with the margin and one input exactly fits
+    with pytest.raises(ValueError, match=r"No micro-batch fits .* and one more input micro-batch"):
+        ga_tfx.fit_micro_batch(model, x, y, EFFECTIVE, edge - 1, candidates=[128], device="CPU:0")
+    assert "and one more input micro-batch (" in choice.explain()
     for bad in (-0.1, "0.2", True, float("nan"), float("inf")):
         with pytest.raises(
             ValueError,
