@@ -10,8 +10,9 @@ script itself, ``tests/test_device_check.py``). Each section prints one line per
    unit round-off; the bound of ``tests/test_mixed_precision.py``).
 2. **memory**: ``fit_micro_batch`` under a budget halfway between its probe's peaks at two
    sizes, the smaller one's with the probe's margin and one more input micro-batch
-   (``ga_tfx.memory.required_bytes``, which the pick applies); the chosen size's real training peak (``get_memory_info``: peak above what
-   was in use, plus what the run holds) must be within the budget. On a CPU (TensorFlow's BFC
+   (``ga_tfx.memory.required_bytes``, which the pick applies); the chosen size's real
+   training peak (``get_memory_info``: peak above what was in use, plus what the run holds)
+   must be within the budget. On a CPU (TensorFlow's BFC
    allocator, set by this module before TensorFlow starts) the line is INFO, not a verdict:
    there the probe's reading of one size moved by up to 20% between runs (e.g. 65.6, 74.0 and
    81.0 MiB at 512 in three ``--quick`` runs), so a budget halfway between two sizes is inside

@@ -29,9 +29,9 @@ from ga_tfx._validation import check_positive_float
 
 import dataclasses
 import re
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 import numpy as np
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 # The probe's worst measured under-read of a training run's peak, as a fraction of its reading:
 # a size fits when its probe reading x (1 + PROBE_MARGIN) is within the budget. Measured by
