@@ -1,6 +1,10 @@
 """The ga-tfx Trainer against TFX's stock Trainer on TFX's own taxi example, paired.
 
-    .venv/bin/python -m benchmarks.trainer_pace [--pairs 4] [--out benchmarks/TRAINER_PACE]
+    .venv/bin/python -m benchmarks.trainer_pace [--job taxi|digits] [--pairs 4] [--out OUT]
+
+``--job taxi`` (the default) is described here; ``--job digits`` pairs the main job's Trainer
+with a stock Trainer on the main job's Transform outputs (:mod:`benchmarks.trainer_pace_digits`),
+default ``--out benchmarks/TRAINER_PACE_DIGITS``.
 
 The stock side is TFX's ``taxi_pipeline_native_keras`` Trainer as TFX ships it: its module file
 (``tfx/examples/chicago_taxi_pipeline/taxi_utils_native_keras.py``: a 4-layer DNN over every
@@ -30,8 +34,12 @@ import sys
 import tempfile
 import time
 
+from benchmarks import trainer_pace_digits as digits_job
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPDATES, EVAL_STEPS, BATCH, MICRO, K = 1000, 150, 40, 10, 4
+# --job: its report's default path (without extension).
+JOBS = {"taxi": "TRAINER_PACE", "digits": "TRAINER_PACE_DIGITS"}
 
 # The taxi module plus the build_model(hparams) the ga-tfx Trainer calls: the module's model,
 # with the layer sizes its run_fn uses.
@@ -43,9 +51,23 @@ def build_model(hparams):
 """
 
 
-def _one(side, out):
-    """Runs one Trainer (``side``: "stock" or "ga_tfx") into ``out``; returns its seconds."""
+def _one(side, out, inputs=None):
+    """Runs one Trainer (``side``: "stock" or "ga_tfx") into ``out``; returns its seconds.
+    ``inputs``: the digits job's inputs file (:func:`benchmarks.trainer_pace_digits.prepare`'s
+    JSON), or None for the taxi job."""
     import ga_tfx  # noqa: F401  (first import: Keras 2)
+
+    if inputs is None:
+        executor, input_dict, outputs, props = _taxi_args(side, out)
+    else:
+        executor, input_dict, outputs, props = digits_job.executor_args(side, out, inputs)
+    start = time.perf_counter()
+    executor.Do(input_dict, outputs, props)
+    return time.perf_counter() - start
+
+
+def _taxi_args(side, out):
+    """``(executor, inputs, outputs, exec_properties)`` of one side of the taxi job."""
     from ga_tfx.components.trainer.executor import Executor
 
     from tfx.components.trainer import executor as tfx_executor
@@ -91,15 +113,14 @@ def _one(side, out):
             "raw_label_key": "tips",
         }
         executor = Executor()
-    start = time.perf_counter()
-    executor.Do(inputs, outputs, props)
-    return time.perf_counter() - start
+    return executor, inputs, outputs, props
 
 
-def _run(side, scratch, index):
+def _run(side, scratch, index, inputs=None):
     out = os.path.join(scratch, f"{side}-{index}")
+    job = ["--inputs", inputs] if inputs else []
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.trainer_pace", "--one", side, "--dir", out],
+        [sys.executable, "-m", "benchmarks.trainer_pace", "--one", side, "--dir", out, *job],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -117,19 +138,29 @@ def _commit():
     ).stdout.strip()
 
 
-def _report(runs, command):
+def _report(runs, command, digits=None):
+    """The report (``digits``: :func:`benchmarks.trainer_pace_digits.prepare`'s dict for the
+    digits job; None: the taxi job)."""
     ratios = [pair["ga_tfx"] / pair["stock"] for pair in runs]
     rows = "\n".join(
         f"| {i + 1} | {pair['order']} | {pair['stock']:.1f} | {pair['ga_tfx']:.1f} | "
         f"{pair['ga_tfx'] / pair['stock']:.2f} |"
         for i, pair in enumerate(runs)
     )
-    return f"""# The ga-tfx Trainer against the stock Trainer (TFX's taxi example)
+    if digits is None:
+        title, source = "TFX's taxi example", "benchmarks/trainer_pace.py"
+        what = (
+            f"Stock: TFX's `taxi_utils_native_keras` module and executor,\n{UPDATES} steps of "
+            f"{BATCH}. ga-tfx: the same module's model, {UPDATES} updates of {K} x {MICRO}."
+        )
+    else:
+        title, source = digits_job.TITLE, "benchmarks/trainer_pace_digits.py"
+        what = digits_job.describe(digits)
+    return f"""# The ga-tfx Trainer against the stock Trainer ({title})
 
 Made by `{command}` at commit {_commit()} on {datetime.date.today().isoformat()}
 ({platform.machine()}, {os.cpu_count()} cores). What it runs and why: the docstring of
-`benchmarks/trainer_pace.py`. Stock: TFX's `taxi_utils_native_keras` module and executor,
-{UPDATES} steps of {BATCH}. ga-tfx: the same module's model, {UPDATES} updates of {K} x {MICRO}.
+`{source}`. {what}
 Seconds of the executor's `Do` (training, evaluation, export), each run a fresh process.
 
 | pair | order | stock s | ga-tfx s | ga-tfx / stock |
@@ -142,33 +173,52 @@ Median ratio: **{statistics.median(ratios):.2f}** (min {min(ratios):.2f}, max {m
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", choices=JOBS, default="taxi", help="whose Trainer is paired")
     parser.add_argument("--pairs", type=int, default=4)
-    parser.add_argument("--out", default=os.path.join("benchmarks", "TRAINER_PACE"))
+    parser.add_argument("--out", help="report path without extension (default: per job)")
+    parser.add_argument(
+        "--inputs-root",
+        help="digits: the pipeline root of its Transform (reused when it exists; "
+        "default: a temporary directory)",
+    )
     parser.add_argument("--one", choices=("stock", "ga_tfx"), help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(f"SECONDS {_one(args.one, args.dir)}", flush=True)
+        print(f"SECONDS {_one(args.one, args.dir, args.inputs)}", flush=True)
         return 0
-    runs = []
+    out = args.out or os.path.join("benchmarks", JOBS[args.job])
+    runs, digits = [], None
     with tempfile.TemporaryDirectory() as scratch:
+        inputs = None
+        if args.job == "digits":  # the main job's Transform, once, before the pairs
+            digits = digits_job.prepare(args.inputs_root or os.path.join(scratch, "inputs"))
+            inputs = os.path.join(scratch, "digits_inputs.json")
+            with open(inputs, "w") as f:
+                json.dump(digits, f)
         for index in range(args.pairs):
             order = ("stock", "ga_tfx") if index % 2 == 0 else ("ga_tfx", "stock")
             pair = {"order": " then ".join(order)}
             for side in order:
-                pair[side] = _run(side, scratch, index)
+                pair[side] = _run(side, scratch, index, inputs)
             print(
                 f"pair {index + 1}: stock {pair['stock']:.1f} s, ga-tfx {pair['ga_tfx']:.1f} s",
                 flush=True,
             )
             runs.append(pair)
-    command = "python -m benchmarks.trainer_pace" + (
-        f" --pairs {args.pairs}" if args.pairs != 4 else ""
+    command = (
+        "python -m benchmarks.trainer_pace"
+        + (f" --job {args.job}" if args.job != "taxi" else "")
+        + (f" --pairs {args.pairs}" if args.pairs != 4 else "")
     )
-    with open(f"{args.out}.json", "w") as f:
-        json.dump({"command": command, "commit": _commit(), "runs": runs}, f, indent=1)
-    with open(f"{args.out}.md", "w") as f:
-        f.write(_report(runs, command))
+    record = {"command": command, "commit": _commit(), "runs": runs}
+    if digits is not None:
+        record["digits"] = digits
+    with open(f"{out}.json", "w") as f:
+        json.dump(record, f, indent=1)
+    with open(f"{out}.md", "w") as f:
+        f.write(_report(runs, command, digits))
     return 0
 
 
