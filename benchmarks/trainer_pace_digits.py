@@ -6,10 +6,11 @@ Inputs, made once per benchmark run in the parent process (:func:`prepare`): the
 (``ga-tfx run``'s digits pipeline, default :class:`~ga_tfx.pipelines.options.TrainingOptions`)
 is built, and its components up to Transform (CsvExampleGen, ImportSchemaGen, StatisticsGen,
 ExampleValidator, DataCheck, Transform) run with ``LocalDagRunner`` (TFX's partial run,
-``to_nodes``) into a scratch pipeline root; Transform's ``transformed_examples`` (splits train and eval) and ``transform_graph`` are
-read back from its ML Metadata store. Both sides get these same artifacts (the Trainer's two
-inputs in the main job). The ga-tfx side's execution properties are those the built pipeline
-gives its ``GradientAccumulationTrainer`` (read from the component, not copied by hand).
+``to_nodes``) into a scratch pipeline root; Transform's ``transformed_examples`` (splits train
+and eval) and ``transform_graph`` are read back from its ML Metadata store. Both sides get these
+same artifacts (the Trainer's two inputs in the main job). The ga-tfx side's execution
+properties are those the built pipeline gives its ``GradientAccumulationTrainer`` (read from
+the component, not copied by hand).
 
 ga-tfx side: ``GradientAccumulationTrainer``'s executor with those properties, as the main job
 runs it: ``model_fn`` ``ga_tfx.pipelines.digits`` (``build_model``, its BatchNormalization
@@ -33,7 +34,10 @@ the same evaluations (same count, same micro-batches, same samples), the same mo
 optimizer (``build_model({})``: Adam 1e-2, seed 0), the same inputs, and the same export kind.
 What differs is what the ga-tfx Trainer adds and is measured for: the accumulation (``K``
 micro-batches per update, AccumBatchNormalization instead of BatchNormalization), AGC
-(``agc_clip_factor`` of the main job), checkpoints, the run log and record.
+(``agc_clip_factor`` of the main job), checkpoints, the run log and record. Also as a stock
+module writes it: no ``tf.distribute`` strategy (the ga-tfx side's ``strategy`` ``"auto"`` is the
+same default strategy on a machine with at most one GPU; with more it mirrors, so compare on one
+device), and tfxio's default shuffle (the ga-tfx side's is seeded, ``shuffle_seed``).
 """
 
 import json
@@ -44,8 +48,10 @@ TRAINER_ID, LAST_INPUT = "GradientAccumulationTrainer", "Transform"
 PIPELINE_NAME = "trainer-pace-digits"
 TITLE = "the main job: digits"
 
+# The stock module's custom_config keys: its batch, its evaluation batch, its epoch (in steps).
+CONFIG_KEYS = ("batch_size", "eval_batch_size", "updates_per_epoch")
 # The stock side's module file: TFX's penguin/taxi style, training digits.build_model.
-STOCK_MODULE = '''"""Stock TFX Trainer module: digits.build_model trained by plain Keras (benchmark)."""
+STOCK_MODULE = '''"""Stock TFX Trainer module: digits.build_model trained by plain Keras."""
 
 import ga_tfx  # noqa: F401  (first import: Keras 2, as the main job's user code)
 from ga_tfx._keras import keras, tf
@@ -54,7 +60,7 @@ from ga_tfx.pipelines import digits
 import tensorflow_transform as tft
 from tfx_bsl.public import tfxio
 
-BATCH_SIZE, EVAL_BATCH_SIZE, UPDATES_PER_EPOCH = "batch_size", "eval_batch_size", "updates_per_epoch"
+BATCH_SIZE, EVAL_BATCH_SIZE, UPDATES_PER_EPOCH = CONFIG_KEYS
 
 
 def _input_fn(file_pattern, data_accessor, tf_transform_output, batch_size):
@@ -112,7 +118,7 @@ def run_fn(fn_args):
         save_format="tf",
         signatures=_signatures(model, tf_transform_output),
     )
-'''
+'''.replace("CONFIG_KEYS", repr(CONFIG_KEYS))
 
 
 def prepare(root):
@@ -220,11 +226,8 @@ def executor_args(side, out, inputs_file):
 def stock_config(settings):
     """The stock module's ``custom_config``: the ga-tfx side's effective batch, its
     evaluation micro-batch and its epoch (updates between evaluations)."""
-    return {
-        "batch_size": settings.effective_batch_size,
-        "eval_batch_size": settings.micro_batch_size,
-        "updates_per_epoch": settings.updates_per_epoch,
-    }
+    values = (settings.effective_batch_size, settings.micro_batch_size, settings.updates_per_epoch)
+    return dict(zip(CONFIG_KEYS, values))
 
 
 def describe(job):
