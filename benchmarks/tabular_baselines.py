@@ -365,6 +365,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         results += runs
     command = (
         "python -m benchmarks.tabular_baselines"
+        + "".join(f" --only {only}" for only in args.only or ())
         + (f" --output {args.output}" if args.output else "")
         + (" --allow-dirty" if args.allow_dirty else "")
     )
