@@ -19,6 +19,10 @@ from typing import Any, Optional, Tuple
 # The shipped digits' training length, and the least a --label run trains (optimizer updates).
 DIGITS_TRAIN_UPDATES, DIGITS_UPDATES_PER_EPOCH = 60, 20
 MIN_TRAIN_UPDATES = 1000
+# A --label run's shuffle buffer (training examples): the whole training split up to this many
+# rows, so that a CSV sorted by the label (or by anything) trains on uniformly shuffled batches
+# each epoch. tf.data shuffles before it repeats, so the buffer holds at most the split.
+LABEL_SHUFFLE_BUFFER = 1_000_000
 DEFAULT_MIN_ACCURACY = 0.8  # the digits' and a --module-file's blessing threshold
 # --tune-strategy: a Keras Tuner random search, or the noise-scale probe (no search).
 TUNE_STRATEGIES = ("search", "noise_scale")

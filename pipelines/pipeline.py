@@ -18,7 +18,7 @@ from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.config import ADAPTIVE, parse_schedule
 from ga_tfx.pipelines import data_check, data_plan, user_code
-from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, TrainingOptions
+from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, LABEL_SHUFFLE_BUFFER, TrainingOptions
 
 import json
 import os
@@ -168,6 +168,8 @@ def create_pipeline(
         accum_steps=first_accum_steps(options),
         updates_per_epoch=updates_per_epoch,
     )
+    if options.label:  # any CSV: one shuffle over the whole training split (a sorted file too)
+        settings["shuffle_buffer"] = LABEL_SHUFFLE_BUFFER
     hyperparameters = None
     if options.tune:
         if code.model_fn is None:

@@ -919,6 +919,20 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_bad_data.py", "-k", "empty_split"),
     ),
     Mutation(
+        "shuffle.buffer_setting_ignored",
+        "components/trainer/data.py",
+        "        **buffer,\n",
+        "",
+        ("tests/test_trainer_data.py",),
+    ),
+    Mutation(
+        "shuffle.label_run_keeps_the_small_default_buffer",
+        "pipelines/pipeline.py",
+        'settings["shuffle_buffer"] = LABEL_SHUFFLE_BUFFER',
+        'settings["shuffle_buffer"] = None',
+        ("tests/test_any_csv.py", "-k", "scores_the_baseline"),
+    ),
+    Mutation(
         "leaks.bar_too_low",
         "pipelines/leaks.py",
         "LEAK_SHARE = 0.1  #",

@@ -19,7 +19,7 @@ The fast tests check the pre-run checks, the training length rule and the pipeli
 """
 
 from ga_tfx.pipelines import tabular
-from ga_tfx.pipelines.options import MIN_TRAIN_UPDATES, TrainingOptions
+from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER, MIN_TRAIN_UPDATES, TrainingOptions
 
 import csv
 import json
@@ -150,6 +150,8 @@ def test_the_label_pipeline_scores_the_baseline_beside_the_model(tmp_path):
     assert not rmse.threshold.HasField("value_threshold")  # no --max-rmse: the baseline only
     trainer = components["GradientAccumulationTrainer"]
     assert json.loads(trainer.exec_properties["train_args"]) == {"num_steps": MIN_TRAIN_UPDATES}
+    # Any CSV: one shuffle over the whole training split (a file sorted by its label too).
+    assert trainer.exec_properties["shuffle_buffer"] == LABEL_SHUFFLE_BUFFER
 
 
 @pytest.mark.slow  # a whole pipeline run

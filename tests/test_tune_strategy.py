@@ -157,6 +157,7 @@ def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
     assert config["ga_tfx_search"]["accum_steps"] == [1, 2, 4, 8]
     trainer = parts["GradientAccumulationTrainer"].exec_properties
     assert trainer["shuffle_seed"] == 3
+    assert "shuffle_buffer" not in trainer  # the shipped digits: tfx_bsl's default buffer
     searched = _components(TrainingOptions(tune=True, seed=5), tmp_path)
     config = json.loads(searched["Tuner"].exec_properties["custom_config"])
     assert config["tuner"]["seed"] == 5 and config["tuner"]["max_trials"] == 3

@@ -26,7 +26,11 @@ def micro_batches(fn_args, files, settings, schema, shuffle):
     The examples are repeated before batching, so every micro-batch is full and consecutive
     micro-batches are consecutive examples: ``K`` micro-batches of ``b`` hold exactly the
     examples of one batch of ``K * b``. The order is a function of ``shuffle_seed`` only
-    (files are read in order), so ``.skip(n)`` resumes it after ``n`` micro-batches.
+    (files are read in order), so ``.skip(n)`` resumes it after ``n`` micro-batches. The
+    shuffle holds ``settings.shuffle_buffer`` examples (None: tfx_bsl's 10,000) and runs before
+    the repeat: a buffer at least as large as the split draws every micro-batch from all of it;
+    a smaller one leaves the files' order partly in place (a file sorted by its label feeds
+    batches whose label drifts through each epoch).
 
     Under ``"multi_worker"`` every worker reads all files in that same order and keeps its
     share of each global micro-batch (``AutoShardPolicy.DATA``): the union of the workers'
@@ -39,6 +43,9 @@ def micro_batches(fn_args, files, settings, schema, shuffle):
         # The shuffle's seed pair is (global seed, shuffle_seed): whatever ran before in this
         # process (a user's set_random_seed, an earlier Trainer) must not change the order.
         tf.random.set_seed(settings.shuffle_seed)
+    buffer = (
+        {} if settings.shuffle_buffer is None else {"shuffle_buffer_size": settings.shuffle_buffer}
+    )
     options = tfxio.TensorFlowDatasetOptions(
         batch_size=settings.micro_batch_size,
         label_key=settings.label_key,
@@ -46,6 +53,7 @@ def micro_batches(fn_args, files, settings, schema, shuffle):
         shuffle_seed=settings.shuffle_seed,
         num_epochs=None,
         sloppy_ordering=False,
+        **buffer,
     )
     dataset = fn_args.data_accessor.tf_dataset_factory(files, options, schema)
     sharding = tf.data.Options()

@@ -88,6 +88,15 @@ class AccumulationSettings(Settings):
         help="seed of the shuffle: the data order is a function of it, so a resumed run skips "
         "exactly the micro-batches already trained",
     )
+    shuffle_buffer: Optional[int] = setting(
+        None,
+        kind=int,
+        minimum=1,
+        optional=True,
+        help="training examples the shuffle holds (None: tfx_bsl's 10,000); a buffer smaller "
+        "than the training split leaves the files' order partly in place, so files sorted by "
+        "the label feed drifting batches (the --label pipeline holds up to 1,000,000)",
+    )
     updates_per_epoch: Optional[int] = setting(
         None,
         kind=int,
