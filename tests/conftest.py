@@ -13,6 +13,22 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # memory tests; without oneDNN the default CPU allocator keeps no statistics.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+# One scratch directory per pytest process, removed when it exits, as every temporary file's home
+# (set before TensorFlow and TFX first ask for one). What the suite leaves in the system's /tmp
+# otherwise: TFX packages each module_file Trainer's user module in a build directory of its own
+# and never removes it (about 49 MB each, 48 of them per CI run), and autograph writes a source
+# file per converted function (thousands per run); with the CI clones they filled this machine's
+# 252 GB disk in a day. xdist workers and the processes tests start inherit TMPDIR, so each makes
+# its own directory inside its parent's.
+_SCRATCH = tempfile.mkdtemp(prefix="ga-tfx-tests-")
+os.environ["TMPDIR"] = _SCRATCH
+tempfile.tempdir = _SCRATCH
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+
 import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before TensorFlow)
 from ga_tfx._keras import tf  # noqa: E402
 
