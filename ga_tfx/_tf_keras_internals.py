@@ -304,7 +304,15 @@ def autograph_converted(function: Callable) -> Callable:
     except ImportError:
         return function
     enabled = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
-    return tf.__internal__.autograph.tf_convert(function, enabled)
+
+    # Converted through a plain function of ours: tf_convert re-wraps a decorated callable
+    # in place (Keras' Layer.__call__), which left a model's call unconverted. Inside it,
+    # autograph converts ``function`` unless its module is on autograph's do-not-convert list
+    # (tf_keras: Keras then converts each of the user's layers itself, as the status is on).
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return tf.__internal__.autograph.tf_convert(call, enabled)
 
 
 def user_code(owner: Any, function: Callable) -> Callable:

@@ -306,3 +306,71 @@ def test_train_step_under_mirrored_strategy_matches_its_big_batch_run():
         _fit_big_batch(reference, _optimizer("nesterov"), x, y)
         _fit_accumulated(model, _optimizer("nesterov"), x, y)
     assert _max_diff(model, reference) <= TOLERANCE
+
+
+class _HalveIfPositive(keras.layers.Layer):
+    """A user's layer written with Python control flow on a tensor (autograph's job)."""
+
+    def __init__(self, by_tensor_ops=False, **kwargs):
+        super().__init__(**kwargs)
+        self.by_tensor_ops = by_tensor_ops
+
+    def call(self, x):
+        if self.by_tensor_ops:
+            return tf.where(tf.reduce_sum(x) > 0.0, x * 0.5, x)
+        if tf.reduce_sum(x) > 0.0:
+            x = x * 0.5
+        return x
+
+
+class _DoubledLossIfPositive(keras.Model):
+    """A user's train_step and compute_loss, each with Python control flow on a tensor."""
+
+    by_tensor_ops = False
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+        loss = super().compute_loss(x, y, y_pred, sample_weight)
+        if self.by_tensor_ops:
+            return tf.where(loss > 0.0, loss * 2.0, loss)
+        if loss > 0.0:
+            loss = loss * 2.0
+        return loss
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x, y, self(x, training=True))
+            if self.by_tensor_ops:
+                loss = tf.where(loss < 1e6, loss * 0.25, loss)
+            elif loss < 1e6:
+                loss = loss * 0.25
+        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+        return {"loss": loss}
+
+
+def test_a_users_layer_train_step_and_loss_with_python_control_flow_on_tensors_train_in_fit():
+    """fit traces the library's micro-batch step without autograph's conversion (its
+    start-up: ga_tfx.engine.loop); the user's code in it still is converted, as a tf.function
+    would: a layer's ``call``, a model's ``train_step`` and ``compute_loss``, each with ``if``
+    on a tensor, train as the same model written in tensor ops, to float32 round-off (SGD)."""
+    from tests.helpers import classification_data, max_weight_diff, sparse_ce
+
+    x, y = classification_data(n=64, seed=4)
+
+    def trained(by_tensor_ops, model_class):
+        keras.utils.set_random_seed(2)
+        inputs = keras.Input((8,))
+        h = keras.layers.Dense(16, activation="tanh")(inputs)
+        h = _HalveIfPositive(by_tensor_ops)(h)
+        model = model_class(inputs, keras.layers.Dense(3)(h))
+        model.by_tensor_ops = by_tensor_ops
+        wrapped = ga_tfx.wrap_model(model, 4)
+        wrapped.compile(keras.optimizers.SGD(0.5), sparse_ce())
+        wrapped.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return wrapped
+
+    for model_class in (keras.Model, _DoubledLossIfPositive):
+        users, tensor_ops = trained(False, model_class), trained(True, model_class)
+        assert max_weight_diff(users, tensor_ops) <= 1e-6, model_class
+    plain = trained(True, keras.Model)
+    assert max_weight_diff(users, plain) > 1e-3  # the train_step and the loss did act

@@ -66,6 +66,7 @@ from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowFigures, Window
 from ga_tfx.engine.step import WindowStep, train_step_error
 from ga_tfx.transforms import AdaptiveClipping, Member, make_agc
 from ga_tfx.window import WindowCore
+from ga_tfx.window.shims import build_optimizer
 
 import inspect
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -242,8 +243,8 @@ class AccumulationEngine(WindowStep):
         """Re-compiles a model loaded from the Keras format (optimizer state is then restored)."""
         config = keras.saving.deserialize_keras_object(config)
         self.compile(**config)
-        if isinstance(self.optimizer, keras.optimizers.Optimizer) and self.built:
-            self.optimizer.build(self.trainable_variables)  # so saved optimizer state loads
+        if self.built:
+            build_optimizer(self.optimizer, self.trainable_variables)  # saved state then loads
 
     def reset_metrics(self) -> None:
         """``keras.Model.reset_metrics``, and the ``grad_norm`` mean (``log_grad_norm``)."""
@@ -327,6 +328,8 @@ class AccumulationEngine(WindowStep):
                 "MultiWorkerMirroredStrategy."
             )
         self._build_gradient_accumulator()
+        with self.distribute_strategy.scope():
+            build_optimizer(self.optimizer, self.trainable_variables)
         self.train_function = WindowLoop(self)
         # The compiled steps_per_execution is the first window's K; the core's, restored from a
         # checkpoint as its variables were created, may differ.

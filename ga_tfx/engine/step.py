@@ -54,8 +54,9 @@ class WindowStep(_ModelBase):
         variables = self.trainable_variables
         optimizer = self.optimizer
         with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(x, y, y_pred, sample_weight)
+            # The model's layers are converted by Keras as under a tf.function with autograph.
+            y_pred = internals.autograph_converted(self.__call__)(x, training=True)
+            loss = internals.user_code(self, self.compute_loss)(x, y, y_pred, sample_weight)
             if is_loss_scale_optimizer(optimizer):
                 loss_to_differentiate = optimizer.get_scaled_loss(loss)
             else:
@@ -65,7 +66,7 @@ class WindowStep(_ModelBase):
         if is_loss_scale_optimizer(optimizer):
             grads = optimizer.get_unscaled_gradients(grads)
         with tf.control_dependencies([self.window_core.add(grads, batch_size(x), loss)]):
-            return self.compute_metrics(x, y, y_pred, sample_weight)
+            return internals.user_code(self, self.compute_metrics)(x, y, y_pred, sample_weight)
 
     def _train_step_model(self) -> Optional[keras.Model]:
         """The model whose own ``train_step`` defines one micro-batch, or ``None``.
@@ -82,7 +83,7 @@ class WindowStep(_ModelBase):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         sink = _WindowGradientSink(owner, self.optimizer, self.window_core, batch_size(x))
         with sink.installed():
-            logs = owner.train_step(data)
+            logs = internals.user_code(owner, owner.train_step)(data)
         sink.check_applied_once()
         with tf.control_dependencies(sink.ops):
             return tf.nest.map_structure(
