@@ -411,8 +411,8 @@ MUTATIONS: List[Mutation] = [
         # on): what the Trainer kept before the core's state was the one store.
         "checkpoints.counts_not_the_cores",
         "components/trainer/checkpoints.py",
-        "        if core is None:  # before the first fit: what the checkpoint holds for the core\n",
-        "        if True:  # before the first fit: what the checkpoint holds for the core\n",
+        "        if core is None:  # before the first fit",
+        "        if True:  # before the first fit",
         ("tests/test_preemption.py",),
     ),
     Mutation(
@@ -425,8 +425,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "checkpoints.old_counts_not_given_to_the_core",
         "components/trainer/checkpoints.py",
-        "        self._adopt_legacy()  # fit has made the core (its values restored from the checkpoint)\n",
-        "        pass\n",
+        "        self._adopt_legacy()  # fit has made the core",
+        "        pass  # fit has made the core",
         ("tests/test_preemption.py", "-k", "old_keys"),
     ),
     Mutation(
