@@ -1119,8 +1119,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "training_loop.position_without_the_pending_window",
         "ga_tfx/training_loop/__init__.py",
-        "        return self.micro_batches_done.read_value() + self._pending.value.read_value()\n",
-        "        return self.micro_batches_done.read_value()\n",
+        "        return done if pending is None else done + pending.read_value()\n",
+        "        return done\n",
         ("tests/test_training_loop.py", "-k", "resume_mid_window"),
     ),
     Mutation(

@@ -16,10 +16,11 @@ moving ones -- which may be mid-epoch. The data order is a function of ``shuffle
 resumed run skips ``micro_batches_done`` micro-batches and continues as the uninterrupted run
 would.
 
-Checkpoints written before the counters were read from the core also hold them as top-level
-``updates_done`` (windows) and ``micro_batches_done`` (:data:`LEGACY_KEYS`): where these are
-present they are the counts, written into the core's state when it exists
-(:meth:`UpdateCheckpoint.restore`, or the next ``fit``'s start).
+Checkpoints written up to b21667f (before the counters were read from the core) also hold them
+as top-level ``updates_done`` (windows) and ``micro_batches_done`` (:data:`LEGACY_KEYS`): where
+these are present they are the counts, written into the core's state once it exists
+(:meth:`UpdateCheckpoint.restore`, or the next ``fit``'s start): a checkpoint older than the
+core's own counters (6be6e04) holds them only there.
 
 Writes are atomic: ``tf.train.CheckpointManager.save`` writes the new checkpoint's files, then
 replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoints beyond
@@ -66,9 +67,9 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     window skipped as non-finite is not an update) or ``every_seconds`` seconds (whichever
     comes first), on a stop request, and at the end (:meth:`finish`). Counts are the window
     core's (its state; the events of :meth:`on_window_end` pace the periodic checkpoints); the
-    decision to save is taken at the end of each
-    call of the train function, where the state is whole windows: where a call runs several
-    windows, a periodic checkpoint comes at the first call end at or past its due count.
+    decision to save is taken at the end of each call of the train function, where the state
+    is whole windows: where a call runs several windows, a periodic checkpoint comes at the
+    first call end at or past its due count.
 
     Args:
       model: the (compiled) accumulation model.

@@ -112,11 +112,14 @@ class LoopState(WindowState):
 
     def consumed(self) -> tf.Tensor:
         """Micro-batches consumed since training began (int64 tensor): the finished or
-        discarded windows' and the pending window's."""
-        return self.micro_batches_done.read_value() + self._pending.value.read_value()
+        discarded windows' and the pending window's (none before :meth:`bind_pending`)."""
+        pending = self._pending.value
+        done = self.micro_batches_done.read_value()
+        return done if pending is None else done + pending.read_value()
 
     @property
     def position(self) -> tf.Tensor:
+        """Micro-batches of the current epoch consumed so far (int64 tensor), derived."""
         return self.consumed() - self.epoch_start.read_value()
 
     def begin_epoch(self) -> None:
