@@ -407,11 +407,27 @@ MUTATIONS: List[Mutation] = [
     ),
     # ---- the Trainer: checkpoints, stop on a signal, resume, warm start, export
     Mutation(
-        "checkpoints.one_window_per_call",
+        # The checkpoint's counts a copy beside the core's (the restored values, never moved
+        # on): what the Trainer kept before the core's state was the one store.
+        "checkpoints.counts_not_the_cores",
         "components/trainer/checkpoints.py",
-        "        self.windows_done += 1\n",
-        "        self.windows_done += int(event.window > 0 and self.windows_done % 2 == 0)\n",
+        "        if core is None:  # before the first fit",
+        "        if True:  # before the first fit",
         ("tests/test_preemption.py",),
+    ),
+    Mutation(
+        "checkpoints.old_keys_ignored",
+        "components/trainer/checkpoints.py",
+        '    if f"{LEGACY_KEYS[0]}/.ATTRIBUTES/VARIABLE_VALUE" in names:\n',
+        "    if False:\n",
+        ("tests/test_preemption.py", "-k", "old_keys"),
+    ),
+    Mutation(
+        "checkpoints.old_counts_not_given_to_the_core",
+        "components/trainer/checkpoints.py",
+        "        self._adopt_legacy()  # fit has made the core",
+        "        pass  # fit has made the core",
+        ("tests/test_preemption.py", "-k", "old_keys"),
     ),
     Mutation(
         "preemption.signal_ends_the_process",
@@ -1106,6 +1122,27 @@ MUTATIONS: List[Mutation] = [
         "        self._stop_if_requested()\n",
         "        pass\n",
         ("tests/test_preemption_in_step.py", "-k", "training_loop"),
+    ),
+    Mutation(
+        "training_loop.epoch_start_not_moved",
+        "ga_tfx/training_loop/__init__.py",
+        "        self.epoch_start.assign(self.consumed())\n",
+        "        pass\n",
+        ("tests/test_training_loop.py", "-k", "resume"),
+    ),
+    Mutation(
+        "training_loop.position_without_the_pending_window",
+        "ga_tfx/training_loop/__init__.py",
+        "        return done if pending is None else done + pending.read_value()\n",
+        "        return done\n",
+        ("tests/test_training_loop.py", "-k", "resume_mid_window"),
+    ),
+    Mutation(
+        "training_loop.old_position_ignored",
+        "ga_tfx/training_loop/checkpoints.py",
+        "    state.epoch_start.assign(state.consumed() - position)\n",
+        "    state.epoch_start.assign(state.consumed())\n",
+        ("tests/test_training_loop.py", "-k", "old_checkpoints"),
     ),
     Mutation(
         "training_loop.resume_from_the_start_of_the_epoch",

@@ -114,6 +114,9 @@ def test_fit_survives_an_out_of_memory_error_mid_training_with_the_same_result()
     # Every sample counted once per epoch: not the window's first micro-batch again (trained
     # before the error and again after it), nor the micro-batch that failed.
     assert model.samples_seen == N * EPOCHS
+    # The data consumed (the one count every front-end's data position is read from): the
+    # data's micro-batches of 8, not the slices of 4, the discarded window's counted once.
+    assert int(model.window_core.state.micro_batches_done.numpy()) == N // 8 * EPOCHS
 
 
 @pytest.mark.slow

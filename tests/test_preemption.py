@@ -310,3 +310,97 @@ def test_the_interruption_counts_windows_and_keeps_its_old_name_deprecated():
     assert str(error).startswith("interrupted at update 4 of 7;")
     with pytest.warns(DeprecationWarning, match="use windows_done"):
         assert error.updates_done == 4
+
+
+def _weights_diff(a, b):
+    return max(float(np.max(np.abs(u.numpy() - v.numpy()))) for u, v in zip(a.weights, b.weights))
+
+
+class _Counts(keras.callbacks.Callback):
+    """Records (the checkpoint's counts, the window core's) at every call end."""
+
+    follows_pacing = True
+
+    def __init__(self, saves):
+        super().__init__()
+        self._saves, self.pairs = saves, []
+
+    def on_train_batch_end(self, batch, logs=None):
+        state = self._saves._ga_model.window_core.state
+        self.pairs.append(
+            (
+                (self._saves.windows_done, self._saves.micro_batches_done),
+                (int(state.windows.numpy()), int(state.micro_batches_done.numpy())),
+            )
+        )
+
+
+def test_the_counts_are_the_window_cores_and_stored_once(tmp_path):
+    """The checkpoint keeps no counter of its own: ``windows_done`` and ``micro_batches_done``
+    are the window core's at every call end, windows trained without the callback count too,
+    a checkpoint holds them only as the core's state, and a resume reads them from there."""
+    uninterrupted = _model()
+    _fit(uninterrupted)
+    model = _model(steps_per_execution=K)
+    model.fit(_data(), epochs=1, steps_per_epoch=2 * K, verbose=0)  # 2 windows, no checkpoint
+    saves = _checkpoint(model, tmp_path)
+    assert saves.restore() == 2  # no checkpoint: the model's core counted 2 windows
+    counts = _Counts(saves)
+    model.fit(_data(2), epochs=1, steps_per_epoch=K, verbose=0, callbacks=[saves, counts])
+    saves.finish()
+    assert [mine for mine, core in counts.pairs] == [core for mine, core in counts.pairs]
+    assert (saves.windows_done, saves.micro_batches_done, saves.saved_at) == (3, 3 * K, 3)
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    stored = dict(tf.train.list_variables(latest))
+    assert not any(key + "/.ATTRIBUTES/VARIABLE_VALUE" in stored for key in checkpoints.LEGACY_KEYS)
+    assert [
+        tf.train.load_variable(latest, k + "/.ATTRIBUTES/VARIABLE_VALUE")
+        for k in checkpoints.CORE_KEYS
+    ] == [3, 3 * K]
+
+    resumed = _model()
+    again = _checkpoint(resumed, tmp_path)
+    assert again.restore() == 3 and again.micro_batches_done == 3 * K  # before the core exists
+    assert resumed.window_core is None
+    _fit(resumed, again, done=3)
+    assert (again.windows_done, again.micro_batches_done) == (UPDATES, UPDATES * K)
+    assert _weights_diff(resumed, uninterrupted) <= 1e-6
+
+
+@pytest.mark.parametrize("core_counted", [True, False], ids=["core_counted", "core_did_not"])
+def test_a_checkpoint_written_with_the_old_keys_resumes_exactly(tmp_path, core_counted):
+    """Checkpoints written up to b21667f hold the counts as top-level ``updates_done`` and
+    ``micro_batches_done`` beside the model (the old layout, written here as the old code
+    did). ``core_counted``: the model's core holds the same counts (code since 6be6e04);
+    otherwise its counters are 0 in the file (older code, the old keys the only record): the
+    old keys give the counts and are written into the core when it exists."""
+    uninterrupted = _model()
+    _fit(uninterrupted)
+    model = _model()
+    model.fit(_data(), epochs=1, steps_per_epoch=3 * K, verbose=0)
+    state = model.window_core.state
+    if not core_counted:
+        state.windows.assign(0)
+        state.micro_batches_done.assign(0)
+    old = tf.train.Checkpoint(
+        model=model,
+        updates_done=tf.Variable(3, dtype=tf.int64, name="windows_done"),
+        micro_batches_done=tf.Variable(3 * K, dtype=tf.int64, name="micro_batches_done"),
+    )
+    tf.train.CheckpointManager(old, str(tmp_path), max_to_keep=2).save(checkpoint_number=3)
+    names = {name for name, _ in tf.train.list_variables(str(tmp_path / "ckpt-3"))}
+    assert {
+        "updates_done/.ATTRIBUTES/VARIABLE_VALUE",
+        "micro_batches_done/.ATTRIBUTES/VARIABLE_VALUE",
+    } <= names
+
+    resumed = _model()
+    again = _checkpoint(resumed, tmp_path)
+    assert again.restore() == 3 and again.micro_batches_done == 3 * K
+    _fit(resumed, again, done=3)
+    assert (again.windows_done, again.micro_batches_done) == (UPDATES, UPDATES * K)
+    assert int(resumed.window_core.state.windows.numpy()) == UPDATES
+    assert _weights_diff(resumed, uninterrupted) <= 1e-6
+    again.finish()  # written in the new layout: the core's counters only
+    names = {name for name, _ in tf.train.list_variables(again.latest)}
+    assert "updates_done/.ATTRIBUTES/VARIABLE_VALUE" not in names

@@ -12,6 +12,7 @@ partial window weighted by count instead of samples, a skipped clip: >= 1e-3 her
 import ga_tfx
 from ga_tfx import keras, tf
 from ga_tfx.transforms import AdaptiveClipping
+from ga_tfx.window import WindowState
 
 import glob
 import os
@@ -621,3 +622,60 @@ def test_epochs_over_in_memory_data_do_not_copy_it_again():
     assert loop.epoch == 3
     assert peaks[0] >= x.nbytes, peaks  # the one copy (if TensorFlow stops copying, say so)
     assert max(peaks[1:]) < x.nbytes / 2, peaks
+
+
+class _OldLoopState(WindowState):
+    """``LoopState`` as checkpoints written up to b21667f hold it: the epoch's data position
+    as a variable of its own (``position``), no ``epoch_start``."""
+
+    def __init__(self):
+        super().__init__(name="training_loop_state")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
+
+
+def test_the_data_position_is_the_cores_count_and_old_checkpoints_resume(tmp_path):
+    """One count of the data consumed, the window core's: after 13 micro-batches (epoch 0's 9,
+    a window and one micro-batch of epoch 1) the core counts 12 in finished windows and 1
+    pending, the epoch's position (4) is derived from them, and checkpoints hold no position
+    of their own. A checkpoint in the old layout (``loop_state/position``, written here as
+    the old code wrote it) resumes to the uninterrupted run's weights."""
+    x, y = classification_data(n=63)  # 9 micro-batches per epoch
+    data = _shuffled(x, y)
+    whole = make_loop(None, adam, data)
+    whole.run(epochs=2)
+
+    first = make_loop(None, adam, data, checkpoint_dir=str(tmp_path / "new"))
+    first.run(epochs=2, max_micro_batches=13)
+    core = first.window_core
+    assert (int(core.state.micro_batches_done.numpy()), int(core.micro_steps.numpy())) == (12, 1)
+    assert (first.epoch, int(first.state.position.numpy())) == (1, 4)
+    names = {
+        name
+        for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(tmp_path / "new")))
+    }
+    assert "loop_state/position/.ATTRIBUTES/VARIABLE_VALUE" not in names
+    assert "loop_state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE" in names
+
+    old_state = _OldLoopState()
+    for name, variable in vars(old_state).items():
+        if isinstance(variable, tf.Variable) and name != "position":
+            variable.assign(getattr(first.state, name))
+    old_state.position.assign(4)
+    old = tf.train.Checkpoint(
+        model=first.model,
+        optimizer=first.optimizer,
+        accumulator=core.accumulator,
+        gradient_chain=core.chain,
+        loop_state=old_state,
+        noise_sums=core.noise_sums,
+    )
+    tf.train.CheckpointManager(old, str(tmp_path / "old"), max_to_keep=1).save()
+
+    for directory in ("new", "old"):
+        resumed = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / directory))
+        assert resumed.restore()
+        assert (resumed.epoch, int(resumed.state.position.numpy())) == (1, 4), directory
+        resumed.run(epochs=2)
+        assert max_diff(resumed.model.get_weights(), whole.model.get_weights()) == 0.0, directory
+        assert resumed.updates == whole.updates == 6

@@ -1,18 +1,26 @@
 """Resumable checkpoints of the training state, by optimizer updates and by wall time.
 
 What one checkpoint holds: the model's weights (AccumBatchNormalization's moving statistics
-included), the optimizer (slots, ``iterations``, loss scale), the window core (accumulator,
-gradient chain state, window counters) and the number of windows (applied as updates or
-skipped) trained. The counts come from the window core's events (``on_window_end``, one per
-finished window), not from Keras' batch indices. Checkpoints are written at
-window ends -- one call of the engine's train function runs whole windows (one; several
-where ``steps_per_execution`` is a multiple of ``K`` or ``"auto"``), so Keras'
-``on_train_batch_end`` is a window end, where the accumulation buffers are empty and the
-AccumBN window statistics have been folded into the moving ones -- which may be mid-epoch. The
-data position is the number of micro-batches the finished windows consumed (``position``, the
-sum of their K: ``windows x accum_steps`` without a schedule; an adaptive schedule's K is known
-only from the events): the data order is a function of ``shuffle_seed``, so the resumed run
-skips that many micro-batches and continues as the uninterrupted run would.
+included), the optimizer (slots, ``iterations``, loss scale) and the window core (accumulator,
+gradient chain state, and its state: among them the two counters a resume reads). Those
+counters are the core's, stored once (``model/ga_window/state/...``): ``windows`` (windows
+finished, applied as updates or skipped) and ``micro_batches_done`` (the micro-batches those
+windows consumed: the data position, the sum of their K -- ``windows x accum_steps`` without a
+schedule; an adaptive schedule's K is known only as the training goes -- counted in the data's
+micro-batches, also after an out-of-memory split made each of them several slices). This
+module keeps no copy of them. Checkpoints are written at window ends -- one call of the
+engine's train function runs whole windows (one; several where ``steps_per_execution`` is a
+multiple of ``K`` or ``"auto"``), so Keras' ``on_train_batch_end`` is a window end, where the
+accumulation buffers are empty and the AccumBN window statistics have been folded into the
+moving ones -- which may be mid-epoch. The data order is a function of ``shuffle_seed``, so the
+resumed run skips ``micro_batches_done`` micro-batches and continues as the uninterrupted run
+would.
+
+Checkpoints written up to b21667f (before the counters were read from the core) also hold them
+as top-level ``updates_done`` (windows) and ``micro_batches_done`` (:data:`LEGACY_KEYS`): where
+these are present they are the counts, written into the core's state once it exists
+(:meth:`UpdateCheckpoint.restore`, or the next ``fit``'s start): a checkpoint older than the
+core's own counters (6be6e04) holds them only there.
 
 Writes are atomic: ``tf.train.CheckpointManager.save`` writes the new checkpoint's files, then
 replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoints beyond
@@ -29,7 +37,13 @@ import hashlib
 import json
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
+
+# The top-level keys under which checkpoints written up to b21667f hold the windows done and
+# the data position (the Trainer's copies of the core's counters, no longer written).
+LEGACY_KEYS = ("updates_done", "micro_batches_done")
+# The core's counters in a checkpoint of ``tf.train.Checkpoint(model=...)``.
+CORE_KEYS = ("model/ga_window/state/windows", "model/ga_window/state/micro_batches_done")
 
 
 def resume_directory(model_run_dir, identity):
@@ -51,10 +65,11 @@ def resume_directory(model_run_dir, identity):
 class UpdateCheckpoint(keras.callbacks.Callback):
     """Saves the training state every ``every_updates`` optimizer updates (windows applied; a
     window skipped as non-finite is not an update) or ``every_seconds`` seconds (whichever
-    comes first), on a stop request, and at the end (:meth:`finish`). Counts follow the window
-    core's events (:meth:`on_window_end`); the decision to save is taken at the end of each
-    call of the train function, where the state is whole windows: where a call runs several
-    windows, a periodic checkpoint comes at the first call end at or past its due count.
+    comes first), on a stop request, and at the end (:meth:`finish`). Counts are the window
+    core's (its state; the events of :meth:`on_window_end` pace the periodic checkpoints); the
+    decision to save is taken at the end of each call of the train function, where the state
+    is whole windows: where a call runs several windows, a periodic checkpoint comes at the
+    first call end at or past its due count.
 
     Args:
       model: the (compiled) accumulation model.
@@ -69,7 +84,10 @@ class UpdateCheckpoint(keras.callbacks.Callback):
 
     Call :meth:`restore` after the model is built and before ``fit``: it returns the windows
     already trained. Keeps the two latest checkpoints. ``windows_done`` is the number of windows
-    trained, ``saved_at`` the number the latest checkpoint holds. Under ``multi_worker`` every
+    trained and ``micro_batches_done`` the micro-batches they consumed (the data position), both
+    read from the model's window core (``model.window_core.state``; before the core exists,
+    i.e. before the first ``fit``, the values the restored checkpoint holds for it);
+    ``saved_at`` is the number of windows the latest checkpoint holds. Under ``multi_worker`` every
     decision to save or stop is agreed by all workers (one small all-reduce per window), since
     all of them must save together; only the chief's files are kept.
     """
@@ -90,17 +108,9 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         clock: Callable[[], float] = time.monotonic,
     ):
         super().__init__()
-        # The checkpoint's copies of the two counters.
-        windows = self._saved_windows = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name="windows_done"
-        )
-        micro_batches = self._saved_micro_batches = tf.Variable(
-            0, dtype=tf.int64, trainable=False, name="micro_batches_done"
-        )
-        # "updates_done": the key of checkpoints written before the rename, so that they resume.
-        self._checkpoint = tf.train.Checkpoint(
-            model=model, updates_done=windows, micro_batches_done=micro_batches
-        )
+        self._ga_model = model
+        # The core's state is the model's checkpoint dependency: the counters travel with it.
+        self._checkpoint = tf.train.Checkpoint(model=model)
         self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=2)
         self._directory = directory
         self._write_dir = worker_write_dir(directory, model.distribute_strategy)
@@ -114,12 +124,43 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._total, self._every, self._seconds = total_updates, every_updates, every_seconds
         self._stop = stop or StopRequest()
         self._clock = clock
-        self.windows_done = self.saved_at = 0
-        self.micro_batches_done = 0  # of the ``windows_done`` windows: the data position
+        self.saved_at = 0
+        # (windows, micro-batches) the restored checkpoint holds, read while the core does not
+        # exist yet; and those of an old checkpoint's LEGACY_KEYS, until the core takes them.
+        self._stored: Tuple[int, int] = (0, 0)
+        self._legacy: Optional[Tuple[int, int]] = None
         # Updates (applied windows) since the latest checkpoint.
         self._updates_since_save = 0
         self._has_checkpoint = False  # (not read from the index: the same on every worker)
         self._saved_time = clock()
+
+    @property
+    def windows_done(self) -> int:
+        """Windows trained (applied or skipped): the window core's ``state.windows``."""
+        return self._counts()[0]
+
+    @property
+    def micro_batches_done(self) -> int:
+        """Micro-batches the ``windows_done`` windows consumed (the data position): the window
+        core's ``state.micro_batches_done``."""
+        return self._counts()[1]
+
+    def _counts(self) -> Tuple[int, int]:
+        core = self._ga_model.window_core
+        if core is None:  # before the first fit: what the checkpoint holds for the core
+            return self._stored
+        return int(core.state.windows.numpy()), int(core.state.micro_batches_done.numpy())
+
+    def _adopt_legacy(self) -> None:
+        """Writes an old checkpoint's counts (:data:`LEGACY_KEYS`) into the core's state, once
+        the core exists (its own values there may be missing: checkpoints written before it
+        had them)."""
+        core = self._ga_model.window_core
+        if self._legacy is None or core is None:
+            return
+        core.state.windows.assign(self._legacy[0])
+        core.state.micro_batches_done.assign(self._legacy[1])
+        self._legacy = None
 
     @property
     def latest(self) -> Optional[str]:
@@ -127,14 +168,16 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         return self._manager.latest_checkpoint
 
     def restore(self) -> int:
-        """Windows trained by the latest checkpoint (0 without one)."""
+        """Restores the latest checkpoint, if any; returns ``windows_done``: the windows it holds
+        (without one, those the model has trained: 0 for a new model)."""
         if self.latest:
             # Optimizer slots and accumulation buffers do not exist yet: their values are
             # restored when they are created (deferred restoration).
             self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
-        self.windows_done = self.saved_at = int(self._saved_windows.numpy())
-        self.micro_batches_done = int(self._saved_micro_batches.numpy())
+            self._stored, self._legacy = stored_counts(self.latest)
+            self._adopt_legacy()
+        self.saved_at = self.windows_done
         self._updates_since_save = 0
         self._saved_time = self._clock()
         return self.windows_done
@@ -143,8 +186,6 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         """Writes a checkpoint of the state after ``windows_done`` windows (once per count)."""
         if self._has_checkpoint and self.saved_at == self.windows_done:
             return
-        self._saved_windows.assign(self.windows_done)
-        self._saved_micro_batches.assign(self.micro_batches_done)
         self._write_manager.save(checkpoint_number=self.windows_done)
         self.saved_at, self._saved_time = self.windows_done, self._clock()
         self._updates_since_save = 0
@@ -169,10 +210,12 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self.save()
         raise TrainingInterrupted(self.windows_done, self._total, self._stop.signum or 0)
 
+    def on_train_begin(self, logs=None):
+        self._adopt_legacy()  # fit has made the core (its values restored from the checkpoint)
+
     def on_window_end(self, event):
-        """The window core's event: one more window trained (an update unless skipped)."""
-        self.windows_done += 1
-        self.micro_batches_done += int(event.micro_batches)
+        """The window core's event: one more window trained (the core counts it); an update
+        unless skipped, for the periodic checkpoints' cadence."""
         self._updates_since_save += int(event.applied)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -197,3 +240,23 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     def close(self) -> None:
         """Removes a non-chief worker's temporary checkpoint directory."""
         remove_worker_dir(self._write_dir, self._directory)
+
+
+def stored_counts(path: str) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]]:
+    """The (windows, micro-batches) the checkpoint ``path`` holds, and the same again where
+    they come from an old checkpoint's :data:`LEGACY_KEYS` (else ``None``). A checkpoint
+    without a window core (nothing trained) holds (0, 0)."""
+    names = {name for name, _ in tf.train.list_variables(path)}
+
+    def read(keys):
+        return tuple(
+            int(tf.train.load_variable(path, f"{key}/.ATTRIBUTES/VARIABLE_VALUE"))
+            if f"{key}/.ATTRIBUTES/VARIABLE_VALUE" in names
+            else 0
+            for key in keys
+        )
+
+    if f"{LEGACY_KEYS[0]}/.ATTRIBUTES/VARIABLE_VALUE" in names:
+        legacy = read(LEGACY_KEYS)
+        return legacy, legacy
+    return read(CORE_KEYS), None

@@ -286,8 +286,8 @@ def _train(model, fn_args, settings, schema, evaluation, checkpoint, updates, pe
 
 def _data_position(checkpoint, settings, windows):
     """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
-    chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``:
-    counted from the window events, restored with the checkpoint)."""
+    chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``: the
+    window core's count, restored with the checkpoint)."""
     if settings.adaptive_range is None:
         return settings.micro_batches(0, windows)
     if checkpoint.windows_done != windows:

@@ -44,6 +44,7 @@ from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation, preemption
 from ga_tfx._keras import keras, tf
 from ga_tfx._schema import Spec
+from ga_tfx._state import Untracked
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.distribution import is_chief
 from ga_tfx.engine.step import batch_size
@@ -75,11 +76,22 @@ _FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 class LoopState(WindowState):
     """The loop's counters, checkpointed with the model and optimizer: the window core's
-    (``windows``, ``updates``, the noise-scale averages) and
+    (``windows``, ``updates``, ``micro_batches_done``, the noise-scale averages) and
 
     Attributes (int64):
       epoch: the current epoch (0-based).
-      position: micro-batches of the current epoch consumed so far (the data position).
+      epoch_start: the micro-batches consumed (:meth:`consumed`) when the current epoch began.
+      position: micro-batches of the current epoch consumed so far (the data position), read
+        only: ``consumed - epoch_start``.
+
+    One count of the data consumed, the core's: ``micro_batches_done`` (finished or discarded
+    windows, in the data's micro-batches, also after an out-of-memory split) plus the pending
+    window's micro-steps (the accumulator's ``micro_steps``, checkpointed with it). The epoch's
+    data position is derived from it, so that a discarded window (``partial_window="drop"``, an
+    out-of-memory recovery, which takes its micro-batches back) moves it without a second
+    counter to keep in step. A checkpoint written before (up to b21667f) holds the position
+    itself under ``position``: :func:`~ga_tfx.training_loop.checkpoints.adopt_position` turns it
+    into ``epoch_start`` on restore.
     """
 
     def __init__(self, name: str = "training_loop_state") -> None:
@@ -88,9 +100,33 @@ class LoopState(WindowState):
             self.epoch = tf.Variable(
                 0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="epoch"
             )
-            self.position = tf.Variable(
-                0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="position"
+            self.epoch_start = tf.Variable(
+                0, dtype=tf.int64, trainable=False, aggregation=_FIRST, name="epoch_start"
             )
+        self._pending = Untracked()  # the core's micro_steps (bind_pending)
+
+    def bind_pending(self, micro_steps: tf.Variable) -> None:
+        """The window core's count of the pending window's micro-batches (its accumulator's
+        ``micro_steps``), part of :meth:`consumed`."""
+        self._pending.value = micro_steps
+
+    def consumed(self) -> tf.Tensor:
+        """Micro-batches consumed since training began (int64 tensor): the finished or
+        discarded windows' and the pending window's (none before :meth:`bind_pending`)."""
+        pending = self._pending.value
+        done = self.micro_batches_done.read_value()
+        return done if pending is None else done + pending.read_value()
+
+    @property
+    def position(self) -> tf.Tensor:
+        """Micro-batches of the current epoch consumed so far (int64 tensor), derived."""
+        return self.consumed() - self.epoch_start.read_value()
+
+    def begin_epoch(self) -> None:
+        """The next epoch: ``epoch`` + 1, its data position 0 (a carried window's micro-batches
+        belong to the epoch before)."""
+        self.epoch.assign_add(1)
+        self.epoch_start.assign(self.consumed())
 
 
 class TrainingLoop(LoopSteps):
@@ -248,6 +284,7 @@ class TrainingLoop(LoopSteps):
                 ],
                 state=self.state,
             )
+            self.state.bind_pending(self.window_core.micro_steps)
             optimizer.build(self.variables)  # slots exist before tracing and restoring
         self.accumulator = self.window_core.accumulator
         self.chain = self.window_core.chain
@@ -271,6 +308,7 @@ class TrainingLoop(LoopSteps):
             checkpoint_dir,
             self.strategy,
             _validation.CHECKPOINTS_KEPT.check("max_checkpoints_to_keep", max_checkpoints_to_keep),
+            self.state,
         )
         self._log = LoopLog(
             log_dir,

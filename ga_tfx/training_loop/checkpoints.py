@@ -22,12 +22,21 @@ class LoopCheckpoints:
         worker must take part). Every worker restores from ``directory``: under a
         multi-worker strategy it must be shared storage.
       max_to_keep: checkpoints kept (>= 1).
+      state: the loop's :class:`~ga_tfx.training_loop.LoopState`, the checkpoint's
+        ``loop_state``: an old checkpoint's data position becomes its ``epoch_start``
+        (:func:`adopt_position`).
     """
 
     def __init__(
-        self, checkpoint: Any, directory: Optional[str], strategy: Any, max_to_keep: int
+        self,
+        checkpoint: Any,
+        directory: Optional[str],
+        strategy: Any,
+        max_to_keep: int,
+        state: Any,
     ) -> None:
         self._checkpoint = checkpoint
+        self._state = state
         self.directory = directory
         self._manager = None
         if directory is not None and is_chief(strategy):
@@ -53,5 +62,29 @@ class LoopCheckpoints:
         latest = tf.train.latest_checkpoint(self.directory) if self.directory else None
         if latest is None:
             return False
-        self._checkpoint.restore(latest).assert_existing_objects_matched()
+        status = self._checkpoint.restore(latest)
+        if adopt_position(latest, self._state):  # the old layout: all but epoch_start matched
+            status.assert_nontrivial_match()
+        else:
+            status.assert_existing_objects_matched()
         return True
+
+
+# ``loop_state``'s key in checkpoints written up to b21667f for the epoch's data position
+# (``LoopState.position`` was a variable then), and the key of what replaced it.
+LEGACY_POSITION = "loop_state/position/.ATTRIBUTES/VARIABLE_VALUE"
+EPOCH_START = "loop_state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def adopt_position(path: str, state: Any) -> bool:
+    """After ``state`` was restored from the checkpoint ``path``: where ``path`` holds the old
+    ``position`` (micro-batches of the epoch consumed) instead of ``epoch_start``, sets
+    ``epoch_start`` so that ``state.position`` reads that value again (``consumed -
+    position``; the core's counters, restored from the same checkpoint, give ``consumed``) and
+    returns ``True``; otherwise ``False``."""
+    names = {name for name, _ in tf.train.list_variables(path)}
+    if LEGACY_POSITION not in names or EPOCH_START in names:
+        return False
+    position = int(tf.train.load_variable(path, LEGACY_POSITION))
+    state.epoch_start.assign(state.consumed() - position)
+    return True

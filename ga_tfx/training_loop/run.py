@@ -65,8 +65,7 @@ class LoopRun:
                     loop._end_of_data_fn()  # by partial_window (the window's clock)
                 logs = self._window_ends() or logs
                 if epoch_ended:
-                    loop.state.epoch.assign_add(1)
-                    loop.state.position.assign(0)
+                    loop.state.begin_epoch()
                     break
                 if self.budget == 0:
                     loop.stop_training = True
@@ -97,10 +96,11 @@ class LoopRun:
     def _read_window_again(self, error: BaseException, pending: int) -> None:
         """After an out-of-memory recovery, which discarded the window (``pending`` of its
         micro-batches were consumed before the failed call): the data from its first
-        micro-batch, the window traced with the split micro-batch."""
+        micro-batch, the window traced with the split micro-batch. (The data position, derived
+        from the core's count, is back already: the core took the window's micro-batches back.)
+        """
         loop = self.loop
         loop._trace_window()
-        loop.state.position.assign_sub(pending)
         self.budget = None if self.budget is None else self.budget + pending
         self.iterator = self._epoch_data()
 

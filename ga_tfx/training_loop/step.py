@@ -91,8 +91,7 @@ class LoopSteps:
                     self.strategy, self._micro_step, optional.get_value()
                 )
             count += 1
-        pending = clock.count(self.window_core, count)
-        self.state.position.assign_add(count)
+        pending = clock.count(self.window_core, count)  # the data position follows it
         if finish:
             complete = clock.is_complete(self.window_core, pending)
             tf.cond(complete, self._finish_window, lambda: tf.constant(False))

@@ -27,15 +27,18 @@ class WindowState(tf.Module):
         consecutive slices (1; doubled by :meth:`WindowCore.recover_from_oom`): the micro-batch
         halves and K doubles, the window's samples stay.
       micro_batches_done: micro-batches of finished or discarded windows (the data they
-        consumed), for a front-end's data position.
+        consumed), counted as the front-end gives them (an out-of-memory split's slices are
+        not counted; a window discarded to be read again is taken back). The one record of the
+        data consumed: the front-ends' data positions are derived from it (``fit``'s, the
+        Trainer checkpoint's, ``TrainingLoop``'s with the pending window's micro-steps).
       micro_batch_rows: the largest micro-batch seen, per replica (of the data, before the
         split): the limit of splitting.
 
     The records of the last windows (:data:`RECORD_CAPACITY` rows of :data:`RECORD_FIELDS`)
     and the count of records written are process-local: not in checkpoints.
 
-    Front-ends may derive from it to checkpoint counters of their own beside these
-    (``TrainingLoop``: the epoch and the data position).
+    Front-ends may derive from it to checkpoint state of their own beside these
+    (``TrainingLoop``: the epoch, and the data consumed when it began).
     """
 
     def __init__(self, name: str = "window_state") -> None:
