@@ -36,10 +36,10 @@ import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
-import textwrap
-import uuid
+import textwrap  # noqa: E402
+import uuid  # noqa: E402
 
-import pytest
+import pytest  # noqa: E402
 
 tf.config.experimental.enable_op_determinism()
 # Python's full garbage collections: a worker of the fast tier holds about a million objects,
