@@ -156,7 +156,7 @@ def test_fit_on_two_replicas_survives_an_out_of_memory_error():
     assert max_weight_diff(model, _big_batch(32)) <= 1e-5
 
 
-def _loop(micro, k, oom=None):
+def _loop(micro, k, oom=None, epochs=EPOCHS, **settings):
     x, y = classification_data(n=N, seed=3)
     model = _model(oom=oom)
     loop = ga_tfx.TrainingLoop(
@@ -166,8 +166,9 @@ def _loop(micro, k, oom=None):
         tf.data.Dataset.from_tensor_slices((x, y)).batch(micro),
         k,
         verbose=False,
+        **settings,
     )
-    loop.run(epochs=EPOCHS)
+    loop.run(epochs=epochs)
     return loop
 
 
@@ -178,6 +179,46 @@ def test_training_loop_survives_an_out_of_memory_error_with_the_same_result():
     assert max_weight_diff(loop.model, _loop(4, 8).model) <= 1e-6
     assert max_weight_diff(loop.model, _big_batch(32)) <= 1e-5
     assert loop.windows == 3 * EPOCHS
+
+
+def test_training_loop_refuses_an_out_of_memory_error_in_a_window_carried_across_epochs(
+    monkeypatch,
+):
+    # Micro-batches of 8, K=5: 12 per epoch, so "carry" takes the last 2 of epoch 0 into the
+    # first window of epoch 1. Its first call runs out of memory, once (raised before the
+    # traced window runs: the refusal, not the allocator, is under test; fast). Those 2 are
+    # epoch 0's data, which cannot be read again: a clear error, not a silent skip (a replay
+    # read epoch 1 from a negative position, dataset.skip(-2): the whole epoch lost).
+    from ga_tfx.training_loop.run import LoopRun
+
+    next_window, raised_once = LoopRun._next_window, []
+
+    def out_of_memory_in_epoch_1(self):
+        if self.loop.epoch == 1 and not raised_once:
+            raised_once.append(True)
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+        return next_window(self)
+
+    monkeypatch.setattr(LoopRun, "_next_window", out_of_memory_in_epoch_1)
+    with pytest.raises(RuntimeError, match="partial_window='carry'.*spans epochs") as raised:
+        _loop(8, 5, partial_window="carry")
+    message = str(raised.value)
+    assert "previous epoch" in message and "cannot be read again" in message
+    assert "'apply' or 'drop'" in message and "smaller micro-batch" in message
+    assert isinstance(raised.value.__cause__, tf.errors.ResourceExhaustedError)
+
+
+@pytest.mark.slow
+def test_training_loop_under_carry_recovers_an_out_of_memory_error_inside_an_epoch():
+    # Micro-batches of 8, K=5, "carry": the 7th micro-batch (epoch 0's second window, inside
+    # the epoch) runs out of memory; the window is read again at 4 rows and every later window
+    # (the carried one across the epoch boundary too) is that of a run at micro-batch 4, K=10.
+    loop = _loop(8, 5, oom=OutOfMemoryAt(at_call=7, limit=4), partial_window="carry")
+    assert loop.window_core.micro_batch_split == 2
+    smaller = _loop(4, 10, partial_window="carry")
+    assert max_weight_diff(loop.model, smaller.model) <= 1e-6
+    assert loop.windows == smaller.windows == 2 * 12 // 5 + 1  # the run's last window applied
+    assert max_weight_diff(loop.model, _model()) > MIN_MOVEMENT
 
 
 def test_recovery_refuses_when_the_micro_batch_is_one_sample():
