@@ -7,7 +7,7 @@ nothing folds it away) when its call count reaches ``at_call`` and its batch has
 raises ``tf.errors.ResourceExhaustedError`` (``OOM when allocating tensor``). The suite's BFC
 CPU allocator retries an allocation for 10 s before it fails, so each injection costs 10 s of
 waiting: ``fit``'s recovery mid-window is in the fast tier (one real OOM in every
-environment's fast tier, the library's included), the other recoveries are slow, and the two
+environment's fast tier, the library's included), the other recoveries are slow, and the
 refusals stay fast.
 
 References: plain big-batch Keras training (SGD with momentum) and an uninterrupted ga-tfx run
@@ -249,3 +249,23 @@ def test_fit_that_cannot_read_the_window_again_says_where_to_continue():
         arguments = dict(x=x, y=y, batch_size=8, shuffle=True)
         recovery.fit_replayed(model, arguments, fit_once, position)
     assert model.window_core.micro_batch_split == 2  # recovered, only the data is the caller's
+
+
+def test_fit_under_carry_refuses_an_out_of_memory_error_with_the_same_rule():
+    # fit does not tell a carried window from the others: under carry it refuses every one,
+    # with TrainingLoop's message (recovery.refuse_carried_window), and recovers nothing.
+    x, y = classification_data(n=N, seed=3)
+    model = ga_tfx.wrap_model(_model(), 4, partial_window="carry")
+    model.compile(keras.optimizers.SGD(LR), sparse_ce())
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # builds the core
+    from ga_tfx.engine import recovery
+
+    position = recovery.FitPosition(model)
+    position.on_epoch_begin(0)
+
+    def fit_once(arguments):  # a fit that runs out of memory
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM")
+
+    with pytest.raises(RuntimeError, match="partial_window='carry'.*spans epochs.*so fit"):
+        recovery.fit_replayed(model, dict(x=x, y=y, batch_size=8), fit_once, position)
+    assert model.window_core.micro_batch_split == 1  # nothing recovered
