@@ -224,10 +224,11 @@ def test_training_loop_under_carry_recovers_an_out_of_memory_error_inside_an_epo
 def test_recovery_refuses_when_the_micro_batch_is_one_sample():
     model, _ = _fit(1, 2)
     core = model.window_core
-    with pytest.raises(RuntimeError, match="split into 1 slices of 1 sample.*nothing smaller"):
+    with pytest.raises(RuntimeError, match="split into 1 slices of 1 sample.*nothing smaller") as e:
         core.recover_from_oom(
             model.distribute_strategy, tf.errors.ResourceExhaustedError(None, None, "OOM")
         )
+    assert "set oom_recovery=True" not in str(e.value)  # it is on: not a way out
     assert core.micro_batch_split == 1  # nothing changed
 
 
