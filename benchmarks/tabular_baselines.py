@@ -255,13 +255,19 @@ def uncommitted() -> List[str]:
     return sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
 
 
-def report(results: List[Dict[str, object]], command: str) -> str:
+def measured_code() -> str:
+    """The commit the runs measure, read as they start (a commit made while they run is not
+    theirs): ``HEAD``, and the folders with uncommitted changes (``--allow-dirty``)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
     changed = uncommitted()
     if changed:  # say what the run also ran with (--allow-dirty)
         commit += f" (with uncommitted changes under {', '.join(changed)})"
+    return commit
+
+
+def report(results: List[Dict[str, object]], command: str, commit: str) -> str:
     lines = [
         "# `--data-root --label` with the defaults vs scikit-learn HistGradientBoosting",
         "",
@@ -348,6 +354,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"uncommitted changes under {', '.join(uncommitted())}: the report must name the "
             "code it measured; commit first (or pass --allow-dirty, which the report states)."
         )
+    commit = measured_code()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="ga-tfx-tabular-")
     results = []
     for case in cases:
@@ -369,7 +376,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         + (f" --output {args.output}" if args.output else "")
         + (" --allow-dirty" if args.allow_dirty else "")
     )
-    text = report(results, command)
+    text = report(results, command, commit)
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)

@@ -265,6 +265,21 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
     ),
     Mutation(
+        "oom.training_loop_replays_a_carried_window",  # the epoch then read from below 0
+        "ga_tfx/training_loop/run.py",
+        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = False\n",
+        ("tests/test_oom_recovery.py", "-k", "window_carried_across_epochs"),
+    ),
+    Mutation(
+        "oom.training_loop_refuses_every_carry_window",
+        "ga_tfx/training_loop/run.py",
+        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = carry\n",
+        ("tests/test_oom_recovery.py", "-k", "under_carry_recovers"),
+        slow=True,  # its killer is in the slow tier (a real OOM)
+    ),
+    Mutation(
         "clock.drop_applies",
         "ga_tfx/window/clock.py",
         "        return tf.cond(pending, lambda: _drop(core, strategy), none)",

@@ -7,7 +7,7 @@ nothing folds it away) when its call count reaches ``at_call`` and its batch has
 raises ``tf.errors.ResourceExhaustedError`` (``OOM when allocating tensor``). The suite's BFC
 CPU allocator retries an allocation for 10 s before it fails, so each injection costs 10 s of
 waiting: ``fit``'s recovery mid-window is in the fast tier (one real OOM in every
-environment's fast tier, the library's included), the other recoveries are slow, and the two
+environment's fast tier, the library's included), the other recoveries are slow, and the
 refusals stay fast.
 
 References: plain big-batch Keras training (SGD with momentum) and an uninterrupted ga-tfx run
@@ -156,7 +156,7 @@ def test_fit_on_two_replicas_survives_an_out_of_memory_error():
     assert max_weight_diff(model, _big_batch(32)) <= 1e-5
 
 
-def _loop(micro, k, oom=None):
+def _loop(micro, k, oom=None, epochs=EPOCHS, **settings):
     x, y = classification_data(n=N, seed=3)
     model = _model(oom=oom)
     loop = ga_tfx.TrainingLoop(
@@ -166,8 +166,9 @@ def _loop(micro, k, oom=None):
         tf.data.Dataset.from_tensor_slices((x, y)).batch(micro),
         k,
         verbose=False,
+        **settings,
     )
-    loop.run(epochs=EPOCHS)
+    loop.run(epochs=epochs)
     return loop
 
 
@@ -180,13 +181,54 @@ def test_training_loop_survives_an_out_of_memory_error_with_the_same_result():
     assert loop.windows == 3 * EPOCHS
 
 
+def test_training_loop_refuses_an_out_of_memory_error_in_a_window_carried_across_epochs(
+    monkeypatch,
+):
+    # Micro-batches of 8, K=5: 12 per epoch, so "carry" takes the last 2 of epoch 0 into the
+    # first window of epoch 1. Its first call runs out of memory, once (raised before the
+    # traced window runs: the refusal, not the allocator, is under test; fast). Those 2 are
+    # epoch 0's data, which cannot be read again: a clear error, not a silent skip (a replay
+    # read epoch 1 from a negative position, dataset.skip(-2): the whole epoch lost).
+    from ga_tfx.training_loop.run import LoopRun
+
+    next_window, raised_once = LoopRun._next_window, []
+
+    def out_of_memory_in_epoch_1(self):
+        if self.loop.epoch == 1 and not raised_once:
+            raised_once.append(True)
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+        return next_window(self)
+
+    monkeypatch.setattr(LoopRun, "_next_window", out_of_memory_in_epoch_1)
+    with pytest.raises(RuntimeError, match="partial_window='carry'.*spans epochs") as raised:
+        _loop(8, 5, partial_window="carry")
+    message = str(raised.value)
+    assert "previous epoch" in message and "cannot be read again" in message
+    assert "'apply' or 'drop'" in message and "smaller micro-batch" in message
+    assert isinstance(raised.value.__cause__, tf.errors.ResourceExhaustedError)
+
+
+@pytest.mark.slow
+def test_training_loop_under_carry_recovers_an_out_of_memory_error_inside_an_epoch():
+    # Micro-batches of 8, K=5, "carry": the 7th micro-batch (epoch 0's second window, inside
+    # the epoch) runs out of memory; the window is read again at 4 rows and every later window
+    # (the carried one across the epoch boundary too) is that of a run at micro-batch 4, K=10.
+    loop = _loop(8, 5, oom=OutOfMemoryAt(at_call=7, limit=4), partial_window="carry")
+    assert loop.window_core.micro_batch_split == 2
+    smaller = _loop(4, 10, partial_window="carry")
+    assert max_weight_diff(loop.model, smaller.model) <= 1e-6
+    assert loop.windows == smaller.windows == 2 * 12 // 5 + 1  # the run's last window applied
+    assert max_weight_diff(loop.model, _model()) > MIN_MOVEMENT
+
+
 def test_recovery_refuses_when_the_micro_batch_is_one_sample():
     model, _ = _fit(1, 2)
     core = model.window_core
-    with pytest.raises(RuntimeError, match="split into 1 slices of 1 sample.*nothing smaller"):
+    with pytest.raises(RuntimeError, match="split into 1 slices of 1 sample.*nothing smaller") as e:
         core.recover_from_oom(
             model.distribute_strategy, tf.errors.ResourceExhaustedError(None, None, "OOM")
         )
+    assert "set oom_recovery=True" not in str(e.value)  # it is on: not a way out
     assert core.micro_batch_split == 1  # nothing changed
 
 
@@ -208,3 +250,23 @@ def test_fit_that_cannot_read_the_window_again_says_where_to_continue():
         arguments = dict(x=x, y=y, batch_size=8, shuffle=True)
         recovery.fit_replayed(model, arguments, fit_once, position)
     assert model.window_core.micro_batch_split == 2  # recovered, only the data is the caller's
+
+
+def test_fit_under_carry_refuses_an_out_of_memory_error_with_the_same_rule():
+    # fit does not tell a carried window from the others: under carry it refuses every one,
+    # with TrainingLoop's message (recovery.refuse_carried_window), and recovers nothing.
+    x, y = classification_data(n=N, seed=3)
+    model = ga_tfx.wrap_model(_model(), 4, partial_window="carry")
+    model.compile(keras.optimizers.SGD(LR), sparse_ce())
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)  # builds the core
+    from ga_tfx.engine import recovery
+
+    position = recovery.FitPosition(model)
+    position.on_epoch_begin(0)
+
+    def fit_once(arguments):  # a fit that runs out of memory
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM")
+
+    with pytest.raises(RuntimeError, match="partial_window='carry'.*spans epochs.*so fit"):
+        recovery.fit_replayed(model, dict(x=x, y=y, batch_size=8), fit_once, position)
+    assert model.window_core.micro_batch_split == 1  # nothing recovered

@@ -135,13 +135,25 @@ def _core_to_recover(model: Any, error: BaseException) -> Any:
     core = model.window_core
     if core is None:
         raise error
-    if model.partial_window == "carry":
+    # fit does not tell a carried window from the others: under carry it refuses every one.
+    refuse_carried_window(error, model.partial_window == "carry", "fit")
+    return core
+
+
+def refuse_carried_window(error: BaseException, spans_epochs: bool, front_end: str) -> None:
+    """The rule of out-of-memory recovery under ``partial_window="carry"``, for every
+    front-end: a window that spans epochs (``spans_epochs``: its first micro-batches were the
+    previous epoch's last, carried over) cannot be trained again, since the previous epoch's
+    data cannot be read again; raises a ``RuntimeError`` from ``error`` naming the way out
+    (``front_end``: who cannot read it, e.g. ``"fit"``). A window inside one epoch passes."""
+    if spans_epochs:
         raise RuntimeError(
             "Out of memory in a training step with partial_window='carry': a carried window "
-            "spans epochs, so fit cannot read it again; use 'apply' or 'drop' for out-of-"
-            "memory recovery, or a smaller micro-batch."
+            "spans epochs (its first micro-batches belong to the previous epoch's data, which "
+            f"cannot be read again), so {front_end} cannot train it again; use "
+            "partial_window='apply' or 'drop' for out-of-memory recovery, or a smaller "
+            "micro-batch."
         ) from error
-    return core
 
 
 def continuation(
@@ -215,5 +227,6 @@ __all__: Tuple[str, ...] = (
     "fit_replayed",
     "join_histories",
     "out_of_memory",
+    "refuse_carried_window",
     "replay",
 )

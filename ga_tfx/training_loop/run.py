@@ -55,7 +55,7 @@ class LoopRun:
                 count, take = recovery.replay(
                     self._next_window,
                     self._read_window_again,
-                    lambda error: loop.window_core,
+                    self._core_to_recover,
                     loop.strategy,
                 )
                 if self.budget is not None:
@@ -92,6 +92,17 @@ class LoopRun:
         finish = self.budget is None or self.budget >= wanted
         take = wanted if finish else cast(int, self.budget)  # not finish: budget is an int
         return int(loop._window_fn(self.iterator, tf.constant(take, tf.int64), finish)), take
+
+    def _core_to_recover(self, error: BaseException) -> Any:
+        """The window core to recover after the out-of-memory ``error``; under
+        ``partial_window="carry"`` a ``RuntimeError`` when the window spans epochs (more
+        pending micro-batches than this epoch's data position: some are the previous epoch's,
+        carried over), which cannot be read again. A window inside one epoch is recovered."""
+        loop = self.loop
+        carry = loop.config.partial_window == "carry"
+        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())
+        recovery.refuse_carried_window(error, spans_epochs, "TrainingLoop")
+        return loop.window_core
 
     def _read_window_again(self, error: BaseException, pending: int) -> None:
         """After an out-of-memory recovery, which discarded the window (``pending`` of its

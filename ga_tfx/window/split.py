@@ -79,9 +79,10 @@ def split_to_double(config: AccumulationConfig, state: WindowState, error: BaseE
             else f"the micro-batch is already split into {split} slices of "
             f"{-(-largest // split)} sample(s) per replica"
         )
+        way_out = "" if config.oom_recovery else ", or set oom_recovery=True"
         raise RuntimeError(
             f"Out of memory in a training step and {reason}: nothing smaller to try. Lower "
-            f"the model's memory (or use a device with more), or set oom_recovery=True."
+            f"the model's memory (or use a device with more){way_out}."
         ) from error
     return split
 
