@@ -732,6 +732,14 @@ MUTATIONS: List[Mutation] = [
         "        return function\n    return function\n",
         ("tests/test_transforms.py", "-k", "python_control_flow"),
     ),
+    Mutation(  # Keras' Nadam counts its traces: built before the first one it would differ
+        "engine.nadam_built_before_its_first_trace",
+        "ga_tfx/window/shims.py",
+        "        inner, keras.optimizers.Nadam\n",
+        "        inner, type(None)\n",
+        ("tests/test_equivalence.py", "-k", "every_optimizer and nadam"),
+        slow=True,  # its killer is in the slow tier
+    ),
     Mutation(  # fit's micro-batch step too: the user's layers, train_step and compute_loss
         "engine.users_layers_not_converted",
         "ga_tfx/engine/step.py",
