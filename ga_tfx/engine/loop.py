@@ -95,13 +95,13 @@ class WindowLoop:
         # Python control flow on tensors: converted whole, as before. Measured on the main
         # job's Trainer: the conversions of the library's micro-batch code (with
         # AccumBatchNormalization's) were 0.7 s of its 6 s.
-        self._micro_batch = self._trace(self._run_micro_batch, autograph=self._split)
+        self._micro_batch = self._trace(self._run_micro_batch, autograph=self._split, inline=False)
         # The window's end is the window core's code, written without Python control flow on
         # tensors: traced as it is, not converted by autograph, whose conversion of it took
         # about 40% of a small fit's start-up (4.5 s -> 2.7 s). The user code it runs (the
         # optimizer, a transform, a window layer) is converted where it is called
         # (ga_tfx._tf_keras_internals.autograph_converted), as a tf.function would.
-        self._finish = self._trace(self._finish_window, autograph=False)
+        self._finish = self._trace(self._finish_window, autograph=False, inline=False)
         self._end_of_data = self._trace(self._end_short_window, autograph=False)
         # Set for the length of a fit by CallPacing: the windows of each call follow its pace.
         self.pacer: Optional[CallPacer] = None
@@ -109,11 +109,24 @@ class WindowLoop:
         if not model.run_eagerly:
             model.train_tf_function = self._run_execution
 
-    def _trace(self, function: Callable, autograph: bool = True) -> Callable:
-        """The host-side pieces: traced, unless the model runs eagerly (``run_eagerly``)."""
+    def _trace(self, function: Callable, autograph: bool = True, inline: bool = True) -> Callable:
+        """The host-side pieces: traced, unless the model runs eagerly (``run_eagerly``).
+
+        ``inline=False``: a piece called at several sites of an execution (the micro-batch's
+        step, the window's end) stays one function in the graph, which TensorFlow's graph
+        optimizer (Grappler) optimizes once, where inlined it optimizes a copy per call site.
+        Measured on the main job's Trainer: the first call's time beyond its trace went from
+        0.94-1.47 s to 0.64-0.73 s; the later calls' time did not change.
+        """
         if self._model.run_eagerly:
             return function
-        return tf.function(function, reduce_retracing=True, autograph=autograph)
+        attributes = None if inline else {"_noinline": True}
+        return tf.function(
+            function,
+            reduce_retracing=True,
+            autograph=autograph,
+            experimental_attributes=attributes,
+        )
 
     def _xla(self, function: Callable) -> Callable:
         """A replica-context step: XLA-compiled under the model's ``jit_compile``."""
