@@ -13,7 +13,7 @@ from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras
 from ga_tfx.config import FIELDS, MIGRATION_HINTS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.engine import AccumulationEngine
-from ga_tfx.engine.step import overrides_train_step
+from ga_tfx.engine.step import overridden_step_hooks
 from ga_tfx.transforms import Member
 
 import copy
@@ -113,12 +113,13 @@ class AccumulatingModel(AccumulationEngine, keras.Model):
     def call(self, inputs: Any, training: Optional[bool] = None) -> Any:
         return self.model(inputs, training=training)
 
-    # The wrapped model's own train_step (if it has one) defines a batch: its train_step,
+    # Where the wrapped model's class defines its batch (its own train_step, compute_loss or
+    # compute_metrics: engine.step.STEP_HOOKS), its train_step (Keras' calls the other two),
     # test_step and metrics are used, and it is compiled with the wrapper (see compile).
     def _train_step_model(self) -> Optional[keras.Model]:
         if type(self).train_step is not AccumulatingModel.train_step:
             return self  # a subclass of this wrapper with its own train_step
-        return self.model if overrides_train_step(self.model) else None
+        return self.model if overridden_step_hooks(self.model) else None
 
     def _delegates_steps(self) -> bool:
         return self._train_step_model() is self.model
@@ -185,14 +186,15 @@ def wrap_model(
 
     Functional and built Sequential models become a :class:`GradientAccumulateModel` over the
     same graph of layers (inputs, outputs and output names preserved); other models
-    (subclassed, unbuilt Sequential, or any model whose class overrides ``train_step``) are
-    wrapped in an :class:`AccumulatingModel`. A model that overrides ``train_step`` is trained
-    through it: it runs once per micro-batch, its ``self.optimizer.apply_gradients`` (or
-    ``minimize``) adds to the window, and the window is applied once; its weights then follow
-    its own big-batch training. A ``train_step`` that updates otherwise (several
-    ``apply_gradients`` calls per batch, its own optimizers) raises ``ValueError`` naming
-    ``train_step`` and the alternatives, at ``compile`` when the model overrides ``compile``,
-    else when ``fit`` first traces it.
+    (subclassed, unbuilt Sequential, or any model whose class overrides ``train_step``,
+    ``compute_loss`` or ``compute_metrics``) are wrapped in an :class:`AccumulatingModel`. A
+    model that overrides one of those is trained through its ``train_step`` (Keras' own where
+    it overrides only the loss or the metrics): it runs once per micro-batch, its
+    ``self.optimizer.apply_gradients`` (or ``minimize``) adds to the window, and the window
+    is applied once; its weights then follow its own big-batch training. A ``train_step``
+    that updates otherwise (several ``apply_gradients`` calls per batch, its own optimizers)
+    raises ``ValueError`` naming ``train_step`` and the alternatives, at ``compile`` when the
+    model overrides ``compile``, else when ``fit`` first traces it.
     Compile the returned model, not the original. ``gradient-accumulator`` arguments
     (``agc=True``, ``mixed_precision=True``, ...) raise ``TypeError`` naming the ga-tfx way
     (see :mod:`ga_tfx.compat`).
@@ -204,7 +206,7 @@ def wrap_model(
             f"Model {model.name!r} is already a gradient accumulation model "
             f"(accum_steps={model.accum_steps}); wrap the plain model instead."
         )
-    if _is_functional(model) and not overrides_train_step(model):
+    if _is_functional(model) and not overridden_step_hooks(model):
         return GradientAccumulateModel(
             inputs=model.inputs,
             outputs=model.outputs,

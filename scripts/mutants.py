@@ -755,6 +755,21 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_keras_contract.py", "-k", "python_control_flow"),
     ),
     Mutation(
+        "engine.users_compute_loss_not_converted",
+        "ga_tfx/engine/step.py",
+        "            loss = internals.user_code(self, self.compute_loss)"
+        "(x, y, y_pred, sample_weight)\n",
+        "            loss = self.compute_loss(x, y, y_pred, sample_weight)\n",
+        ("tests/test_keras_contract.py", "-k", "python_control_flow"),
+    ),
+    Mutation(
+        "models.wrap_drops_a_functional_models_compute_loss",
+        "ga_tfx/models.py",
+        "    if _is_functional(model) and not overridden_step_hooks(model):\n",
+        '    if _is_functional(model) and "train_step" not in overridden_step_hooks(model):\n',
+        ("tests/test_keras_contract.py", "-k", "compute_loss_and_metrics"),
+    ),
+    Mutation(
         "run_log.noise_written_without_estimate",
         "components/trainer/run_log.py",
         "            estimated = tf.logical_not(tf.math.is_nan(row[len(SCALARS)]))\n",

@@ -323,18 +323,21 @@ class _HalveIfPositive(keras.layers.Layer):
         return x
 
 
+def _doubled_if_positive(model, loss):
+    if model.by_tensor_ops:
+        return tf.where(loss > 0.0, loss * 2.0, loss)
+    if loss > 0.0:
+        loss = loss * 2.0
+    return loss
+
+
 class _DoubledLossIfPositive(keras.Model):
     """A user's train_step and compute_loss, each with Python control flow on a tensor."""
 
     by_tensor_ops = False
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
-        loss = super().compute_loss(x, y, y_pred, sample_weight)
-        if self.by_tensor_ops:
-            return tf.where(loss > 0.0, loss * 2.0, loss)
-        if loss > 0.0:
-            loss = loss * 2.0
-        return loss
+        return _doubled_if_positive(self, super().compute_loss(x, y, y_pred, sample_weight))
 
     def train_step(self, data):
         x, y = data
@@ -346,6 +349,16 @@ class _DoubledLossIfPositive(keras.Model):
                 loss = loss * 0.25
         self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
         return {"loss": loss}
+
+
+class _AccumulatingDoubledLoss(ga_tfx.GradientAccumulateModel):
+    """A user's subclass of the library's model with its own compute_loss (Python control
+    flow on a tensor) and Keras' train_step: the engine calls the loss itself."""
+
+    by_tensor_ops = False
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+        return _doubled_if_positive(self, super().compute_loss(x, y, y_pred, sample_weight))
 
 
 def test_a_users_layer_train_step_and_loss_with_python_control_flow_on_tensors_train_in_fit():
@@ -362,15 +375,62 @@ def test_a_users_layer_train_step_and_loss_with_python_control_flow_on_tensors_t
         inputs = keras.Input((8,))
         h = keras.layers.Dense(16, activation="tanh")(inputs)
         h = _HalveIfPositive(by_tensor_ops)(h)
-        model = model_class(inputs, keras.layers.Dense(3)(h))
-        model.by_tensor_ops = by_tensor_ops
-        wrapped = ga_tfx.wrap_model(model, 4)
+        if issubclass(model_class, ga_tfx.GradientAccumulateModel):
+            wrapped = model_class(inputs, keras.layers.Dense(3)(h), accum_steps=4)
+        else:
+            wrapped = ga_tfx.wrap_model(model_class(inputs, keras.layers.Dense(3)(h)), 4)
+        wrapped.by_tensor_ops = getattr(wrapped, "model", wrapped).by_tensor_ops = by_tensor_ops
         wrapped.compile(keras.optimizers.SGD(0.5), sparse_ce())
         wrapped.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
         return wrapped
 
-    for model_class in (keras.Model, _DoubledLossIfPositive):
+    plain = trained(True, keras.Model)
+    for model_class in (keras.Model, _DoubledLossIfPositive, _AccumulatingDoubledLoss):
         users, tensor_ops = trained(False, model_class), trained(True, model_class)
         assert max_weight_diff(users, tensor_ops) <= 1e-6, model_class
-    plain = trained(True, keras.Model)
-    assert max_weight_diff(users, plain) > 1e-3  # the train_step and the loss did act
+        if model_class is not keras.Model:  # the train_step and the loss did act
+            assert max_weight_diff(users, plain) > 1e-3, model_class
+
+
+class _PenalizedModel(keras.Model):
+    """A functional model whose class overrides compute_loss (a kernel penalty) and
+    compute_metrics (a figure of its own), not train_step."""
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+        return super().compute_loss(x, y, y_pred, sample_weight) + _kernel_square(self)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight):
+        results = super().compute_metrics(x, y, y_pred, sample_weight)
+        results["kernel_square"] = _kernel_square(self)
+        return results
+
+
+def _kernel_square(model):
+    return 0.05 * tf.add_n(
+        [tf.reduce_sum(w * w) for w in model.trainable_weights if w.shape.rank == 2]
+    )
+
+
+def test_wrap_model_trains_a_functional_models_own_compute_loss_and_metrics():
+    """``wrap_model`` keeps a functional model's own ``compute_loss`` and ``compute_metrics``
+    (its class is trained through Keras' train_step): the weights follow the same class's
+    big-batch training (SGD, float32 round-off), and its metric is logged."""
+    from tests.helpers import classification_data, max_weight_diff, train_pair
+
+    x, y = classification_data(n=64, seed=5)
+
+    def build(model_class):
+        def made():
+            keras.utils.set_random_seed(3)
+            inputs = keras.Input((8,))
+            h = keras.layers.Dense(16, activation="tanh")(inputs)
+            return model_class(inputs, keras.layers.Dense(3)(h))
+
+        return made
+
+    big, acc = train_pair(build(_PenalizedModel), lambda: keras.optimizers.SGD(0.3), x, y, 8, 4)
+    assert max_weight_diff(big, acc) <= 1e-6
+    _, unpenalized = train_pair(build(keras.Model), lambda: keras.optimizers.SGD(0.3), x, y, 8, 4)
+    assert max_weight_diff(acc, unpenalized) > 1e-3  # the penalty did act
+    history = acc.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0).history
+    assert history["kernel_square"][0] > 0.0

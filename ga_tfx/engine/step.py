@@ -99,15 +99,28 @@ class WindowStep(_ModelBase):
         ]
 
 
+# Keras' methods whose override makes a model's class define what one batch trains: its own
+# train_step, or the loss and metrics Keras' train_step computes.
+STEP_HOOKS = ("train_step", "compute_loss", "compute_metrics")
+
+
 def overrides_train_step(model: keras.Model) -> bool:
     """True if ``model``'s class defines its own ``train_step`` (not Keras' default)."""
     return type(model).train_step is not keras.Model.train_step
 
 
+def overridden_step_hooks(model: keras.Model) -> Tuple[str, ...]:
+    """The :data:`STEP_HOOKS` ``model``'s class overrides (empty: Keras' own batch)."""
+    return tuple(
+        hook for hook in STEP_HOOKS if getattr(type(model), hook) is not getattr(keras.Model, hook)
+    )
+
+
 def train_step_error(owner: keras.Model, problem: str) -> ValueError:
     """The error for a ``train_step`` ga-tfx cannot accumulate through, naming the way out."""
+    overridden = " and ".join(overridden_step_hooks(owner)) or "train_step"
     return ValueError(
-        f"Model {owner.name!r} overrides train_step, and {problem} ga_tfx accumulates through a "
+        f"Model {owner.name!r} overrides {overridden}, and {problem} ga_tfx accumulates through a "
         "model's own train_step only when it updates with self.optimizer, once per batch "
         "(self.optimizer.apply_gradients(...) or self.optimizer.minimize(...)): each micro-"
         "batch's call then adds to the window and the window is applied once. Otherwise use "
