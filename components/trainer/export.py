@@ -28,7 +28,7 @@ def export_serving_model(
     if transform_output is not None:
         model.tft_layer = transform_output.transform_features_layer()
         raw_spec = transform_output.raw_feature_spec()
-        transform = model.tft_layer
+        transform = _traced_as_it_is(model.tft_layer)
     else:
         from tensorflow_transform.tf_metadata import schema_utils
 
@@ -68,6 +68,20 @@ def export_serving_model(
         model.save(write_dir, save_format="tf", signatures=signatures)
     finally:
         remove_worker_dir(write_dir, serving_model_dir)
+
+
+def _traced_as_it_is(layer):
+    """``layer`` (TensorFlow Transform's ``TransformFeaturesLayer``) called with autograph's
+    conversion off. TFT's code applies a loaded graph with Python control flow on Python values
+    only, and a signature traced with autograph (as ``tf.function`` does by default) converted
+    all of it, about 20 functions of TFT's ``SavedModelLoader``: 1.9 s of the main job's 6 s
+    Trainer. The model's own layers are still converted (they are called outside this)."""
+
+    @tf.autograph.experimental.do_not_convert
+    def transform(features):
+        return layer(features)
+
+    return transform
 
 
 def label_only_raw_features(transform_output, label_key):
