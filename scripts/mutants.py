@@ -770,6 +770,14 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_keras_contract.py", "-k", "compute_loss_and_metrics"),
     ),
     Mutation(
+        "engine.pieces_not_inlined_on_several_replicas",
+        "ga_tfx/engine/loop.py",
+        "        inline = inline or self._model.distribute_strategy.num_replicas_in_sync > 1\n",
+        "",
+        ("tests/test_oom_recovery.py", "-k", "two_replicas_survives"),
+        slow=True,
+    ),
+    Mutation(
         "run_log.noise_written_without_estimate",
         "components/trainer/run_log.py",
         "            estimated = tf.logical_not(tf.math.is_nan(row[len(SCALARS)]))\n",

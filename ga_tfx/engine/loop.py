@@ -82,10 +82,12 @@ class WindowLoop:
             and not model.jit_compile
             and model.window_core.micro_batch_split > 1
         )
+        # The execution's loops are tf.while_loop written out, traced without autograph's
+        # conversion (0.2 s of the main job's Trainer start-up converted them).
         if self._policy == "apply":
-            self._run_execution = self._trace(self._train_execution_and_apply)
+            self._run_execution = self._trace(self._train_execution_and_apply, autograph=False)
         else:
-            self._run_execution = self._trace(self._train_execution)
+            self._run_execution = self._trace(self._train_execution, autograph=False)
         # Traced once each and called as functions wherever an execution needs them (its
         # first micro-batch, the loops, the window ends), not traced again at each call site:
         # a trace of the model's step and of the window's end is most of a fit's start-up.
@@ -116,10 +118,14 @@ class WindowLoop:
         step, the window's end) stays one function in the graph, which TensorFlow's graph
         optimizer (Grappler) optimizes once, where inlined it optimizes a copy per call site.
         Measured on the main job's Trainer: the first call's time beyond its trace went from
-        0.94-1.47 s to 0.64-0.73 s; the later calls' time did not change.
+        0.94-1.47 s to 0.64-0.73 s; the later calls' time did not change. On one replica
+        only: on several, such a function spans their devices, and an out-of-memory error on
+        one of them reached fit as the other's cancellation (``CancelledError``), which the
+        out-of-memory recovery cannot tell from any other (tests/test_oom_recovery.py).
         """
         if self._model.run_eagerly:
             return function
+        inline = inline or self._model.distribute_strategy.num_replicas_in_sync > 1
         attributes = None if inline else {"_noinline": True}
         return tf.function(
             function,
@@ -233,9 +239,16 @@ class WindowLoop:
 
     def _fill(self, iterator: Any, count: Any, logs: Any) -> Any:
         """Cross-replica: ``count`` more micro-batches into the window; the last one's logs."""
-        for _ in tf.range(count):
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            logs = self._micro_batch(next(iterator))
+
+        def more(filled: Any, logs: Any) -> Any:
+            return filled + 1, self._micro_batch(next(iterator))
+
+        _, logs = tf.while_loop(
+            lambda filled, _: filled < count,
+            more,
+            (tf.zeros_like(count), logs),
+            parallel_iterations=1,
+        )
         return logs
 
     def _train_execution(self, iterator: Any) -> Any:
@@ -256,14 +269,17 @@ class WindowLoop:
         count = tf.minimum(window - steps.read_value(), execution - done)
         logs = self._fill(iterator, count, logs)
         done += count
+
         # Here the window is complete unless the execution is used up (count was capped).
-        while done < execution:
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+        def next_window(done: Any, logs: Any) -> Any:
             with tf.control_dependencies(tf.nest.flatten(logs)):
                 self._finish()
             count = tf.minimum(window, execution - done)
-            logs = self._fill(iterator, count, logs)
-            done += count
+            return done + count, self._fill(iterator, count, logs)
+
+        _, logs = tf.while_loop(
+            lambda done, _: done < execution, next_window, (done, logs), parallel_iterations=1
+        )
         return logs
 
     def _finish_window(self) -> tf.Tensor:
