@@ -202,6 +202,13 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_windows.py", "-k", "train_on_batch and drop"),
     ),
     Mutation(
+        "engine.fill_one_micro_batch_too_many",
+        LOOP,
+        "            lambda filled, _: filled < count,\n",
+        "            lambda filled, _: filled <= count,\n",
+        ("tests/test_windows.py", "-k", "several_windows"),
+    ),
+    Mutation(
         "engine.data_end_leaves_the_window_pending",
         LOOP,
         "            self._end_last_window()\n            raise",
