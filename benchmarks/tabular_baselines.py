@@ -36,6 +36,7 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from benchmarks import tabular_datasets
+from benchmarks.provenance import add_allow_dirty, measured_code, refuse_uncommitted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_RATIO = 1.2  # the issue's bar: our error at most 1.2x the GBT's
@@ -244,29 +245,6 @@ def measure(case: Case, work_dir: str, exclude: Sequence[str] = ()) -> Dict[str,
     )
 
 
-def uncommitted() -> List[str]:
-    """The top-level folders with uncommitted changes to tracked files ([]: a clean tree)."""
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    ).stdout.split("\n")
-    return sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
-
-
-def measured_code() -> str:
-    """The commit the runs measure, read as they start (a commit made while they run is not
-    theirs): ``HEAD``, and the folders with uncommitted changes (``--allow-dirty``)."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    changed = uncommitted()
-    if changed:  # say what the run also ran with (--allow-dirty)
-        commit += f" (with uncommitted changes under {', '.join(changed)})"
-    return commit
-
-
 def report(results: List[Dict[str, object]], command: str, commit: str) -> str:
     lines = [
         "# `--data-root --label` with the defaults vs scikit-learn HistGradientBoosting",
@@ -334,11 +312,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=None, help="write the Markdown report here")
     parser.add_argument("--work-dir", default=None, help="keep the runs here (default: temp)")
-    parser.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="run with uncommitted changes (the report says so; default: refuse)",
-    )
+    add_allow_dirty(parser)
     parser.add_argument(
         "--only",
         action="append",
@@ -349,11 +323,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cases = [c for c in CASES if not args.only or f"{c.dataset}:{c.label}" in args.only]
     if not cases:
         parser.error(f"--only matches no case; cases: {[f'{c.dataset}:{c.label}' for c in CASES]}")
-    if uncommitted() and not args.allow_dirty:
-        parser.error(
-            f"uncommitted changes under {', '.join(uncommitted())}: the report must name the "
-            "code it measured; commit first (or pass --allow-dirty, which the report states)."
-        )
+    refuse_uncommitted(parser, args.allow_dirty)
     commit = measured_code()
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="ga-tfx-tabular-")
     results = []

@@ -35,6 +35,7 @@ import tempfile
 import time
 
 from benchmarks import trainer_pace_digits as digits_job
+from benchmarks.provenance import add_allow_dirty, measured_code, refuse_uncommitted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPDATES, EVAL_STEPS, BATCH, MICRO, K = 1000, 150, 40, 10, 4
@@ -132,15 +133,9 @@ def _run(side, scratch, index, inputs=None):
     return float(lines[-1].split()[1])
 
 
-def _commit():
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def _report(runs, command, digits=None):
-    """The report (``digits``: :func:`benchmarks.trainer_pace_digits.prepare`'s dict for the
-    digits job; None: the taxi job)."""
+def _report(runs, command, commit, digits=None):
+    """The report of the code at ``commit`` (``digits``:
+    :func:`benchmarks.trainer_pace_digits.prepare`'s dict for the digits job; None: taxi)."""
     ratios = [pair["ga_tfx"] / pair["stock"] for pair in runs]
     rows = "\n".join(
         f"| {i + 1} | {pair['order']} | {pair['stock']:.1f} | {pair['ga_tfx']:.1f} | "
@@ -158,7 +153,7 @@ def _report(runs, command, digits=None):
         what = digits_job.describe(digits)
     return f"""# The ga-tfx Trainer against the stock Trainer ({title})
 
-Made by `{command}` at commit {_commit()} on {datetime.date.today().isoformat()}
+Made by `{command}` at commit {commit} on {datetime.date.today().isoformat()}
 ({platform.machine()}, {os.cpu_count()} cores). What it runs and why: the docstring of
 `{source}`. {what}
 Seconds of the executor's `Do` (training, evaluation, export), each run a fresh process.
@@ -184,10 +179,13 @@ def main(argv=None):
     parser.add_argument("--one", choices=("stock", "ga_tfx"), help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)
+    add_allow_dirty(parser)
     args = parser.parse_args(argv)
     if args.one:
         print(f"SECONDS {_one(args.one, args.dir, args.inputs)}", flush=True)
         return 0
+    refuse_uncommitted(parser, args.allow_dirty)
+    commit = measured_code()
     out = args.out or os.path.join("benchmarks", JOBS[args.job])
     runs, digits = [], None
     with tempfile.TemporaryDirectory() as scratch:
@@ -211,14 +209,15 @@ def main(argv=None):
         "python -m benchmarks.trainer_pace"
         + (f" --job {args.job}" if args.job != "taxi" else "")
         + (f" --pairs {args.pairs}" if args.pairs != 4 else "")
+        + (" --allow-dirty" if args.allow_dirty else "")
     )
-    record = {"command": command, "commit": _commit(), "runs": runs}
+    record = {"command": command, "commit": commit, "runs": runs}
     if digits is not None:
         record["digits"] = digits
     with open(f"{out}.json", "w") as f:
         json.dump(record, f, indent=1)
     with open(f"{out}.md", "w") as f:
-        f.write(_report(runs, command, digits))
+        f.write(_report(runs, command, commit, digits))
     return 0
 
 

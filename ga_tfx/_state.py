@@ -1,8 +1,12 @@
 """Accumulation state kept beside Keras' weights: in checkpoints, never in ``get_weights()``."""
 
 from ga_tfx import _tf_keras_internals
+from ga_tfx._keras import tf
 
-from typing import Any
+from typing import Any, Dict, Sequence
+
+# The suffix tf.train.Checkpoint gives a variable's value under its object path.
+_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class Untracked:
@@ -25,3 +29,15 @@ def attach_state(owner: Any, holder: Untracked, module: Any, name: str) -> None:
     """
     holder.value = module
     _tf_keras_internals.track_trackable(owner, module, name)
+
+
+def stored_values(path: str, keys: Sequence[str]) -> Dict[str, int]:
+    """The integers the checkpoint ``path`` holds under ``keys`` (object paths, as
+    ``tf.train.Checkpoint`` names them: ``model/ga_window/state/windows``); keys it does not
+    hold are left out (checkpoints of older layouts)."""
+    names = {name for name, _ in tf.train.list_variables(path)}
+    return {
+        key: int(tf.train.load_variable(path, key + _VALUE))
+        for key in keys
+        if key + _VALUE in names
+    }

@@ -440,7 +440,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "checkpoints.old_keys_ignored",
         "components/trainer/checkpoints.py",
-        '    if f"{LEGACY_KEYS[0]}/.ATTRIBUTES/VARIABLE_VALUE" in names:\n',
+        "    if LEGACY_KEYS[0] in values:\n",
         "    if False:\n",
         ("tests/test_preemption.py", "-k", "old_keys"),
     ),
@@ -1193,7 +1193,7 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "training_loop.old_position_ignored",
         "ga_tfx/training_loop/checkpoints.py",
-        "    state.epoch_start.assign(state.consumed() - position)\n",
+        "    state.epoch_start.assign(state.consumed() - values[LEGACY_POSITION])\n",
         "    state.epoch_start.assign(state.consumed())\n",
         ("tests/test_training_loop.py", "-k", "old_checkpoints"),
     ),

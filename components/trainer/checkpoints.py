@@ -29,7 +29,8 @@ replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoi
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx import keras, tf
+from ga_tfx import engine, keras, tf
+from ga_tfx._state import stored_values
 from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
 from ga_tfx.distribution import remove_worker_dir, worker_write_dir
 
@@ -43,7 +44,9 @@ from typing import Callable, Optional, Tuple
 # the data position (the Trainer's copies of the core's counters, no longer written).
 LEGACY_KEYS = ("updates_done", "micro_batches_done")
 # The core's counters in a checkpoint of ``tf.train.Checkpoint(model=...)``.
-CORE_KEYS = ("model/ga_window/state/windows", "model/ga_window/state/micro_batches_done")
+CORE_KEYS = tuple(
+    f"model/{engine.CORE_KEY}/state/{name}" for name in ("windows", "micro_batches_done")
+)
 
 
 def resume_directory(model_run_dir, identity):
@@ -246,17 +249,9 @@ def stored_counts(path: str) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]
     """The (windows, micro-batches) the checkpoint ``path`` holds, and the same again where
     they come from an old checkpoint's :data:`LEGACY_KEYS` (else ``None``). A checkpoint
     without a window core (nothing trained) holds (0, 0)."""
-    names = {name for name, _ in tf.train.list_variables(path)}
-
-    def read(keys):
-        return tuple(
-            int(tf.train.load_variable(path, f"{key}/.ATTRIBUTES/VARIABLE_VALUE"))
-            if f"{key}/.ATTRIBUTES/VARIABLE_VALUE" in names
-            else 0
-            for key in keys
-        )
-
-    if f"{LEGACY_KEYS[0]}/.ATTRIBUTES/VARIABLE_VALUE" in names:
-        legacy = read(LEGACY_KEYS)
+    values = stored_values(path, LEGACY_KEYS + CORE_KEYS)
+    if LEGACY_KEYS[0] in values:
+        legacy = (values[LEGACY_KEYS[0]], values.get(LEGACY_KEYS[1], 0))
         return legacy, legacy
-    return read(CORE_KEYS), None
+    windows, micro_batches = (values.get(key, 0) for key in CORE_KEYS)
+    return (windows, micro_batches), None

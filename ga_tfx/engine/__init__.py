@@ -71,6 +71,10 @@ from ga_tfx.window.shims import build_optimizer
 import inspect
 from typing import Any, Callable, Dict, Optional, Sequence
 
+# The window core's key among the model's checkpoint dependencies (``model/ga_window/...`` in
+# a ``tf.train.Checkpoint(model=...)``).
+CORE_KEY = "ga_window"
+
 
 class AccumulationEngine(WindowStep):
     """Mixin for ``keras.Model`` subclasses: ``fit`` updates once per ``accum_steps`` micro-batches.
@@ -162,7 +166,7 @@ class AccumulationEngine(WindowStep):
         return 0 if acc is None else acc.samples_seen_count()
 
     def _set_core(self, core: WindowCore) -> None:
-        attach_state(self, self._core_holder, core, "ga_window")
+        attach_state(self, self._core_holder, core, CORE_KEY)
 
     def accumulation_config(self) -> Dict[str, Any]:
         """The accumulation settings as constructor keyword arguments (for ``get_config``)."""

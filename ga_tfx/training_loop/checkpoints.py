@@ -1,6 +1,7 @@
 """``TrainingLoop``'s checkpoints: one ``tf.train.CheckpointManager``, written by the chief."""
 
 from ga_tfx._keras import tf
+from ga_tfx._state import stored_values
 from ga_tfx.distribution import is_chief
 
 import shutil
@@ -72,8 +73,7 @@ class LoopCheckpoints:
 
 # ``loop_state``'s key in checkpoints written up to b21667f for the epoch's data position
 # (``LoopState.position`` was a variable then), and the key of what replaced it.
-LEGACY_POSITION = "loop_state/position/.ATTRIBUTES/VARIABLE_VALUE"
-EPOCH_START = "loop_state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE"
+LEGACY_POSITION, EPOCH_START = "loop_state/position", "loop_state/epoch_start"
 
 
 def adopt_position(path: str, state: Any) -> bool:
@@ -82,9 +82,8 @@ def adopt_position(path: str, state: Any) -> bool:
     ``epoch_start`` so that ``state.position`` reads that value again (``consumed -
     position``; the core's counters, restored from the same checkpoint, give ``consumed``) and
     returns ``True``; otherwise ``False``."""
-    names = {name for name, _ in tf.train.list_variables(path)}
-    if LEGACY_POSITION not in names or EPOCH_START in names:
+    values = stored_values(path, (LEGACY_POSITION, EPOCH_START))
+    if LEGACY_POSITION not in values or EPOCH_START in values:
         return False
-    position = int(tf.train.load_variable(path, LEGACY_POSITION))
-    state.epoch_start.assign(state.consumed() - position)
+    state.epoch_start.assign(state.consumed() - values[LEGACY_POSITION])
     return True
