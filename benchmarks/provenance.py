@@ -9,15 +9,21 @@ from typing import List
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# What is not code: reports (a run rewrites its own), docs, figures.
+NOT_CODE = (".md", ".json", ".png")
+
+
 def uncommitted() -> List[str]:
-    """The top-level folders with uncommitted changes to tracked files ([]: a clean tree)."""
+    """The top-level folders with uncommitted changes to tracked code ([]: a clean tree; changes
+    to :data:`NOT_CODE` files, such as the report a previous run just wrote, do not count)."""
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
         capture_output=True,
         text=True,
         cwd=ROOT,
     ).stdout.split("\n")
-    return sorted({line[3:].split("/")[0] for line in dirty if line.strip()})
+    paths = [line[3:] for line in dirty if line.strip()]
+    return sorted({path.split("/")[0] for path in paths if not path.endswith(NOT_CODE)})
 
 
 def measured_code() -> str:
