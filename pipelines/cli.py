@@ -11,6 +11,7 @@ from ga_tfx._schema import Spec
 from ga_tfx._validation import ACCUM_STEPS
 from ga_tfx.components import stack
 from ga_tfx.components.trainer import preemption
+from ga_tfx.pipelines import kubeflow_options as kubeflow
 from ga_tfx.pipelines import options
 
 import argparse
@@ -34,6 +35,48 @@ def _add_training_flags(parser):
     options.add_flags(
         parser.add_argument_group("training (the ga-tfx Trainer and the optional Tuner)")
     )
+
+
+def _add_kubeflow_flags(group):
+    group.add_argument(
+        "--pipeline-spec",
+        choices=sorted(kubeflow.PIPELINE_SPECS),
+        default=kubeflow.DEFAULT_PIPELINE_SPEC,
+        help="the PipelineSpec schema: "
+        + "; ".join(f"{k}: {v}" for k, v in kubeflow.PIPELINE_SPECS.items())
+        + f" (default {kubeflow.DEFAULT_PIPELINE_SPEC})",
+    )
+    group.add_argument(
+        "--beam-runner",
+        choices=kubeflow.BEAM_RUNNERS,
+        default="DirectRunner",
+        help="where the Beam steps run: DirectRunner in the step's container (default), or "
+        "DataflowRunner with the image as the workers' container (needs --beam-arg=--project=P "
+        "--beam-arg=--region=R)",
+    )
+    group.add_argument(
+        "--beam-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="one more Beam flag for the Beam steps, e.g. --beam-arg=--region=europe-west4 "
+        "(repeatable)",
+    )
+    group.add_argument(
+        "--trainer-retries",
+        type=int,
+        default=kubeflow.DEFAULT_TRAINER_RETRIES,
+        help="retries of a failed Trainer pod (a preempted one resumes from its checkpoint); "
+        f"0: none (default {kubeflow.DEFAULT_TRAINER_RETRIES})",
+    )
+    for step in ("trainer", "tuner"):
+        group.add_argument(
+            f"--{step}-resources",
+            metavar="SPEC",
+            help=f"the {step.capitalize()} container's resources, e.g. "
+            "cpu=8,memory=32G,accelerator=NVIDIA_TESLA_T4,count=1 (accelerators: Vertex's "
+            "names or nvidia.com/gpu)",
+        )
 
 
 class _Version(argparse.Action):
@@ -121,6 +164,7 @@ def build_parser():
         help="the PipelineJob JSON to write (default ga_tfx_digits_pipeline.json)",
     )
     compile_.add_argument("--pipeline-name", default="ga-tfx-digits")
+    _add_kubeflow_flags(compile_.add_argument_group("Kubeflow (the job's form, Beam, resources)"))
     _add_training_flags(compile_)
 
     demo = sub.add_parser(
@@ -239,9 +283,9 @@ def _tuning_report(console, output_dir):
 
 
 def _compile(args):
-    from ga_tfx.pipelines import kubeflow
+    from ga_tfx.pipelines.kubeflow import compile_pipeline
 
-    job = kubeflow.compile_pipeline(
+    job = compile_pipeline(
         args.output,
         args.image,
         args.pipeline_name,
@@ -249,9 +293,21 @@ def _compile(args):
         args.data_root,
         args.serving_dir,
         training_options(args),
+        kubeflow.beam_args(args.beam_runner, args.image, args.pipeline_root, args.beam_arg),
+        pipeline_spec=args.pipeline_spec,
+        trainer_retries=args.trainer_retries,
+        resources={
+            step: kubeflow.Resources.parse(text, f"--{step}-resources")
+            for step, text in (("trainer", args.trainer_resources), ("tuner", args.tuner_resources))
+            if text
+        },
     )
     tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
-    print(f"wrote {args.output}: {len(tasks)} steps ({', '.join(tasks)}), image {args.image}")
+    print(
+        f"wrote {args.output}: {len(tasks)} steps ({', '.join(tasks)}), image {args.image}, "
+        f"pipeline spec {job['pipelineSpec']['schemaVersion']} "
+        f"({kubeflow.PIPELINE_SPECS[args.pipeline_spec]})"
+    )
     return 0
 
 

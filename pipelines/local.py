@@ -9,13 +9,16 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components import stack as stack_lib
 from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
+from ga_tfx.pipelines import beam, data_check, data_plan, digits, user_code
 from ga_tfx.pipelines import blessing as blessing_lib
-from ga_tfx.pipelines import data_check, data_plan, digits, user_code
 from ga_tfx.pipelines import pipeline as pipeline_lib
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from typing import Any, Callable, Dict, List, Optional
 
 from ml_metadata import metadata_store
@@ -31,9 +34,7 @@ def beam_args(direct_num_workers: int = 1) -> List[str]:
     --environment_type=EXTERNAL --environment_config=localhost:50000`` or
     ``--runner=SparkRunner --spark_master_url=spark://host:7077`` instead.
     """
-    if direct_num_workers == 1:
-        return ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-    return ["--direct_running_mode=multi_processing", f"--direct_num_workers={direct_num_workers}"]
+    return beam.in_process_args(direct_num_workers)
 
 
 @dataclasses.dataclass
@@ -140,8 +141,30 @@ def run(
     if on_checked is not None:  # e.g. the console moving its log into the output directory
         on_checked()
     os.makedirs(os.path.dirname(os.path.abspath(metadata_path)), exist_ok=True)
-    tfx.orchestration.LocalDagRunner().run(pipeline)
+    with run_temp_dir(pipeline_root):
+        tfx.orchestration.LocalDagRunner().run(pipeline)
     return summarize(config)
+
+
+@contextlib.contextmanager
+def run_temp_dir(pipeline_root: str):
+    """The run's temporary files in ``<pipeline_root>/.tmp-<pid>`` (this process's
+    ``tempfile`` folder and its children's ``TMPDIR``), removed when the run ends, however it
+    ends: TFX makes temporary folders it never removes (the user module's wheel build and its
+    install, Beam's ephemeral package where no flag prevents it)."""
+    folder = os.path.join(os.path.abspath(pipeline_root), f".tmp-{os.getpid()}")
+    os.makedirs(folder, exist_ok=True)
+    saved = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = folder
+    try:
+        yield folder
+    finally:
+        tempfile.tempdir = saved[0]
+        if saved[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[1]
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def summarize(connection_config) -> RunSummary:

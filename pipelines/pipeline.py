@@ -39,6 +39,10 @@ CANDIDATE, BASELINE = "candidate", "baseline"
 BEAT_MARGIN = 1e-9
 
 
+# The Trainer's resumable checkpoints, under the pipeline root: <RESUME_DIR>/<pipeline name>/...
+RESUME_DIR = ".ga_tfx_resume"
+
+
 def trials_file(pipeline_root: str) -> str:
     """Where the Tuner appends its finished trials (read by the tuning report)."""
     return os.path.join(pipeline_root, "Tuner", "trials.jsonl")
@@ -233,6 +237,9 @@ def create_pipeline(
         **_user_code_args(code, "model_fn"),
         train_args=tfx.proto.TrainArgs(num_steps=updates),
         eval_args=tfx.proto.EvalArgs(num_steps=options.eval_steps),
+        # Keyed by the pipeline, not by the run: a Kubeflow job submitted again gets a new job
+        # id and new output URIs (on Vertex, <root>/<project>/<job id>/<task>_<uuid>/...).
+        resume_root=os.path.join(pipeline_root, RESUME_DIR, pipeline_name),
         **settings,
     )
     components.append(trainer)

@@ -10,8 +10,12 @@
 #          Debian 13 root (scripts/debian13_root.sh, cached outside the clone; it is made, and
 #          TFX 1.21 installed in it, in the background while the other runs go on); elsewhere
 #          TFX 1.16 in .venv-tfx-1.16/ (Python 3.10).
+#   container  .venv/ driving Docker: -m container, the compiled Kubeflow job's steps in
+#          containers of the image (scripts/build_image.sh, built in the background from the
+#          start: Docker installed and started where missing, as root), one test at a time.
+#          The tfx run leaves these tests out (-m "not container").
 # A -m expression given here is combined with each tier's own ("not tfx" for lib, the other
-# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib other" by default; e.g.
+# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib other container" by default; e.g.
 # GA_TFX_TEST_ENVS=tfx for a TFX-only file).
 # Exit status: 0 only when every run passed; a run that collects no test (pytest's 5) fails, and
 # so does a run that collects fewer tests than the committed floor (tests/collection_floor.json:
@@ -35,20 +39,33 @@ workers="${GA_TFX_TEST_WORKERS:-2}"
 xdist=()
 [ "$workers" = 1 ] || xdist=(-n "$workers")
 
-read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib other}"
+read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib other container}"
 wants() { [[ " ${envs[*]} " == *" $1 "* ]]; }
 reports="$(mktemp -d)"
 setup_pid=""
+image_pid=""
 cleanup() {
   [ -z "$setup_pid" ] || kill "$setup_pid" 2>/dev/null || true
+  [ -z "$image_pid" ] || kill "$image_pid" 2>/dev/null || true
   rm -rf "$reports"
 }
 trap cleanup EXIT
 
+# The Debian 13 root, where the other stack or the container stage needs it, is made first:
+# both use it (the other stack runs in it; the image's base is imported from it).
+other_where=""
+if wants other; then read -r _ other_stack other_where <<< "$(bash "$root/scripts/bootstrap.sh" which)"; fi
+if [ "$other_where" = root ] || wants container; then bash "$root/scripts/debian13_root.sh" build; fi
+# The container stage's image is built in the background too (scripts/build_image.sh: Docker
+# installed and started where missing; mostly downloads): its tests find it built and cached.
+if wants container; then
+  echo "== [container] the image built in the background: $reports/container.setup.log"
+  bash "$root/scripts/build_image.sh" > "$reports/container.setup.log" 2>&1 &
+  image_pid=$!
+fi
 # The other stack is set up in the background (downloads and installs, mostly waiting on the
 # network), while this stack's environments are set up and tested.
 if wants other; then
-  read -r _ other_stack other_where <<< "$(bash "$root/scripts/bootstrap.sh" which)"
   echo "== [other] TFX $other_stack ($other_where) set up in the background: $reports/other.setup.log"
   # Each stack's set-up ends with the resolve check: a user's `pip install "ga-tfx[tfx]"`
   # beside that TFX resolves (bootstrap.sh check), shown in this log.
@@ -63,7 +80,13 @@ if wants other; then
   setup_pid=$!
 fi
 this_envs=()
-for name in "${envs[@]}"; do [ "$name" = other ] || this_envs+=("$name"); done
+for name in "${envs[@]}"; do
+  case "$name" in
+    other) ;;
+    container) [[ " ${this_envs[*]} " == *" tfx "* ]] || this_envs+=(tfx) ;;  # the harness's kfp
+    *) [[ " ${this_envs[*]} " == *" $name "* ]] || this_envs+=("$name") ;;
+  esac
+done
 [ "${#this_envs[@]}" = 0 ] || bash "$root/scripts/bootstrap.sh" "${this_envs[@]}"
 if wants tfx; then bash "$root/scripts/bootstrap.sh" check; fi
 cd "$root"
@@ -104,7 +127,12 @@ status=0
 for name in "${envs[@]}"; do
   run_env=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
   case "$name" in
-    tfx) python="$root/.venv/bin/python"; args=("${xdist[@]}" "$@") ;;
+    tfx) python="$root/.venv/bin/python"
+         args=("${xdist[@]}" -m "$(tier_marker "not container")" "${plain_args[@]}") ;;
+    # The compiled Kubeflow job in Docker containers (tests/test_container_job.py), one test at
+    # a time: its containers use both cores.
+    container) python="$root/.venv/bin/python"
+         args=(-m "$(tier_marker container)" "${plain_args[@]}") ;;
     # The library tier keeps TensorFlow's oneDNN kernels on (tests/conftest.py turns them off
     # unless told): the tfx run covers the Eigen kernels, this one oneDNN's.
     lib) python="$root/.venv-lib/bin/python"
@@ -112,8 +140,18 @@ for name in "${envs[@]}"; do
          run_env+=(TF_ENABLE_ONEDNN_OPTS=1) ;;
     other) args=("${xdist[@]}" -m "$(tier_marker "$OTHER_MARKER")" "${plain_args[@]}")
          python="$root/.venv-tfx-$other_stack/bin/python" ;;
-    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, other)" >&2; exit 2 ;;
+    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, other, container)" >&2; exit 2 ;;
   esac
+  if [ "$name" = container ]; then
+    rc=0; wait "$image_pid" || rc=$?
+    image_pid=""
+    grep -E '^\[image\]|image OK' "$reports/container.setup.log" || true
+    if [ "$rc" != 0 ]; then
+      tail -40 "$reports/container.setup.log"
+      echo "== [container] FAILED: building the image exited $rc =="
+      status=1; continue
+    fi
+  fi
   if [ "$name" = other ]; then
     rc=0; wait "$setup_pid" || rc=$?
     setup_pid=""

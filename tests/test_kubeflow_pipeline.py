@@ -96,11 +96,17 @@ def parse_strictly(job):
 def trainer_parameters(spec):
     """{name: python value} of the Trainer task's constant parameters."""
     params = spec.root.dag.tasks[TRAINER].inputs.parameters
-    values = {}
-    for name, param in params.items():
-        constant = param.runtime_value.constant_value
-        values[name] = getattr(constant, constant.WhichOneof("value"))
-    return values
+    return {name: constant_of(param) for name, param in params.items()}
+
+
+def constant_of(param):
+    """A compiled constant parameter's value: schema 2.1's ``constant`` (a protobuf Value:
+    integers as numbers) or 2.0's ``constantValue``."""
+    value = param.runtime_value
+    if value.WhichOneof("value") == "constant":
+        return json_format.MessageToDict(value.constant)
+    constant = value.constant_value
+    return getattr(constant, constant.WhichOneof("value"))
 
 
 # ------------------------------------------------------------------ 1. structure
@@ -125,7 +131,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     whole, spec = parse_strictly(job)
 
     assert whole.display_name == NAME and spec.pipeline_info.name == NAME
-    assert spec.schema_version == "2.0.0"
+    assert spec.schema_version == "2.1.0"  # the default: what open-source KFP reads
     assert job["runtimeConfig"] == {"gcsOutputDirectory": CLUSTER_PATHS["pipeline_root"]}
     tasks = spec.root.dag.tasks
     expected = PIPELINE_COMPONENTS if tune else PIPELINE_COMPONENTS - {"Tuner"}
@@ -183,11 +189,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     assert json.loads(params["eval_args"]) == {"num_steps": options.eval_steps}
     assert "module_file" not in params  # the model comes from the installed package
     if tune:
-        tuner_config = json.loads(
-            tasks["Tuner"]
-            .inputs.parameters["custom_config"]
-            .runtime_value.constant_value.string_value
-        )
+        tuner_config = json.loads(constant_of(tasks["Tuner"].inputs.parameters["custom_config"]))
         assert tuner_config["ga_tfx_search"]["accum_steps"] == list(options.search_accum_steps)
         assert tuner_config["model_fn"] == MODEL_FN
 
@@ -273,15 +275,15 @@ def test_the_golden_comparison_sees_a_changed_accum_steps(tuned_job, tmp_path):
     differences = leaf_differences(before, after)
     trainer_accum = (
         "/pipelineSpec/root/dag/tasks/GradientAccumulationTrainer/inputs/"
-        "parameters/accum_steps/runtimeValue/constantValue/intValue"
+        "parameters/accum_steps/runtimeValue/constant"
     )
     tuner_config = (
         "/pipelineSpec/root/dag/tasks/Tuner/inputs/parameters/custom_config/"
-        "runtimeValue/constantValue/stringValue"
+        "runtimeValue/constant"
     )  # holds the ga_tfx settings
     data_check = (  # the largest effective batch, for the "more rows than the split" check
         "/pipelineSpec/root/dag/tasks/DataCheck/inputs/parameters/effective_batch_size/"
-        "runtimeValue/constantValue/intValue"
+        "runtimeValue/constant"
     )
     assert differences == [data_check, trainer_accum, tuner_config]
 
@@ -336,9 +338,10 @@ def write_transformed_digits(directory, train_rows=256, eval_rows=128):
     return examples, graph
 
 
-def executor_input(component, task, inputs, outputs, output_file):
+def executor_input(component, task, inputs, outputs, output_file, overrides=None):
     """The ExecutorInput JSON that replaces ``{{$}}``: artifacts typed as the compiled
-    component declares them, the task's compiled constants as (schema 2.0.0) parameters."""
+    component declares them, the task's compiled constants as (schema 2.1.0) parameter
+    values."""
 
     def artifacts(definitions, uris, metadata):
         return {
@@ -363,10 +366,13 @@ def executor_input(component, task, inputs, outputs, output_file):
                 inputs,
                 {"examples": {"split_names": '["train", "eval"]'}},
             ),
-            "parameters": {
-                name: param["runtimeValue"]["constantValue"]
-                for name, param in task["inputs"]["parameters"].items()
-            },
+            "parameterValues": dict(
+                {
+                    name: param["runtimeValue"]["constant"]
+                    for name, param in task["inputs"]["parameters"].items()
+                },
+                **(overrides or {}),
+            ),
         },
         "outputs": {
             "artifacts": artifacts(component["outputDefinitions"]["artifacts"], outputs, {}),
@@ -389,7 +395,7 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
     )
     job = compile_job(str(tmp_path), options)
     spec = job["pipelineSpec"]
-    assert spec["schemaVersion"] == "2.0.0"  # parameters travel as inputs.parameters
+    assert spec["schemaVersion"] == "2.1.0"  # parameters travel as inputs.parameterValues
     task = spec["root"]["dag"]["tasks"][TRAINER]
     component = spec["components"][task["componentRef"]["name"]]
     container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
@@ -404,6 +410,12 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
         {"examples": examples, "transform_graph": graph},
         {"model": model_uri, "model_run": model_run_uri},
         output_file,
+        # The compiled resume root is under the cluster's pipeline root (gs://...): here, a
+        # local folder, as a cluster's bucket would be for its pods.
+        {"resume_root": str(tmp_path / "resume")},
+    )
+    assert task["inputs"]["parameters"]["resume_root"]["runtimeValue"]["constant"] == (
+        CLUSTER_PATHS["pipeline_root"] + "/.ga_tfx_resume/" + NAME
     )
     assert "{{$}}" in container["args"]
     command = [sys.executable if part == "python" else part for part in container["command"]]
@@ -453,8 +465,10 @@ def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
         dockerfile = f.read()
     lines = dockerfile.splitlines()
     assert "ARG TFX=1.21" in lines
+    # TFX's image by default; scripts/build_image.sh passes a local stand-in as BASE.
+    assert "ARG BASE=gcr.io/tfx-oss-public/tfx:${TFX}.0" in lines
     froms = [line.split()[1] for line in lines if line.startswith("FROM ")]
-    assert froms == ["gcr.io/tfx-oss-public/tfx:${TFX}.0"]
+    assert froms == ["${BASE}"]
     stacks = {"1.16", "1.21"}
     for stack in stacks:  # each value of the build argument has its lock, of that TFX
         with open(os.path.join(ROOT, "requirements", f"lock-tfx-{stack}.txt")) as f:
@@ -510,3 +524,42 @@ def test_compile_command_writes_the_job_with_the_flags(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["compile", "--pipeline-root", "gs://b/r"])  # --image etc. are required
     assert "required: --image" in capsys.readouterr().err
+
+
+def test_compile_flags_set_the_schema_retries_resources_and_beam(tmp_path, capsys):
+    from ga_tfx.pipelines import cli
+
+    common = ["compile", "--image", "reg/ga-tfx:1", "--pipeline-root", "gs://b/r"]
+    common += ["--data-root", "gs://b/digits", "--serving-dir", "gs://b/serving"]
+    output = tmp_path / "job.json"
+    flags = ["--pipeline-spec", "2.0", "--trainer-retries", "5", "--output", str(output)]
+    flags += ["--trainer-resources", "cpu=4,memory=16G,accelerator=NVIDIA_L4,count=2"]
+    flags += ["--beam-runner", "DataflowRunner", "--beam-arg=--project=p", "--beam-arg=--region=r"]
+    assert cli.main(common + flags) == 0
+    assert "pipeline spec 2.0.0 (Vertex AI Pipelines" in capsys.readouterr().out
+    job = json.loads(output.read_text())
+    _, spec = parse_strictly(job)  # the retry policy and resources are kfp's own fields
+    assert spec.schema_version == "2.0.0"
+    task = spec.root.dag.tasks[TRAINER]
+    assert task.retry_policy.max_retry_count == 5
+    assert task.retry_policy.backoff_duration.seconds == 30
+    executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
+    trainer = executors[spec.components[TRAINER].executor_label]["container"]
+    assert trainer["resources"] == {
+        "cpuLimit": 4.0,
+        "memoryLimit": 16.0,
+        "accelerator": {"type": "NVIDIA_L4", "count": "2"},
+    }
+    assert sum("resources" in e.get("container", {}) for e in executors.values()) == 1
+    example_gen = executors[spec.components["CsvExampleGen"].executor_label]["container"]
+    for args in (example_gen["args"], example_gen["lifecycle"]["preCacheCheck"]["args"]):
+        assert "--runner=DataflowRunner" in args and "--sdk_container_image=reg/ga-tfx:1" in args
+    # No retry policy on request; a bad value: the command's last line names it.
+    assert cli.main(common + ["--trainer-retries", "0", "--output", str(output)]) == 0
+    _, spec = parse_strictly(json.loads(output.read_text()))
+    assert not spec.root.dag.tasks[TRAINER].HasField("retry_policy")
+    assert cli.main(common + ["--tuner-resources", "cpu=2", "--output", str(output)]) == 2
+    assert "has no tuner step" in capsys.readouterr().err
+    assert cli.main(common + ["--trainer-resources", "cpu=-1", "--output", str(output)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("ga-tfx compile: error: --trainer-resources: cpu=-1.0 must be positive")

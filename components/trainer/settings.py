@@ -116,6 +116,18 @@ class AccumulationSettings(Settings):
         "its worst measured under-read) plus one more input micro-batch, fits, K adjusted so "
         "that the effective batch is kept (None: micro_batch_size as given)",
     )
+    resume_root: Optional[str] = setting(
+        None,
+        kind=str,
+        optional=True,
+        flag="",
+        help="where every run of this training keeps its resumable checkpoints, in "
+        "<resume_root>/<hash of the training's identity: model code, settings, and the "
+        "contents of its inputs> (None: beside the Trainer's outputs, "
+        "<pipeline_root>/<Trainer>/.ga_tfx_resume); the ga-tfx pipelines set "
+        "<pipeline_root>/.ga_tfx_resume/<pipeline name>, so that a job submitted again (new "
+        "job id, new output URIs) resumes",
+    )
     checkpoint_every_updates: int = setting(
         100,
         kind=int,

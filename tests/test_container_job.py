@@ -1,0 +1,301 @@
+"""The compiled Kubeflow job run as a Kubeflow backend runs it: every step in a container of the
+image ``scripts/build_image.sh`` builds, by the KFP v2 container contract
+(``scripts/kfp_harness.py``), with no network.
+
+1. The digits job, compiled in the image (schema 2.1, the default, and 2.0), ends blessed and
+   pushed, at the evaluation of the same pipeline run locally (``ga-tfx run``) in the same
+   image; no step reaches for the network (no Beam Prism download, no TFX sdist built).
+2. The Trainer's container, SIGTERMed mid-training as Kubernetes stops a preempted pod (``docker
+   stop``, Python as PID 1), saves and exits 143 with the one interruption line last; the task
+   retried with the same ExecutorInput (a KFP retry) resumes from that update, and so does the
+   job submitted again (a new job id, new output URIs, the same pipeline root); both end at the
+   weights of an uninterrupted run.
+
+Marker ``container``: run by the container stage of ``scripts/test.sh`` (Docker, as root), not
+by the other tiers. Nothing here is skipped: without Docker these tests fail.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+pytestmark = [pytest.mark.container, pytest.mark.slow]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import kfp_harness  # noqa: E402
+
+TFX = os.environ.get("GA_TFX_IMAGE_TFX", "1.21")
+PIPELINE = "ga-tfx-digits"
+# Log lines that would mean a step reached for the network or packaged TFX at run time:
+# Beam's Prism runner downloading its binary, TFX building its ephemeral sdist.
+NETWORK_SIGNS = ("prism", "Attempting to infer TFX Python dependency", "build_ephemeral_package")
+
+
+@pytest.fixture(scope="module")
+def image():
+    done = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "build_image.sh"), "--tfx", TFX],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "ga-tfx image OK:" in done.stdout, done.stdout[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    work = tmp_path_factory.mktemp("kubeflow")
+    (work / "data").mkdir()
+    for name in os.listdir(os.path.join(ROOT, "pipelines", "data", "digits")):
+        shutil.copy(os.path.join(ROOT, "pipelines", "data", "digits", name), work / "data")
+    (work / "serving").mkdir()
+    yield work
+    # Containers write as root: remove what they wrote from inside one.
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def in_image(image, work, *args):
+    """``python ARGS`` in a container of the image, the work folder mounted, no network."""
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network=none", f"--volume={work}:{work}"]
+        + ["--entrypoint=python", image]
+        + list(args),
+        capture_output=True,
+        text=True,
+    )
+
+
+def compile_job(image, work, name, *flags):
+    out = work / f"{name}.json"
+    done = in_image(
+        image,
+        work,
+        "-m",
+        "ga_tfx.pipelines.cli",
+        "compile",
+        "--image",
+        image,
+        "--pipeline-root",
+        str(work / "root"),
+        "--data-root",
+        str(work / "data"),
+        "--serving-dir",
+        str(work / "serving"),
+        "--output",
+        str(out),
+        *flags,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return str(out)
+
+
+def new_run(job, image, work, **kwargs):
+    return kfp_harness.JobRun(
+        job, image, str(work / "root"), (str(work / "data"), str(work / "serving")), **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def local_accuracy(image, work):
+    """The same pipeline run locally (LocalDagRunner) in the same image."""
+    done = in_image(
+        image, work, "-m", "ga_tfx.pipelines.cli", "run", "--output-dir", str(work / "local")
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return float(re.search(r"sparse_categorical_accuracy=([0-9.]+)", done.stdout).group(1))
+
+
+@pytest.fixture(scope="module")
+def job_runs(image, work):
+    """The digits job in both schemas, each run to the end."""
+    runs = {}
+    for schema in ("2.1", "2.0"):
+        job = compile_job(image, work, f"job-{schema}", "--pipeline-spec", schema)
+        run = new_run(job, image, work)
+        run.run()
+        runs[schema] = run
+    return runs
+
+
+@pytest.mark.parametrize("schema", ["2.1", "2.0"])
+def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, local_accuracy, schema):
+    run = job_runs[schema]
+    assert run.spec.schema_version == f"{schema}.0"
+    parameters = {
+        name: param.runtime_value.WhichOneof("value")
+        for task in run.spec.root.dag.tasks.values()
+        for name, param in task.inputs.parameters.items()
+    }
+    # 2.1 writes constants as `constant` (what open-source KFP resolves), 2.0 as constantValue.
+    assert set(parameters.values()) == {"constant" if schema == "2.1" else "constant_value"}
+    assert len(run.outputs) == 9
+    summary = kfp_harness.summary(run)
+    print(schema, summary, "local:", local_accuracy)
+    assert summary["blessed"] is True and summary["pushed"] is True
+    assert os.path.exists(os.path.join(summary["pushed_destination"], "saved_model.pb"))
+    accuracy = summary["evaluation"]["sparse_categorical_accuracy"]
+    assert round(accuracy, 4) == local_accuracy  # the summary's 4 decimals
+    for name, log in run.logs.items():
+        for sign in NETWORK_SIGNS:
+            assert sign.lower() not in log.lower(), f"{name}: {sign!r} in its log"
+
+
+def test_both_schemas_made_the_same_transformed_data(job_runs):
+    """The resume key reads inputs by content: two jobs' Transform outputs, written to different
+    URIs, have one fingerprint (so a job run again without the cache still resumes)."""
+    prints = set()
+    for run in job_runs.values():
+        (examples,) = [
+            art.uri
+            for art in kfp_harness.artifacts_of_type(run, "tfx.Examples")
+            if "Transform" in art.uri
+        ]
+        done = in_image(
+            run.image,
+            run.pipeline_root,
+            "-c",
+            "import sys, ga_tfx; from ga_tfx.components.trainer import checkpoints; "
+            "print(checkpoints.content_fingerprint([sys.argv[1] + '/Split-train/*']))",
+            examples,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        prints.add(done.stdout.strip().splitlines()[-1])
+    assert len(prints) == 1, prints
+
+
+# A Trainer long enough to be stopped mid-training: checkpoints every 50 updates.
+LONG = ("--train-updates", "1500", "--checkpoint-every-updates", "50")
+
+
+def trainer_of(run):
+    (task,) = [name for name in run.spec.root.dag.tasks if name.endswith("Trainer")]
+    return task
+
+
+def resume_checkpoints(work):
+    root = work / "root" / ".ga_tfx_resume" / PIPELINE
+    return sorted(str(p) for p in root.glob("*/ckpt-*.index")) if root.exists() else []
+
+
+def preempt_trainer(run, work, retry_name):
+    """Starts the run's Trainer task in a container (Python as PID 1, as in a pod), waits for its
+    first checkpoint, stops it as Kubernetes stops a pod (SIGTERM, a 30 s grace period), and
+    returns (exit code, log)."""
+    task = trainer_of(run)
+    container = run.container(task)
+    name = f"{run.job_id}-{retry_name}-{uuid.uuid4().hex[:6]}".lower()
+    subprocess.run(
+        run.command(task, container.command, container.args, name, detach=True),
+        check=True,
+        capture_output=True,
+    )
+    try:
+        before, deadline = set(resume_checkpoints(work)), time.time() + 600
+        while not set(resume_checkpoints(work)) - before and time.time() < deadline:
+            time.sleep(0.5)
+        subprocess.run(["docker", "stop", "-t", "30", name], check=True, capture_output=True)
+        code = int(subprocess.run(["docker", "wait", name], capture_output=True, text=True).stdout)
+        log = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+        return code, log.stdout + log.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def interrupted_at(code, log):
+    assert code == 143, log[-3000:]
+    last = log.strip().splitlines()[-1]
+    found = re.fullmatch(
+        r"interrupted at update (\d+) of 1500; checkpoint saved; re-run the same command to resume",
+        last,
+    )
+    assert found, f"last line: {last!r}\n{log[-3000:]}"
+    assert "Traceback" not in log, log[-3000:]
+    return int(found.group(1))
+
+
+def trainer_outputs(run):
+    out = run.outputs[trainer_of(run)]
+    model = out.artifacts["model"].artifacts[0].uri
+    with open(os.path.join(out.artifacts["model_run"].artifacts[0].uri, "ga_tfx_run.json")) as f:
+        record = json.load(f)
+    reader = tf.train.load_checkpoint(
+        os.path.join(model, "Format-Serving", "variables", "variables")
+    )
+    weights = {
+        key: reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if key.startswith("variables/") and reader.get_variable_to_dtype_map()[key].is_floating
+    }
+    return record, weights
+
+
+def test_a_preempted_trainer_resumes_on_a_retry_and_on_a_resubmitted_job(image, work, job_runs):
+    job = compile_job(image, work, "long", *LONG)
+    upstream = job_runs["2.1"]  # the cache of KFP: the same upstream tasks' outputs
+
+    def submission():
+        run = new_run(job, image, work)
+        run.outputs.update(
+            {task: out for task, out in upstream.outputs.items() if not task.endswith("Trainer")}
+        )
+        return run
+
+    reference = submission()
+    reference.run_task(trainer_of(reference))
+    ref_record, ref_weights = trainer_outputs(reference)
+    assert ref_record["resumed_from_update"] is None and ref_record["updates"] == 1500
+    assert not resume_checkpoints(work)  # removed once the model was exported
+
+    # (a) A KFP retry: the same task, the same ExecutorInput.
+    first = submission()
+    n1 = interrupted_at(*preempt_trainer(first, work, "a"))
+    assert 0 < n1 < 1500
+    # ... stopped again on its retry, (b) then the job submitted again: a new job id, new URIs.
+    code, log = preempt_trainer(first, work, "a-retry")
+    assert f"ga_tfx: resuming from update {n1} of 1500" in log, log[-3000:]
+    n2 = interrupted_at(code, log)
+    assert n2 > n1
+    resubmitted = submission()
+    assert resubmitted.job_id != first.job_id
+    resubmitted.run_task(trainer_of(resubmitted))
+    record, weights = trainer_outputs(resubmitted)
+    assert record["resumed_from_update"] == n2, record
+    assert record["updates"] == 1500 and record["updates_this_run"] == 1500 - n2, record
+
+    assert set(weights) == set(ref_weights) and len(weights) >= 8
+    diff = max(float(np.max(np.abs(weights[k] - ref_weights[k]))) for k in weights)
+    print(
+        f"interrupted at {n1}, retried and interrupted at {n2}, resubmitted: max |dw| = {diff:.3g}"
+    )
+    assert diff <= 1e-6  # the local preemption tests' bound (float32)
+
+
+def test_the_compiled_trainer_has_a_retry_policy_and_its_resources(image, work):
+    job = compile_job(
+        image,
+        work,
+        "resources",
+        "--trainer-resources",
+        "cpu=8,memory=32G,accelerator=NVIDIA_TESLA_T4",
+    )
+    spec = kfp_harness.load_spec(job)
+    task = spec.root.dag.tasks[trainer_of(new_run(job, image, work))]
+    assert task.retry_policy.max_retry_count == 3
+    resources = kfp_harness.ignored_resources(spec)
+    (label,) = resources
+    assert json.loads(resources[label]) == {
+        "cpuLimit": 8.0,
+        "memoryLimit": 32.0,
+        "accelerator": {"type": "NVIDIA_TESLA_T4", "count": "1"},
+    }
