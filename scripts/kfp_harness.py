@@ -226,7 +226,11 @@ class JobRun:
                 ours.metadata.CopyFrom(theirs.metadata)
 
     # --- containers --------------------------------------------------------------------------
-    def command(self, task: str, command, args, name: str, detach=False) -> List[str]:
+    def command(
+        self, task: str, command, args, name: str, detach=False, env=None, network=None
+    ) -> List[str]:
+        """The ``docker run`` of one container of ``task``: ``env`` (e.g. a worker's
+        ``TF_CONFIG``) and ``network`` (default: the run's) as a worker pool's replica gets."""
         payload = json_format.MessageToJson(self.executor_input(task), indent=None)
         for arg in args:
             if "{{$" in arg and arg != PLACEHOLDER:
@@ -234,7 +238,8 @@ class JobRun:
         volumes = [f"--volume={m}:{m}" for m in self.mounts]
         return (
             ["docker", "run", "--rm" if not detach else "--detach", f"--name={name}"]
-            + [f"--network={self.network}", f"--entrypoint={command[0]}"]
+            + [f"--network={network or self.network}", f"--entrypoint={command[0]}"]
+            + [f"--env={key}={value}" for key, value in (env or {}).items()]
             + volumes
             + [self.image]
             + list(command[1:])
@@ -299,12 +304,42 @@ class JobRun:
         self.outputs[task] = out
         return out
 
+    def _task_key(self, task: str) -> str:
+        """What KFP's cache keys a task by: its task spec, component and executor."""
+        spec = self.spec.root.dag.tasks[task]
+        component = self.spec.components[spec.component_ref.name]
+        return "\n".join(
+            json_format.MessageToJson(message, sort_keys=True)
+            for message in (spec, component, self.executors[component.executor_label])
+        )
+
+    def cache_from(self, earlier: "JobRun") -> List[str]:
+        """Takes the outputs of ``earlier``'s tasks that this job would run unchanged (the same
+        task, component and executor, all upstream tasks taken too), as a backend's cache
+        does; returns their names."""
+        taken: List[str] = []
+        for task in task_order(self.spec):
+            spec = self.spec.root.dag.tasks[task]
+            upstream = set(spec.dependent_tasks) | {
+                art.task_output_artifact.producer_task for art in spec.inputs.artifacts.values()
+            }
+            if (
+                task in earlier.outputs
+                and task in earlier.spec.root.dag.tasks
+                and upstream <= set(taken)
+                and self._task_key(task) == earlier._task_key(task)
+            ):
+                self.outputs[task] = earlier.outputs[task]
+                taken.append(task)
+        return taken
+
     def run(self, until: Optional[str] = None) -> Dict[str, pb.ExecutorOutput]:
-        """Every task in order (or those before ``until``)."""
+        """Every task in order not yet done (taken from a cache), or those before ``until``."""
         for task in task_order(self.spec):
             if task == until:
                 break
-            self.run_task(task)
+            if task not in self.outputs:
+                self.run_task(task)
         return self.outputs
 
 
@@ -317,14 +352,24 @@ print(json.dumps({name: value.get("doubleValue") for name, value in overall[""][
 """
 
 
+def type_title(schema: pb.ArtifactTypeSchema) -> str:
+    """An artifact type's title: ``schemaTitle``, or the ``title:`` of an ``instanceSchema``
+    (TFX compiles its types as instance schemas: ``title: tfx.Model``)."""
+    if schema.WhichOneof("kind") == "instance_schema":
+        for line in schema.instance_schema.splitlines():
+            if line.startswith("title:"):
+                return line.split(":", 1)[1].strip()
+    return schema.schema_title
+
+
 def artifacts_of_type(run: JobRun, title: str) -> List[pb.RuntimeArtifact]:
-    """Every output artifact of the run whose type's schema title is ``title``."""
+    """Every output artifact of the run whose type's title is ``title`` (e.g. ``tfx.Model``)."""
     return [
         art
         for out in run.outputs.values()
         for arts in out.artifacts.values()
         for art in arts.artifacts
-        if art.type.schema_title == title
+        if type_title(art.type) == title
     ]
 
 

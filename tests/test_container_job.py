@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-pytestmark = [pytest.mark.container, pytest.mark.slow]
+pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.container]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -118,14 +118,17 @@ def local_accuracy(image, work):
 
 @pytest.fixture(scope="module")
 def job_runs(image, work):
-    """The digits job in both schemas, each run to the end."""
-    runs = {}
-    for schema in ("2.1", "2.0"):
-        job = compile_job(image, work, f"job-{schema}", "--pipeline-spec", schema)
-        run = new_run(job, image, work)
-        run.run()
-        runs[schema] = run
-    return runs
+    """The digits job in a schema ("2.1" or "2.0"), run to the end once, on first use."""
+
+    class Runs(dict):
+        def __missing__(self, schema):
+            job = compile_job(image, work, f"job-{schema}", "--pipeline-spec", schema)
+            run = new_run(job, image, work)
+            run.run()
+            self[schema] = run
+            return run
+
+    return Runs()
 
 
 @pytest.mark.parametrize("schema", ["2.1", "2.0"])
@@ -155,7 +158,7 @@ def test_both_schemas_made_the_same_transformed_data(job_runs):
     """The resume key reads inputs by content: two jobs' Transform outputs, written to different
     URIs, have one fingerprint (so a job run again without the cache still resumes)."""
     prints = set()
-    for run in job_runs.values():
+    for run in (job_runs["2.1"], job_runs["2.0"]):
         (examples,) = [
             art.uri
             for art in kfp_harness.artifacts_of_type(run, "tfx.Examples")
@@ -206,8 +209,11 @@ def preempt_trainer(run, work, retry_name):
             time.sleep(0.5)
         subprocess.run(["docker", "stop", "-t", "30", name], check=True, capture_output=True)
         code = int(subprocess.run(["docker", "wait", name], capture_output=True, text=True).stdout)
-        log = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
-        return code, log.stdout + log.stderr
+        # Both streams in one pipe, in the order written, as a pod's log shows them.
+        log = subprocess.run(
+            ["docker", "logs", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        return code, log.stdout
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 
@@ -246,9 +252,8 @@ def test_a_preempted_trainer_resumes_on_a_retry_and_on_a_resubmitted_job(image, 
 
     def submission():
         run = new_run(job, image, work)
-        run.outputs.update(
-            {task: out for task, out in upstream.outputs.items() if not task.endswith("Trainer")}
-        )
+        assert trainer_of(run) not in run.cache_from(upstream)  # all but the Trainer
+        assert len(run.outputs) == 6
         return run
 
     reference = submission()
@@ -299,3 +304,102 @@ def test_the_compiled_trainer_has_a_retry_policy_and_its_resources(image, work):
         "memoryLimit": 32.0,
         "accelerator": {"type": "NVIDIA_TESLA_T4", "count": "1"},
     }
+
+
+def test_the_tuned_job_hands_its_best_hyperparameters_to_the_trainer(image, work, job_runs):
+    run = new_run(compile_job(image, work, "tuned", "--tune"), image, work)
+    cached = run.cache_from(job_runs["2.1"])
+    assert "Transform" in cached and "Tuner" not in cached
+    run.run()
+    (best,) = kfp_harness.artifacts_of_type(run, "tfx.HyperParameters")
+    with open(os.path.join(best.uri, "best_hyperparameters.txt")) as f:
+        values = json.load(f)["values"]
+    record, _ = trainer_outputs(run)
+    print("best:", values, "trainer:", record["accum_steps"], record["effective_batch_size"])
+    assert record["accum_steps"] == values["accum_steps"]
+    with open(work / "root" / "Tuner" / "trials.jsonl") as f:
+        trials = [json.loads(line) for line in f]
+    ids = [trial["trial_id"] for trial in trials]
+    assert len(ids) == len(set(ids)) == 3  # the default tuning_trials, each run once
+    assert kfp_harness.summary(run)["blessed"] is True
+
+
+# The digits CNN with synchronized BatchNormalization: batch statistics over both workers'
+# halves of each micro-batch, so that two workers compute what one does (ghost batch norm on
+# each worker's half would not).
+SYNC_BN_MODULE = """
+from ga_tfx import keras
+from ga_tfx.pipelines import digits
+
+
+def build_model(hparams):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(shape=(64,), name=digits.FEATURES_KEY)
+    x = keras.layers.Reshape((8, 8, 1))(inputs)
+    x = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(x)
+    x = keras.layers.BatchNormalization(momentum=0.9, synchronized=True)(x)
+    x = keras.layers.Activation("relu")(x)
+    x = keras.layers.Flatten()(x)
+    outputs = keras.layers.Dense(10, activation="softmax")(x)
+    model = keras.Model(inputs, outputs)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+    )
+    return model
+"""
+# As tests/test_multi_worker.py: the workers' all-reduce sums in another order than one device.
+MULTI_WORKER_TOLERANCE = 1e-5
+
+
+def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
+    image, work, job_runs
+):
+    module = work / "sync_bn_digits.py"
+    module.write_text(SYNC_BN_MODULE)
+    flags = ["--module-file", str(module), "--train-updates", "24", "--micro-batch", "32"]
+    flags += ["--accum-steps", "4", "--updates-per-epoch", "12", "--no-agc"]
+    one = new_run(compile_job(image, work, "one", *flags, "--strategy", "none"), image, work)
+    one.cache_from(job_runs["2.1"])
+    one.run_task(trainer_of(one))
+    _, want = trainer_outputs(one)
+
+    two = new_run(
+        compile_job(image, work, "two", *flags, "--strategy", "multi_worker"), image, work
+    )
+    assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
+    task = trainer_of(two)
+    container = two.container(task)
+    network = f"ga-tfx-{two.job_id}"
+    subprocess.run(["docker", "network", "create", "--internal", network], check=True)
+    names = {kind: f"{kind}-{two.job_id}" for kind in ("chief", "worker")}
+    try:
+        for kind, name in names.items():  # the TF_CONFIG Vertex gives each worker pool's replica
+            tf_config = {
+                "cluster": {k: [f"{n}:2222"] for k, n in names.items()},
+                "task": {"type": kind, "index": 0},
+            }
+            docker = two.command(
+                task,
+                container.command,
+                container.args,
+                name,
+                detach=True,
+                env={"TF_CONFIG": json.dumps(tf_config)},
+                network=network,
+            )
+            subprocess.run(docker, check=True, capture_output=True)
+        for kind, name in names.items():
+            code = subprocess.run(["docker", "wait", name], capture_output=True, text=True)
+            log = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
+            assert code.stdout.strip() == "0", f"{kind}: {(log.stdout + log.stderr)[-3000:]}"
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+    two.finish(task)
+    record, got = trainer_outputs(two)
+    assert record["replicas"] == 2 and record["updates"] == 24, record
+    assert set(got) == set(want) and len(want) >= 4
+    diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    print(f"two workers vs one: max |dw| = {diff:.3g} over {len(want)} tensors")
+    assert diff <= MULTI_WORKER_TOLERANCE

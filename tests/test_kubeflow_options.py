@@ -1,10 +1,10 @@
 """``ga-tfx compile``'s own settings (``ga_tfx.pipelines.kubeflow_options``), without compiling:
 resources parsed and refused with the bad value named, Beam's flags per runner."""
 
-import pytest
-
 from ga_tfx.pipelines import beam
 from ga_tfx.pipelines.kubeflow_options import Resources, beam_args
+
+import pytest
 
 pytestmark = [pytest.mark.tfx]  # the ga_tfx.pipelines package (installed with the tfx extra)
 
