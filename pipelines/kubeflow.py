@@ -14,7 +14,7 @@ get Keras 3, and the ga-tfx Trainer refuses to run under Keras 3.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx.components.trainer import preemption
+from ga_tfx.components.trainer import distribution, preemption
 from ga_tfx.pipelines import pipeline as pipeline_lib
 from ga_tfx.pipelines.kubeflow_options import (
     DEFAULT_PIPELINE_SPEC,
@@ -124,10 +124,15 @@ def compile_pipeline(
 def main():
     """The steps' entry point: TFX's, after ``import ga_tfx`` (at the top of this module). A
     Trainer stopped by SIGTERM (a preempted pod) saved a checkpoint; its one line is the last
-    the log shows, and the exit code is 128 + the signal (143), as ``ga-tfx run``'s."""
+    the log shows, and the exit code is 128 + the signal (143), as ``ga-tfx run``'s. A worker
+    of a multi-worker Trainer whose peer is gone ends with one line saying so (exit 1)."""
     try:
         runpy.run_module(TFX_ENTRY_POINT, run_name="__main__", alter_sys=True)
     except Exception as error:
+        lost = distribution.peer_lost(error)
+        if lost is not None:  # another worker is gone (a node lost): one line, not a traceback
+            print(lost, flush=True)
+            sys.exit(1)
         sys.exit(preemption.report_interruption(error))
 
 

@@ -93,6 +93,6 @@ docker build --network host -f "$root/docker/Dockerfile" --build-arg TFX="$tfx" 
 docker image inspect "$tag" >/dev/null 2>&1 || die "docker build did not produce $tag"
 echo "[image] built in $((SECONDS - started)) s"
 # The smoke check again, in a container of the image (a cached build does not print it).
-docker run --rm --network none --entrypoint python "$tag" /opt/ga-tfx/smoke_check.py "$tfx" 2>/dev/null \
-  | tail -1 || die "the smoke check failed in $tag (docker run --entrypoint python $tag /opt/ga-tfx/smoke_check.py $tfx)"
+docker run --rm --network none --entrypoint python "$tag" /opt/ga-tfx-check/smoke_check.py "$tfx" 2>/dev/null \
+  | tail -1 || die "the smoke check failed in $tag (docker run --entrypoint python $tag /opt/ga-tfx-check/smoke_check.py $tfx)"
 echo "$tag"

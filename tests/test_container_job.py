@@ -352,6 +352,70 @@ def build_model(hparams):
 MULTI_WORKER_TOLERANCE = 1e-5
 
 
+def one_worker_weights(image, work, job_runs, flags, name):
+    one = new_run(compile_job(image, work, name, *flags, "--strategy", "none"), image, work)
+    one.cache_from(job_runs["2.1"])
+    one.run_task(trainer_of(one))
+    return trainer_outputs(one)[1]
+
+
+class Workers:
+    """The Trainer task of ``run`` as a chief and a worker, each its own container with its own
+    address on a Docker network of their own (internal: nothing outside), and the TF_CONFIG
+    Vertex gives each worker pool's replica (cluster spec, task type and index)."""
+
+    def __init__(self, run):
+        self.run, self.task = run, trainer_of(run)
+        self.network = f"ga-tfx-{run.job_id}"
+        self.attempt = 0
+        subprocess.run(["docker", "network", "create", "--internal", self.network], check=True)
+
+    def start(self):
+        self.attempt += 1
+        self.names = {k: f"{k}-{self.run.job_id}-{self.attempt}" for k in ("chief", "worker")}
+        container = self.run.container(self.task)
+        for kind, name in self.names.items():
+            tf_config = {
+                "cluster": {k: [f"{n}:2222"] for k, n in self.names.items()},
+                "task": {"type": kind, "index": 0},
+            }
+            docker = self.run.command(
+                self.task,
+                container.command,
+                container.args,
+                name,
+                detach=True,
+                env={"TF_CONFIG": json.dumps(tf_config)},
+                network=self.network,
+            )
+            subprocess.run(docker, check=True, capture_output=True)
+
+    def wait(self, kind, timeout=600):
+        """(exit code, log) of one of them."""
+        name = self.names[kind]
+        code = subprocess.run(
+            ["docker", "wait", name], capture_output=True, text=True, timeout=timeout
+        )
+        log = subprocess.run(
+            ["docker", "logs", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        return int(code.stdout), log.stdout
+
+    def close(self):
+        for attempt in range(1, self.attempt + 1):
+            subprocess.run(
+                [
+                    "docker",
+                    "rm",
+                    "-f",
+                    f"chief-{self.run.job_id}-{attempt}",
+                    f"worker-{self.run.job_id}-{attempt}",
+                ],
+                capture_output=True,
+            )
+        subprocess.run(["docker", "network", "rm", self.network], capture_output=True)
+
+
 def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
     image, work, job_runs
 ):
@@ -359,47 +423,65 @@ def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
     module.write_text(SYNC_BN_MODULE)
     flags = ["--module-file", str(module), "--train-updates", "24", "--micro-batch", "32"]
     flags += ["--accum-steps", "4", "--updates-per-epoch", "12", "--no-agc"]
-    one = new_run(compile_job(image, work, "one", *flags, "--strategy", "none"), image, work)
-    one.cache_from(job_runs["2.1"])
-    one.run_task(trainer_of(one))
-    _, want = trainer_outputs(one)
+    want = one_worker_weights(image, work, job_runs, flags, "one")
 
     two = new_run(
         compile_job(image, work, "two", *flags, "--strategy", "multi_worker"), image, work
     )
     assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
-    task = trainer_of(two)
-    container = two.container(task)
-    network = f"ga-tfx-{two.job_id}"
-    subprocess.run(["docker", "network", "create", "--internal", network], check=True)
-    names = {kind: f"{kind}-{two.job_id}" for kind in ("chief", "worker")}
+    workers = Workers(two)
     try:
-        for kind, name in names.items():  # the TF_CONFIG Vertex gives each worker pool's replica
-            tf_config = {
-                "cluster": {k: [f"{n}:2222"] for k, n in names.items()},
-                "task": {"type": kind, "index": 0},
-            }
-            docker = two.command(
-                task,
-                container.command,
-                container.args,
-                name,
-                detach=True,
-                env={"TF_CONFIG": json.dumps(tf_config)},
-                network=network,
-            )
-            subprocess.run(docker, check=True, capture_output=True)
-        for kind, name in names.items():
-            code = subprocess.run(["docker", "wait", name], capture_output=True, text=True)
-            log = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
-            assert code.stdout.strip() == "0", f"{kind}: {(log.stdout + log.stderr)[-3000:]}"
+        workers.start()
+        for kind in ("chief", "worker"):
+            code, log = workers.wait(kind)
+            assert code == 0, f"{kind}: {log[-3000:]}"
     finally:
-        subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
-        subprocess.run(["docker", "network", "rm", network], capture_output=True)
-    two.finish(task)
+        workers.close()
+    two.finish(workers.task)
     record, got = trainer_outputs(two)
     assert record["replicas"] == 2 and record["updates"] == 24, record
     assert set(got) == set(want) and len(want) >= 4
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"two workers vs one: max |dw| = {diff:.3g} over {len(want)} tensors")
+    assert diff <= MULTI_WORKER_TOLERANCE
+
+
+def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
+    image, work, job_runs
+):
+    module = work / "sync_bn_digits.py"
+    module.write_text(SYNC_BN_MODULE)
+    flags = ["--module-file", str(module), "--train-updates", "600", "--micro-batch", "32"]
+    flags += ["--accum-steps", "4", "--updates-per-epoch", "200", "--no-agc"]
+    flags += ["--checkpoint-every-updates", "20"]
+    two = new_run(
+        compile_job(image, work, "killed", *flags, "--strategy", "multi_worker"), image, work
+    )
+    two.cache_from(job_runs["2.1"])
+    workers = Workers(two)
+    try:
+        workers.start()
+        deadline = time.time() + 600
+        while not resume_checkpoints(work) and time.time() < deadline:
+            time.sleep(0.5)
+        subprocess.run(["docker", "kill", workers.names["worker"]], check=True, capture_output=True)
+        code, log = workers.wait("chief", timeout=300)
+        last = log.strip().splitlines()[-1]
+        print("chief's last line:", last)
+        assert code != 0 and re.search(r"a worker of this multi-worker training stopped", last), (
+            log[-3000:]
+        )
+        # The retry of the step: every worker again, the same ExecutorInput.
+        workers.start()
+        for kind in ("chief", "worker"):
+            code, log = workers.wait(kind)
+            assert code == 0, f"{kind}: {log[-3000:]}"
+    finally:
+        workers.close()
+    two.finish(workers.task)
+    record, got = trainer_outputs(two)
+    assert record["resumed_from_update"] and record["updates"] == 600, record
+    want = one_worker_weights(image, work, job_runs, flags, "killed-one")
+    diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    print(f"resumed at {record['resumed_from_update']}: max |dw| vs one worker = {diff:.3g}")
     assert diff <= MULTI_WORKER_TOLERANCE

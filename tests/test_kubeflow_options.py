@@ -66,3 +66,42 @@ def test_local_runs_name_the_in_process_runner_and_need_no_package():
         beam.NO_PACKAGE_FLAG,
     ]
     assert beam.in_process_args(0)[1] == "--direct_running_mode=multi_processing"
+
+
+def _entry_point_exit(monkeypatch, capsys, error, tf_config="{}"):
+    """Runs the steps' entry point with TFX's executor replaced by one raising ``error``:
+    (exit code, last line printed)."""
+    from ga_tfx.pipelines import kubeflow
+
+    def executor(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(kubeflow.runpy, "run_module", executor)
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(SystemExit) as stopped:
+        kubeflow.main()
+    return stopped.value.code, capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_the_entry_point_ends_a_lost_peer_and_a_preemption_with_one_line(monkeypatch, capsys):
+    import tensorflow as tf
+
+    from ga_tfx.preemption import TrainingInterrupted
+
+    down = tf.errors.UnavailableError(None, None, "/job:worker/replica:0/task:0 is down")
+    with pytest.raises(RuntimeError, match="executor failed"):  # any other error: as it is
+        _entry_point_exit(monkeypatch, capsys, RuntimeError("executor failed"))
+    with pytest.raises(tf.errors.UnavailableError):  # no cluster: not a lost peer
+        _entry_point_exit(monkeypatch, capsys, down, tf_config="")
+    try:
+        raise RuntimeError("TFX's launcher") from down
+    except RuntimeError as wrapped:
+        code, last = _entry_point_exit(monkeypatch, capsys, wrapped)
+    assert code == 1
+    assert last.startswith("a worker of this multi-worker training stopped (")
+    assert "/job:worker/replica:0/task:0 is down" in last and last.endswith("last checkpoint")
+    code, last = _entry_point_exit(monkeypatch, capsys, TrainingInterrupted(317, 4000, 15))
+    assert code == 143
+    assert last == (
+        "interrupted at update 317 of 4000; checkpoint saved; re-run the same command to resume"
+    )

@@ -483,7 +483,7 @@ def test_dockerfile_builds_on_the_tfx_image_of_the_locked_tfx():
         assert line in lines, line
     assert "-r requirements/lock.txt" in dockerfile
     # The smoke check (also run by scripts/build_image.sh on the built image) checks the stack.
-    assert "RUN python /opt/ga-tfx/smoke_check.py ${TFX}" in lines
+    assert "RUN python /opt/ga-tfx-check/smoke_check.py ${TFX}" in lines
     with open(os.path.join(ROOT, "docker", "smoke_check.py")) as f:
         assert 'assert tfx.version.__version__ == f"{stack}.0"' in f.read()
 

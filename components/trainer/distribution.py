@@ -5,7 +5,24 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
 from ga_tfx.distribution import is_chief, remove_worker_dir, worker_write_dir
 
-__all__ = ["is_chief", "make_strategy", "remove_worker_dir", "worker_write_dir"]
+import os
+
+__all__ = [
+    "is_chief",
+    "make_strategy",
+    "peer_lost",
+    "remove_worker_dir",
+    "worker_write_dir",
+]
+
+# The errors TensorFlow's collectives end with when another worker of the cluster is gone: its
+# health check aborts them (UnavailableError, "... is down"), a peer's connection is refused
+# or reset (UnavailableError), or a collective is cancelled or aborted on its behalf.
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError, tf.errors.AbortedError)
+PEER_LOST = (
+    "a worker of this multi-worker training stopped ({detail}); this worker stops too: run every "
+    "worker again (a retry of the step) to resume from the last checkpoint"
+)
 
 
 def make_strategy(choice):
@@ -35,3 +52,18 @@ def make_strategy(choice):
     if choice == "auto" and len(gpus) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def peer_lost(error: BaseException):
+    """The one line to show when ``error`` (or what caused it) is a collective that failed
+    because another worker of a ``TF_CONFIG`` cluster is gone; else ``None``."""
+    if not os.environ.get("TF_CONFIG"):
+        return None
+    seen: set = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, _PEER_ERRORS):
+            detail = " ".join(str(getattr(error, "message", error)).split())[:200]
+            return PEER_LOST.format(detail=detail)
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
