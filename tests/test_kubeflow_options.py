@@ -84,9 +84,9 @@ def _entry_point_exit(monkeypatch, capsys, error, tf_config="{}"):
 
 
 def test_the_entry_point_ends_a_lost_peer_and_a_preemption_with_one_line(monkeypatch, capsys):
-    import tensorflow as tf
-
     from ga_tfx.preemption import TrainingInterrupted
+
+    import tensorflow as tf
 
     down = tf.errors.UnavailableError(None, None, "/job:worker/replica:0/task:0 is down")
     with pytest.raises(RuntimeError, match="executor failed"):  # any other error: as it is

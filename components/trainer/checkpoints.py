@@ -49,41 +49,6 @@ CORE_KEYS = tuple(
 )
 
 
-# Files up to this size are hashed whole for the training's identity; a larger one by its size
-# and its first and last FINGERPRINT_EDGE bytes (reading every byte of a large training set
-# costs as much as an epoch's input).
-FINGERPRINT_WHOLE = 64 << 20
-FINGERPRINT_EDGE = 8 << 20
-
-
-def content_fingerprint(paths) -> str:
-    """A digest of what ``paths`` (files, directories or glob patterns, local or ``gs://``)
-    hold: each file's name (its last two path components, e.g. ``Split-train/data.gz``, or its
-    path below a directory given), size and bytes (see :data:`FINGERPRINT_WHOLE`). Two runs'
-    outputs with the same contents have the same fingerprint wherever they were written."""
-    digest = hashlib.sha256()
-    for path in [paths] if isinstance(paths, str) else paths:
-        if tf.io.gfile.isdir(path):
-            files = [
-                (os.path.relpath(os.path.join(d, name), path), os.path.join(d, name))
-                for d, _, names in tf.io.gfile.walk(path)
-                for name in names
-            ]
-        else:
-            files = [("/".join(f.rstrip("/").split("/")[-2:]), f) for f in tf.io.gfile.glob(path)]
-        for name, file in sorted(files):
-            size = tf.io.gfile.stat(file).length
-            digest.update(f"{name}\0{size}\0".encode())
-            with tf.io.gfile.GFile(file, "rb") as f:
-                if size <= FINGERPRINT_WHOLE:
-                    digest.update(f.read())
-                else:
-                    digest.update(f.read(FINGERPRINT_EDGE))
-                    f.seek(size - FINGERPRINT_EDGE)
-                    digest.update(f.read())
-    return digest.hexdigest()
-
-
 def resume_directory(model_run_dir, identity, resume_root=None):
     """Where the checkpoints of one training live, shared by all attempts to run it.
 
@@ -92,8 +57,11 @@ def resume_directory(model_run_dir, identity, resume_root=None):
     cannot find its predecessor's checkpoints in its own ``model_run_dir``. They live instead
     in ``<resume_root>/<digest>`` (default ``resume_root``: ``<root>/<component>/.ga_tfx_resume``,
     beside the component's outputs), where ``digest`` is a hash of ``identity`` (a JSON-able
-    description of the inputs' contents, model code and settings): only a re-run of the same
-    training resumes; any change starts over.
+    description of the inputs, model code and settings): only a re-run of the same training
+    resumes; any change starts over. The inputs are named by their URIs: a job submitted again
+    whose upstream steps the backend's cache serves reads the same URIs and resumes; upstream
+    steps that ran again made new examples (equal in content, not in bytes: TFX writes
+    tf.Examples' feature maps in no fixed order), and the training starts over.
     """
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
         :20

@@ -86,10 +86,6 @@ def run_fn(fn_args):
     )
 
 
-def _fingerprint_or_none(path):
-    return checkpoints.content_fingerprint(path) if path else None
-
-
 def train_and_export(
     fn_args, settings, build_model, model_identity="", *, stop=None, make_serving_fn=None
 ):
@@ -141,13 +137,11 @@ def train_and_export(
             model=model_identity,
             settings=settings.to_exec_properties(),
             hparams=hparams,
-            # The inputs by content, not by URI: a job submitted again reads equal inputs
-            # from new URIs.
-            train_files=checkpoints.content_fingerprint(fn_args.train_files),
-            eval_files=checkpoints.content_fingerprint(fn_args.eval_files),
-            transform_graph=_fingerprint_or_none(fn_args.transform_graph_path),
-            schema=_fingerprint_or_none(fn_args.schema_path),
-            base_model=_fingerprint_or_none(fn_args.base_model),
+            train_files=fn_args.train_files,
+            eval_files=fn_args.eval_files,
+            transform_graph=fn_args.transform_graph_path,
+            schema=fn_args.schema_path,
+            base_model=fn_args.base_model,
             updates=updates,
             eval_steps=fn_args.eval_steps,
         ),
