@@ -99,7 +99,21 @@ def test_the_entry_point_ends_a_lost_peer_and_a_preemption_with_one_line(monkeyp
         code, last = _entry_point_exit(monkeypatch, capsys, wrapped)
     assert code == 1
     assert last.startswith("a worker of this multi-worker training stopped (")
-    assert "/job:worker/replica:0/task:0 is down" in last and last.endswith("last checkpoint")
+    assert last == (
+        "a worker of this multi-worker training stopped (/job:worker/replica:0/task:0 failed); "
+        "this worker stops too: run every worker again (a retry of the step) to resume from the "
+        "last checkpoint"
+    )
+    aborted = tf.errors.CancelledError(
+        None,
+        None,
+        "{{function_node __wrapped__CollectiveReduceV2_device_/job:chief/replica:0/task:0}} "
+        "Collective ops is aborted by: Error reported from /job:worker/task:0: The tasks have "
+        "crashed.",
+    )  # as the chief saw it when the worker's container was killed
+    assert _entry_point_exit(monkeypatch, capsys, aborted)[1].startswith(
+        "a worker of this multi-worker training stopped (/job:worker/task:0 failed); "
+    )
     code, last = _entry_point_exit(monkeypatch, capsys, TrainingInterrupted(317, 4000, 15))
     assert code == 143
     assert last == (

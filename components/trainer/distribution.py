@@ -6,6 +6,7 @@ from ga_tfx import tf
 from ga_tfx.distribution import is_chief, remove_worker_dir, worker_write_dir
 
 import os
+import re
 
 __all__ = [
     "is_chief",
@@ -62,7 +63,15 @@ def peer_lost(error: BaseException):
     seen: set = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, _PEER_ERRORS):
-            detail = " ".join(str(getattr(error, "message", error)).split())[:200]
+            text = " ".join(str(getattr(error, "message", error)).split())
+            who = re.search(
+                r"reported from (/job:\w+/[\w:/]*\d)|(/job:\w+/[\w:/]*\d) is down", text
+            )
+            detail = (
+                f"{who.group(1) or who.group(2)} failed"
+                if who
+                else re.sub(r"\{\{.*?\}\}\s*", "", text)[:160]
+            )
             return PEER_LOST.format(detail=detail)
         seen.add(id(error))
         error = error.__cause__ or error.__context__

@@ -58,10 +58,12 @@ def export_serving_model(
             f"{SERVING_FN_NAME}(model, transform_output) must return a "
             f"tf.function with an input signature, got {serving!r}."
         )
-    signatures = {
-        "serving_default": serving.get_concrete_function(),
-        "transform_features": transform_features_fn.get_concrete_function(),
-    }
+    # The functions themselves, not their concrete functions: under MultiWorkerMirroredStrategy
+    # the model's variables are distributed, and a concrete function capturing them cannot be
+    # saved ("ConcreteFunction that uses distributed variables in certain way cannot be saved":
+    # the Trainer on two workers, tests/test_container_job.py); saved from the tf.function with
+    # its input signature, it is traced for the export and can.
+    signatures = {"serving_default": serving, "transform_features": transform_features_fn}
     # Keras SavedModel (keras_metadata.pb): also loadable by keras.models.load_model.
     write_dir = worker_write_dir(serving_model_dir, model.distribute_strategy)
     try:

@@ -175,6 +175,9 @@ def recording_tuner(base: type) -> type:
                 record["values"].setdefault(
                     "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values)
                 )
+                # Its folder exists where TFX lays outputs under <root>/<component>/ (local
+                # runs), not under a Kubeflow job's <root>/<project>/<job id>/<task>_<uuid>/.
+                tf.io.gfile.makedirs(os.path.dirname(self._ga_trials_file))
                 with tf.io.gfile.GFile(self._ga_trials_file, "a") as f:
                     f.write(json.dumps(record) + "\n")
                 _write_hparams(
