@@ -7,8 +7,9 @@ from typing import List
 # whose binary it downloads from GitHub in every pipeline (logged, then DirectRunner falls back
 # to this runner where there is no network: seen in each Beam step of the compiled job with
 # Beam 2.77). FnApiRunner is what DirectRunner ran TFX's batch pipelines on before Prism
-# (Beam 2.59, TFX 1.16's), and it reads --direct_running_mode and --direct_num_workers.
-IN_PROCESS_RUNNER = "--runner=FnApiRunner"
+# (Beam 2.59, TFX 1.16's), and it reads --direct_running_mode and --direct_num_workers. By its
+# full name: Beam 2.59 does not know the short one (2.77 does).
+IN_PROCESS_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
 # TFX's Beam executors build an "ephemeral" sdist of all of TFX into a new temporary folder,
 # never removed (49 MB and about 3 s per Beam component), unless one of Beam's dependency flags
 # is set (tfx/utils/dependency_utils.py, make_beam_dependency_flags). The in-process runner
