@@ -522,8 +522,8 @@ MUTATIONS: List[Mutation] = [
     Mutation(
         "export.serving_default_is_the_transform",
         "components/trainer/export.py",
-        '        "serving_default": serving.get_concrete_function(),\n',
-        '        "serving_default": transform_features_fn.get_concrete_function(),\n',
+        '        "serving_default": serving,\n',
+        '        "serving_default": transform_features_fn,\n',
         ("tests/test_trainer_serving.py", "-k", "serving_default"),
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),

@@ -11,7 +11,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import tf
 from ga_tfx.components import stack
 from ga_tfx.components.trainer import checkpoints
-from ga_tfx.pipelines import cli, digits, local
+from ga_tfx.pipelines import beam, cli, digits, local
 from ga_tfx.pipelines.pipeline import TrainingOptions
 
 import csv
@@ -235,13 +235,19 @@ def test_no_cache_and_direct_num_workers_reach_the_pipeline(tmp_path, monkeypatc
     assert cli.main(["run", "--output-dir", str(tmp_path / "b")]) == 0
     flagged, default = pipelines
     assert flagged.enable_cache is False and default.enable_cache is True
+    # Beam's in-process runner named (not DirectRunner, which tries Prism first), and the flag
+    # that spares TFX building a package of itself (pipelines/beam.py).
     assert flagged.beam_pipeline_args == [
+        beam.IN_PROCESS_RUNNER,
         "--direct_running_mode=multi_processing",
         "--direct_num_workers=3",
+        beam.NO_PACKAGE_FLAG,
     ]
     assert default.beam_pipeline_args == [
+        beam.IN_PROCESS_RUNNER,
         "--direct_running_mode=in_memory",
         "--direct_num_workers=1",
+        beam.NO_PACKAGE_FLAG,
     ]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:

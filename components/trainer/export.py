@@ -63,7 +63,10 @@ def export_serving_model(
     # saved ("ConcreteFunction that uses distributed variables in certain way cannot be saved":
     # the Trainer on two workers, tests/test_container_job.py); saved from the tf.function with
     # its input signature, it is traced for the export and can.
-    signatures = {"serving_default": serving, "transform_features": transform_features_fn}
+    signatures = {
+        "serving_default": serving,
+        "transform_features": transform_features_fn,
+    }
     # Keras SavedModel (keras_metadata.pb): also loadable by keras.models.load_model.
     write_dir = worker_write_dir(serving_model_dir, model.distribute_strategy)
     try:
