@@ -360,6 +360,13 @@ class Workers:
         )
         return int(code.stdout), log.stdout
 
+    def run_to_the_end(self):
+        """Starts both; both must exit 0."""
+        self.start()
+        for kind in ("chief", "worker"):
+            code, log = self.wait(kind)
+            assert code == 0, f"{kind}: {log[-3000:]}"
+
     def close(self):
         for attempt in range(1, self.attempt + 1):
             subprocess.run(
@@ -384,10 +391,7 @@ def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
     assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
     workers = Workers(two)
     try:
-        workers.start()
-        for kind in ("chief", "worker"):
-            code, log = workers.wait(kind)
-            assert code == 0, f"{kind}: {log[-3000:]}"
+        workers.run_to_the_end()
     finally:
         workers.close()
     two.finish(workers.task)
@@ -424,10 +428,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
             -3000:
         ]
         # The retry of the step: every worker again, with the same ExecutorInput.
-        workers.start()
-        for kind in ("chief", "worker"):
-            code, log = workers.wait(kind)
-            assert code == 0, f"{kind}: {log[-3000:]}"
+        workers.run_to_the_end()
     finally:
         workers.close()
     two.finish(workers.task)
