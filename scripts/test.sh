@@ -10,7 +10,9 @@
 #          Debian 13 root (scripts/debian13_root.sh, cached outside the clone; it is made, and
 #          TFX 1.21 installed in it, in the background while the other runs go on); elsewhere
 #          TFX 1.16 in .venv-tfx-1.16/ (Python 3.10).
-#   container  .venv/ driving Docker: -m container, the compiled Kubeflow job's steps in
+#   container  .venv/ driving Docker: -m "container and not container_extra" (the extra ones,
+#          schema 2.0, the local-run comparison and the tuned job, add ~10 min: -m container
+#          runs them), the compiled Kubeflow job's steps in
 #          containers of the image (scripts/build_image.sh, built in the background from the
 #          start: Docker installed and started where missing, as root), one test at a time.
 #          The tfx run leaves these tests out (-m "not container").
@@ -132,7 +134,7 @@ for name in "${envs[@]}"; do
     # The compiled Kubeflow job in Docker containers (tests/test_container_job.py), one test at
     # a time: its containers use both cores.
     container) python="$root/.venv/bin/python"
-         args=(-m "$(tier_marker container)" "${plain_args[@]}") ;;
+         args=(-m "$(tier_marker "container and not container_extra")" "${plain_args[@]}") ;;
     # The library tier keeps TensorFlow's oneDNN kernels on (tests/conftest.py turns them off
     # unless told): the tfx run covers the Eigen kernels, this one oneDNN's.
     lib) python="$root/.venv-lib/bin/python"

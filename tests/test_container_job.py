@@ -12,7 +12,10 @@ image ``scripts/build_image.sh`` builds, by the KFP v2 container contract
    weights of an uninterrupted run.
 
 Marker ``container``: run by the container stage of ``scripts/test.sh`` (Docker, as root), not
-by the other tiers. Nothing here is skipped: without Docker these tests fail.
+by the other tiers. Nothing here is skipped: without Docker these tests fail. Marker
+``container_extra`` (schema 2.0, the comparison with a local run, the tuned job: about 10
+minutes more): left out of CI's stage for its time, run by
+``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
 """
 
 import json
@@ -131,8 +134,12 @@ def job_runs(image, work):
     return Runs()
 
 
-@pytest.mark.parametrize("schema", ["2.1", "2.0"])
-def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, local_accuracy, schema):
+# The README's main-job figure is 0.9904 (both stacks); the Evaluator blesses at 0.8.
+MIN_ACCURACY = 0.97
+
+
+@pytest.mark.parametrize("schema", ["2.1", pytest.param("2.0", marks=pytest.mark.container_extra)])
+def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
     run = job_runs[schema]
     assert run.spec.schema_version == f"{schema}.0"
     parameters = {
@@ -144,14 +151,23 @@ def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, local_accura
     assert set(parameters.values()) == {"constant" if schema == "2.1" else "constant_value"}
     assert len(run.outputs) == 9
     summary = kfp_harness.summary(run)
-    print(schema, summary, "local:", local_accuracy)
+    print(schema, summary)
     assert summary["blessed"] is True and summary["pushed"] is True
     assert os.path.exists(os.path.join(summary["pushed_destination"], "saved_model.pb"))
-    accuracy = summary["evaluation"]["sparse_categorical_accuracy"]
-    assert round(accuracy, 4) == local_accuracy  # the summary's 4 decimals
+    assert summary["evaluation"]["sparse_categorical_accuracy"] >= MIN_ACCURACY
     for name, log in run.logs.items():
         for sign in NETWORK_SIGNS:
             assert sign.lower() not in log.lower(), f"{name}: {sign!r} in its log"
+
+
+@pytest.mark.container_extra
+def test_both_schemas_evaluate_as_the_same_pipeline_run_locally_in_the_image(
+    job_runs, local_accuracy
+):
+    for schema in ("2.1", "2.0"):
+        accuracy = kfp_harness.summary(job_runs[schema])["evaluation"]
+        print(schema, accuracy, "local:", local_accuracy)
+        assert round(accuracy["sparse_categorical_accuracy"], 4) == local_accuracy  # 4 decimals
 
 
 # A Trainer long enough to be stopped mid-training: checkpoints every 50 updates.
@@ -283,6 +299,7 @@ def test_the_compiled_trainer_has_a_retry_policy_and_its_resources(image, work):
     }
 
 
+@pytest.mark.container_extra
 def test_the_tuned_job_hands_its_best_hyperparameters_to_the_trainer(image, work, job_runs):
     run = new_run(compile_job(image, work, "tuned", "--tune"), image, work)
     cached = run.cache_from(job_runs["2.1"])
