@@ -110,10 +110,13 @@ def interruption(error: Optional[BaseException]) -> Optional[TrainingInterrupted
 
     See ``ga_tfx.components.trainer.preemption.report_interruption``.
     """
+    return next((e for e in causes(error) if isinstance(e, TrainingInterrupted)), None)
+
+
+def causes(error: Optional[BaseException]):
+    """``error``, then what caused it (``__cause__``, else ``__context__``), each once."""
     seen: set = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, TrainingInterrupted):
-            return error
+        yield error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return None

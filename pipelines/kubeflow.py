@@ -102,7 +102,7 @@ def compile_pipeline(
                 f"resources for the {step}: the pipeline has no {step} step (it has "
                 f"{', '.join(node.id for node in pipeline.components)})"
             )
-        steps[step].with_platform_config(wanted.checked(f"{step} resources").spec())
+        steps[step].with_platform_config(wanted.spec())
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
             default_image=image,

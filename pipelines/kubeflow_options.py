@@ -93,25 +93,28 @@ class Resources:
                 ) from None
         if fields.get("accelerator") and "accelerator_count" not in fields:
             fields["accelerator_count"] = 1
-        return cls(**fields).checked(flag)
+        try:
+            return cls(**fields)
+        except ValueError as error:
+            raise ValueError(f"{flag}: {error}") from None
 
-    def checked(self, flag: str = "resources") -> "Resources":
+    def __post_init__(self):
+        """Checked once, as it is made (parsed or built in code)."""
         for name, value in (("cpu", self.cpu), ("memory", self.memory_gb)):
             if value is not None and not value > 0:
-                raise ValueError(f"{flag}: {name}={value} must be positive")
+                raise ValueError(f"{name}={value} must be positive")
         if self.accelerator is not None and self.accelerator not in ACCELERATORS:
             raise ValueError(
-                f"{flag}: accelerator={self.accelerator!r} is not a known type; allowed: "
+                f"accelerator={self.accelerator!r} is not a known type; allowed: "
                 + ", ".join(ACCELERATORS)
             )
         if (self.accelerator is None) != (
             self.accelerator_count == 0
         ) or self.accelerator_count < 0:
             raise ValueError(
-                f"{flag}: count={self.accelerator_count} with accelerator={self.accelerator!r}: "
+                f"count={self.accelerator_count} with accelerator={self.accelerator!r}: "
                 "an accelerator needs a count of 1 or more, and a count needs an accelerator"
             )
-        return self
 
     def spec(self):
         """As kfp's ``PipelineContainerSpec.ResourceSpec`` (TFX copies a component's platform

@@ -4,6 +4,7 @@ write directory) is the library's decision, :mod:`ga_tfx.distribution`, re-expor
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
 from ga_tfx.distribution import is_chief, remove_worker_dir, worker_write_dir
+from ga_tfx.preemption import causes
 
 import os
 import re
@@ -60,10 +61,9 @@ def peer_lost(error: BaseException):
     because another worker of a ``TF_CONFIG`` cluster is gone; else ``None``."""
     if not os.environ.get("TF_CONFIG"):
         return None
-    seen: set = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, _PEER_ERRORS):
-            text = " ".join(str(getattr(error, "message", error)).split())
+    for cause in causes(error):
+        if isinstance(cause, _PEER_ERRORS):
+            text = " ".join(str(getattr(cause, "message", cause)).split())
             who = re.search(
                 r"reported from (/job:\w+/[\w:/]*\d)|(/job:\w+/[\w:/]*\d) is down", text
             )
@@ -73,6 +73,4 @@ def peer_lost(error: BaseException):
                 else re.sub(r"\{\{.*?\}\}\s*", "", text)[:160]
             )
             return PEER_LOST.format(detail=detail)
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
     return None
