@@ -113,7 +113,7 @@ def interruption(error: Optional[BaseException]) -> Optional[TrainingInterrupted
     return next((e for e in causes(error) if isinstance(e, TrainingInterrupted)), None)
 
 
-def causes(error: Optional[BaseException]):
+def causes(error: Optional[BaseException]) -> Iterator[BaseException]:
     """``error``, then what caused it (``__cause__``, else ``__context__``), each once."""
     seen: set = set()
     while error is not None and id(error) not in seen:
