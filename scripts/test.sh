@@ -11,7 +11,7 @@
 #          TFX 1.21 installed in it, in the background while the other runs go on); elsewhere
 #          TFX 1.16 in .venv-tfx-1.16/ (Python 3.10).
 #   container  .venv/ driving Docker: -m "container and not container_extra" (the extra ones,
-#          schema 2.0, the local-run comparison, the tuned job and the killed worker, add ~13 min: -m container
+#          schema 2.0, the local-run comparison, the tuned job, the Tuner as three containers and the killed worker, add ~17 min: -m container
 #          runs them), the compiled Kubeflow job's steps in
 #          containers of the image (scripts/build_image.sh, built in the background from the
 #          start: Docker installed and started where missing, as root), one test at a time.

@@ -10,11 +10,17 @@ image ``scripts/build_image.sh`` builds, by the KFP v2 container contract
    retried with the same ExecutorInput (a KFP retry) resumes from that update, and so does the
    job submitted again (a new job id, new output URIs, the same pipeline root); both end at the
    weights of an uninterrupted run.
+3. Steps run as several containers, each with its own address on a Docker network: the Trainer
+   as a chief and a worker under MultiWorkerMirroredStrategy (Vertex's ``TF_CONFIG``) ends at
+   one worker's weights, and a killed worker stops the chief with one line; the Tuner as
+   keras-tuner's distributed search (a chief oracle and two workers) runs each trial once and
+   its best hyperparameters reach the Trainer.
 
 Marker ``container``: run by the container stage of ``scripts/test.sh`` (Docker, as root), not
 by the other tiers. Nothing here is skipped: without Docker these tests fail. Marker
-``container_extra`` (schema 2.0, the comparison with a local run, the tuned job, the killed
-worker: about 13 minutes more): left out of CI's stage for its time, run by
+``container_extra`` (schema 2.0, the comparison with a local run, the tuned job, the Tuner as
+three containers, the killed worker: about 17 minutes more): left out of CI's stage for its
+time, run by
 ``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
 """
 
@@ -35,7 +41,10 @@ pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.container]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from ga_tfx.pipelines.pipeline import TUNER_OBJECTIVE  # noqa: E402
+
 import kfp_harness  # noqa: E402
+from keras_tuner.src.engine.objective import create_objective  # noqa: E402
 
 TFX = os.environ.get("GA_TFX_IMAGE_TFX", "1.21")
 PIPELINE = "ga-tfx-digits"
@@ -319,6 +328,67 @@ def test_the_tuned_job_hands_its_best_hyperparameters_to_the_trainer(image, work
     assert kfp_harness.summary(run)["blessed"] is True
 
 
+# Keras' line at the end of a fit's epoch (verbose 2): "40/40 - 19s - loss: ...".
+EPOCH_LINE = re.compile(r"^\d+/\d+ - \d+s - loss: ", re.MULTILINE)
+
+
+def tuner_pool(run):
+    """The Tuner task as keras-tuner's distributed search: a chief serving the oracle on
+    0.0.0.0 (as TFX's Vertex Tuner starts it) and two workers, ``tuner0`` and ``tuner1``,
+    that reach it by its address."""
+    (task,) = [name for name in run.spec.root.dag.tasks if name.endswith("Tuner")]
+
+    def envs(names):
+        port = {"KERASTUNER_ORACLE_PORT": "8000"}
+        return {
+            kind: {
+                "KERASTUNER_TUNER_ID": kind,
+                "KERASTUNER_ORACLE_IP": "0.0.0.0" if kind == "chief" else names["chief"],
+                **port,
+            }
+            for kind in names
+        }
+
+    return Replicas(run, task, ("chief", "tuner0", "tuner1"), envs)
+
+
+@pytest.mark.container_extra
+def test_the_tuner_as_a_chief_and_two_worker_containers_runs_each_trial_once(image, work, job_runs):
+    run = new_run(compile_job(image, work, "tuned-pool", "--tune"), image, work)
+    run.cache_from(job_runs["2.1"])
+    pool = tuner_pool(run)
+    run.run(until=pool.task)
+    trials_file = work / "root" / "Tuner" / "trials.jsonl"
+    before = trials_file.read_text().splitlines() if trials_file.exists() else []
+    try:
+        logs = pool.run_to_the_end()
+    finally:
+        pool.close()
+    run.finish(pool.task)
+    records = [json.loads(line) for line in trials_file.read_text().splitlines()[len(before) :]]
+    ids = [r["trial_id"] for r in records]
+    print("trials:", [(r["trial_id"], r["values"], r["score"]) for r in records])
+    # Every trial of the budget (the default tuning_trials, 3) once, none twice, all completed.
+    assert len(ids) == len(set(ids)) == 3, ids
+    assert {r["status"] for r in records} == {"completed"}, records
+    # Both workers trained (Keras' end-of-epoch line of a trial's fit); the chief, which
+    # serves the oracle, trained nothing.
+    fitted = {kind: len(EPOCH_LINE.findall(log)) for kind, log in logs.items()}
+    print("epochs trained per replica:", fitted)
+    assert fitted["chief"] == 0 and fitted["tuner0"] and fitted["tuner1"], fitted
+    # The best hyperparameters are the best trial's (by the oracle's objective and
+    # direction), and they reach the Trainer.
+    (best,) = kfp_harness.artifacts_of_type(run, "tfx.HyperParameters")
+    with open(os.path.join(best.uri, "best_hyperparameters.txt")) as f:
+        values = json.load(f)["values"]
+    better = max if create_objective(TUNER_OBJECTIVE).direction == "max" else min
+    winner = better(records, key=lambda r: r["score"])
+    assert {k: winner["values"][k] for k in values} == values, (values, winner)
+    run.run_task(trainer_of(run))
+    record, _ = trainer_outputs(run)
+    assert record["accum_steps"] == values["accum_steps"], (record, values)
+
+
 # The same effective batch of 128 on one worker (micro-batches of 16, K = 8) and on two (a
 # global micro-batch of 32: 16 per worker, K = 4): the same gradient sums, and each of the
 # digits CNN's BatchNormalization layers normalises the same 16 examples (ghost batch norm per
@@ -336,33 +406,30 @@ def one_worker_weights(image, work, job_runs, flags, name):
     return trainer_outputs(one)[1]
 
 
-class Workers:
-    """The Trainer task of ``run`` as a chief and a worker, each its own container with its own
-    address on a Docker network of their own (internal: nothing outside), and the TF_CONFIG
-    Vertex gives each worker pool's replica (cluster spec, task type and index)."""
+class Replicas:
+    """One task of ``run`` as several containers (a worker pool's replicas), each with its own
+    address (its name) on a Docker network of their own (internal: nothing outside) and its own
+    environment: ``envs(names)`` gives each replica's variables from every replica's name
+    (``names``: kind -> container name for this attempt)."""
 
-    def __init__(self, run):
-        self.run, self.task = run, trainer_of(run)
-        self.network = f"ga-tfx-{run.job_id}"
+    def __init__(self, run, task, kinds, envs):
+        self.run, self.task, self.kinds, self.envs = run, task, tuple(kinds), envs
+        self.network = f"ga-tfx-{run.job_id}-{task}".lower()
         self.attempt = 0
         subprocess.run(["docker", "network", "create", "--internal", self.network], check=True)
 
     def start(self):
         self.attempt += 1
-        self.names = {k: f"{k}-{self.run.job_id}-{self.attempt}" for k in ("chief", "worker")}
+        self.names = {k: f"{k}-{self.run.job_id}-{self.attempt}".lower() for k in self.kinds}
         container = self.run.container(self.task)
-        for kind, name in self.names.items():
-            tf_config = {
-                "cluster": {k: [f"{n}:2222"] for k, n in self.names.items()},
-                "task": {"type": kind, "index": 0},
-            }
+        for kind, env in self.envs(self.names).items():
             docker = self.run.command(
                 self.task,
                 container.command,
                 container.args,
-                name,
+                self.names[kind],
                 detach=True,
-                env={"TF_CONFIG": json.dumps(tf_config)},
+                env=env,
                 network=self.network,
             )
             subprocess.run(docker, check=True, capture_output=True)
@@ -376,28 +443,41 @@ class Workers:
         log = subprocess.run(
             ["docker", "logs", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        log_dir = os.path.join(self.run.run_dir, "logs")
+        os.makedirs(log_dir, exist_ok=True)
+        with open(os.path.join(log_dir, f"{self.task}.{kind}.{self.attempt}.log"), "w") as f:
+            f.write(log.stdout)
         return int(code.stdout), log.stdout
 
     def run_to_the_end(self):
-        """Starts both; both must exit 0."""
+        """Starts them all; each must exit 0. Returns their logs."""
         self.start()
-        for kind in ("chief", "worker"):
-            code, log = self.wait(kind)
-            assert code == 0, f"{kind}: {log[-3000:]}"
+        logs = {}
+        for kind in self.kinds:
+            code, logs[kind] = self.wait(kind)
+            assert code == 0, f"{kind}: {logs[kind][-3000:]}"
+        return logs
 
     def close(self):
         for attempt in range(1, self.attempt + 1):
-            subprocess.run(
-                [
-                    "docker",
-                    "rm",
-                    "-f",
-                    f"chief-{self.run.job_id}-{attempt}",
-                    f"worker-{self.run.job_id}-{attempt}",
-                ],
-                capture_output=True,
-            )
+            names = [f"{k}-{self.run.job_id}-{attempt}".lower() for k in self.kinds]
+            subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
         subprocess.run(["docker", "network", "rm", self.network], capture_output=True)
+
+
+def trainer_workers(run):
+    """The Trainer task as a chief and a worker, with the ``TF_CONFIG`` Vertex gives each
+    worker pool's replica (cluster spec, task type and index)."""
+
+    def envs(names):
+        cluster = {k: [f"{n}:2222"] for k, n in names.items()}
+        task = {kind: {"type": kind, "index": 0} for kind in names}
+        return {
+            kind: {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task[kind]})}
+            for kind in names
+        }
+
+    return Replicas(run, trainer_of(run), ("chief", "worker"), envs)
 
 
 def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
@@ -407,7 +487,7 @@ def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
     want = one_worker_weights(image, work, job_runs, flags, "one")
     two = new_run(compile_job(image, work, "two", *flags, *TWO_WORKERS), image, work)
     assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
-    workers = Workers(two)
+    workers = trainer_workers(two)
     try:
         workers.run_to_the_end()
     finally:
@@ -432,7 +512,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
     flags += ["--checkpoint-every-updates", "10"]
     two = new_run(compile_job(image, work, "killed", *flags, *TWO_WORKERS), image, work)
     two.cache_from(job_runs["2.1"])
-    workers = Workers(two)
+    workers = trainer_workers(two)
     try:
         workers.start()
         deadline = time.time() + 600
