@@ -12,6 +12,7 @@ from typing import List
 from . import (
     compat,
     engine,
+    harness,
     judgment,
     library,
     pipelines,
@@ -34,5 +35,6 @@ AREAS = (
     tuner,
     pipelines,
     tabular,
+    harness,
 )
 MUTATIONS: List[Mutation] = [m for area in AREAS for m in area.MUTATIONS]

@@ -116,4 +116,11 @@ MUTATIONS = [
         ("tests/test_tuning.py", "-k", "retried_at_half"),
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
+    Mutation(
+        "memory.margin_below_the_under_read",  # below the probe's worst measured under-read
+        "ga_tfx/memory.py",
+        "PROBE_MARGIN = 0.35 ",
+        "PROBE_MARGIN = 0.2 ",
+        ("tests/test_memory.py", "-k", "margin_covers"),
+    ),
 ]

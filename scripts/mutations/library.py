@@ -166,4 +166,18 @@ MUTATIONS = [
         "            values = [ctx.all_reduce(tf.distribute.ReduceOp.SUM, v) for v in values]\n",
         ("tests/test_optimizer_distributed.py", "-k", "one_all_reduce_per_update"),
     ),
+    Mutation(
+        "conversion.weights_not_copied",  # the copy starts from fresh weights and statistics
+        "ga_tfx/conversion.py",
+        "            _copy_weights(original, copy)\n",
+        "            pass\n",
+        ("tests/test_batchnorm.py", "-k", "replace_functional"),
+    ),
+    Mutation(
+        "transforms.consecutive_never_reset",  # a finite window does not reset the count
+        "ga_tfx/transforms.py",
+        "self.consecutive_nonfinite.assign((self.consecutive_nonfinite + 1) * step)",
+        "self.consecutive_nonfinite.assign_add(step)",
+        ("tests/test_transforms.py", "-k", "guard_skip"),
+    ),
 ]

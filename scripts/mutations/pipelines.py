@@ -38,4 +38,62 @@ MUTATIONS = [
         'settings["shuffle_buffer"] = None',
         ("tests/test_any_csv.py", "-k", "scores_the_baseline"),
     ),
+    Mutation(
+        "blessing.bounds_swapped",  # a missed minimum said to be above it
+        "pipelines/blessing.py",
+        "    if failure.lower:\n",
+        "    if not failure.lower:\n",
+        ("tests/test_blessing.py", "-k", "missed_threshold"),
+    ),
+    Mutation(
+        "console.cached_shown_as_done",
+        "pipelines/console.py",
+        'state = "cached" if name in self._cached else "done"',
+        'state = "done"',
+        ("tests/test_cli_console.py", "-k", "component_lines"),
+    ),
+    Mutation(
+        "digits.top_grey_level_refused",  # 16 (and label 9) out of range
+        "pipelines/digits.py",
+        "if not low <= number <= high:",
+        "if not low <= number < high:",
+        ("tests/test_bad_data.py", "-k", "shipped_data_passes"),
+    ),
+    Mutation(
+        "options.updates_per_pass_rounded_down",  # the last rows of a pass never trained on
+        "pipelines/options.py",
+        "per_pass = -(-train_rows // (self.accum_steps * self.micro_batch_size))",
+        "per_pass = train_rows // (self.accum_steps * self.micro_batch_size)",
+        ("tests/test_any_csv.py", "-k", "training_length_rule"),
+    ),
+    Mutation(
+        "user_code.exclude_columns_dropped",  # --exclude-columns unchecked and not applied
+        "pipelines/user_code.py",
+        "        exclude=options.exclude_columns,\n",
+        "",
+        ("tests/test_user_code.py",),
+    ),
+    Mutation(
+        "local.temp_dir_left",  # every run leaves TFX's temporary folders behind
+        "pipelines/local.py",
+        "        shutil.rmtree(folder, ignore_errors=True)\n",
+        "        pass\n",
+        ("tests/test_local_runner.py",),
+    ),
+    Mutation(
+        "beam.runner_not_named",  # DirectRunner then tries Prism, downloaded, first
+        "pipelines/beam.py",
+        "        IN_PROCESS_RUNNER,\n",
+        "",
+        ("tests/test_kubeflow_options.py", "-k", "runner"),
+    ),
+    Mutation(
+        "kubeflow.retries_not_written",  # the returned job has them, the JSON file not
+        "pipelines/kubeflow.py",
+        '        with open(output_file, "w") as f:\n'
+        "            json.dump(job, f, indent=2, sort_keys=True)\n",
+        "        pass\n",
+        ("tests/test_kubeflow_pipeline.py", "-k", "retries"),
+        slow=True,
+    ),
 ]

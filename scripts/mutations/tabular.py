@@ -175,4 +175,19 @@ MUTATIONS = [
         "        if False:\n",
         ("tests/test_data_plan.py", "-k", "excluded"),
     ),
+    Mutation(
+        "csv.int64_by_length",  # a 19-digit integer above int64's maximum typed int
+        DIALECT,
+        "(len(cell) < 19 or _fits_int64(cell))",
+        "(len(cell) < 20 or _fits_int64(cell))",
+        ("tests/test_csv_dialect.py", "-k", "int64"),
+    ),
+    Mutation(
+        "plan_check.emptied_split_blamed_on_size",  # not on the label that emptied it
+        "pipelines/plan_check.py",
+        "effective_batch_size, unlabeled=unlabeled, label=label",
+        "effective_batch_size, label=label",
+        ("tests/test_any_csv.py", "-k", "emptied_by_the_label"),
+        slow=True,
+    ),
 ]

@@ -147,4 +147,40 @@ MUTATIONS = [
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
     ),
+    # ---- the guards issue 45 added (what only benchmarks guarded)
+    Mutation(
+        "trainer.logger_stops_pacing",  # fit then runs one window per call (512 for 512)
+        "components/trainer/run_log.py",
+        "    follows_pacing = True\n",
+        "    follows_pacing = False\n",
+        ("tests/test_trainer_callbacks.py",),
+    ),
+    Mutation(
+        "trainer.checkpoint_stops_pacing",
+        "components/trainer/checkpoints.py",
+        "    follows_pacing = True\n",
+        "    follows_pacing = False\n",
+        ("tests/test_trainer_callbacks.py",),
+    ),
+    Mutation(
+        "trainer.tensorboard_per_batch",  # Keras' TensorBoard then watches every batch
+        "components/trainer/run_fn.py",
+        'keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch")',
+        "keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq=1)",
+        ("tests/test_trainer_callbacks.py",),
+    ),
+    Mutation(
+        "settings.agc_off_ignored",  # a search that turned AGC off trains with it
+        "components/trainer/settings.py",
+        '            overrides["agc_clip_factor"] = None\n',
+        "            pass\n",
+        ("tests/test_trainer_component.py", "-k", "tuner_overrides"),
+    ),
+    Mutation(
+        "checkpoints.resume_root_ignored",  # a job submitted again starts over
+        "components/trainer/checkpoints.py",
+        "    if resume_root is None:\n",
+        "    if True:\n",
+        ("tests/test_preemption.py", "-k", "resume_root"),
+    ),
 ]

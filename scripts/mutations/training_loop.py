@@ -67,4 +67,11 @@ MUTATIONS = [
         "        dataset = dataset\n",
         ("tests/test_training_loop.py", "-k", "resume_mid_window"),
     ),
+    Mutation(
+        "training_loop.mean_of_micro_batch_means",  # a short micro-batch weighs as a full one
+        "ga_tfx/training_loop/step.py",
+        "    return tf.math.divide_no_nan(tf.reduce_sum(loss), samples)\n",
+        "    return tf.reduce_mean(loss)\n",
+        ("tests/test_training_loop.py", "-k", "uneven or customisation"),
+    ),
 ]

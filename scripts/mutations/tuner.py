@@ -32,4 +32,11 @@ MUTATIONS = [
         "            target_loss=None,\n",
         ("tests/test_tune_strategy.py", "-k", "tuner_option_reaches_the_probe"),
     ),
+    Mutation(
+        "heartbeat.live_trials_ended",  # the watch ends the trials it heard of, not the silent
+        "components/tuner/heartbeat.py",
+        "        if silent < stale_after_seconds:\n",
+        "        if silent > stale_after_seconds:\n",
+        ("tests/test_tuner_heartbeat.py",),
+    ),
 ]
