@@ -163,10 +163,10 @@ MUTATIONS = [
         ("tests/test_trainer_callbacks.py",),
     ),
     Mutation(
-        "trainer.tensorboard_per_batch",  # Keras' TensorBoard then watches every batch
+        "trainer.tensorboard_steps_per_second",  # Keras' TensorBoard then watches every batch
         "components/trainer/run_fn.py",
         'keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch")',
-        "keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq=1)",
+        'keras.callbacks.TensorBoard(model_run_dir, update_freq="epoch", write_steps_per_second=1)',
         ("tests/test_trainer_callbacks.py",),
     ),
     Mutation(
