@@ -42,12 +42,13 @@ import numpy as np
 # at d3ffec3, 1.248 and 1.231 at 14be8ab (two runs), and 1.319 at 1081f6e (64: 25.8 MiB
 # against 19.6, the machine loaded by two other jobs). The error is run-to-run noise of both
 # readings, not a bias (the probe also read above the training peak: 92.0 against at most
-# 85.4 at 256); 0.35 is the worst ratio, 1.319, rounded up: what was measured on that conv
-# net, not a bound. A model whose input dominates its memory (the MLP of
+# 85.4 at 256); 0.35 is the worst ratio (WORST_UNDER_READ) rounded up: what was measured on
+# that conv net, not a bound. A model whose input dominates its memory (the MLP of
 # benchmarks/device_check.py: 4096 features, 16 MiB per input micro-batch) trained up to 1.38
 # times the probe's reading on this CPU, by about one input micro-batch alive or not as the
 # ops were scheduled: required_bytes adds one.
-PROBE_MARGIN = 0.35
+WORST_UNDER_READ = 1.319  # the highest training peak over the lowest probe reading, measured
+PROBE_MARGIN = 0.35  # WORST_UNDER_READ - 1, rounded up
 
 _UNITS = {
     "": 1,

@@ -197,6 +197,54 @@ def test_a_csv_with_text_columns_trains_with_one_command(tmp_path):
     assert record["updates"] == MIN_TRAIN_UPDATES  # 380 training rows: the least a run trains
 
 
+def _eval_emptied_by_the_label(path, rows=40):
+    """Writes a CSV (x int, z float, label y text) whose eval split holds only rows with an
+    empty label: TFX's hash split 2:1 (sha256 of each row's tf.Example, as the ExampleGen
+    writes it) puts a row in eval or train; a row is kept unlabeled where that places it in
+    eval, labeled where that places it in train. Returns (train rows, eval rows)."""
+    from ga_tfx.pipelines import csv_dialect, csv_example_gen
+
+    from tfx.components.example_gen import base_example_gen_executor as example_gen
+    from tfx.proto import example_gen_pb2
+
+    columns, types = ("x", "z", "y"), (csv_dialect.INT, csv_dialect.FLOAT, csv_dialect.STRING)
+
+    def split(row):  # 0: train, 1: eval (the buckets of FileBasedExampleGen's default 2:1)
+        example = csv_example_gen.to_example(row, columns, types)
+        return example_gen._PartitionFn(example, 2, [2, 3], example_gen_pb2.SplitConfig())
+
+    kept = []
+    for i in range(rows):
+        labeled = [i, i / 8 + 0.5, "ab"[i % 2]]
+        unlabeled = labeled[:2] + [None]
+        kept += [unlabeled] if split(unlabeled) else [labeled] if not split(labeled) else []
+    with open(path, "w") as f:
+        f.write("x,z,y\n" + "".join(f"{x},{z},{y or ''}\n" for x, z, y in kept))
+    dialect = csv_dialect.read([path])  # read back as the ExampleGen reads it
+    assert dialect.types == types
+    read = list(csv_dialect.records(path, dialect))
+    by_split = [[r for r in read if split(r) == s] for s in (0, 1)]
+    assert all(r[2] for r in by_split[0]) and not any(r[2] for r in by_split[1])
+    return len(by_split[0]), len(by_split[1])
+
+
+@pytest.mark.slow  # a pipeline run, up to its data check
+def test_an_eval_split_emptied_by_the_label_is_blamed_on_the_label(tmp_path):
+    """Rows with an empty label are dropped before the statistics (LabeledExamples): a split
+    they empty stops the run at the data check, which names the label, not the data's size."""
+    data = tmp_path / "data"
+    data.mkdir()
+    train_rows, eval_rows = _eval_emptied_by_the_label(str(data / "rows.csv"))
+    assert train_rows >= 10 and eval_rows >= 5
+    result = _run(str(data), tmp_path / "out", "--label", "y")
+    assert result.returncode != 0
+    assert (
+        f"split 'eval' is empty: the label 'y' was empty or missing in all {eval_rows} of its rows"
+        in result.stdout + result.stderr
+    )
+    assert "give the data more rows" not in result.stdout + result.stderr
+
+
 # ---------------------------------------------------------------------------- messy taxi, slow
 def _run(data, out, *flags):
     result = subprocess.run(

@@ -265,3 +265,33 @@ def test_trailing_separators_and_integers_too_long_for_int64(tmp_path):
     assert dialect.types == ("int", "float", "empty", "empty")
     rows = list(csv_dialect.records(str(path), dialect))
     assert rows[0][:2] == [1, 12345678901234567890.0] and rows[1][2:] == [None, None]
+
+
+def test_an_integer_is_int_exactly_when_its_value_fits_int64(tmp_path):
+    """The int64 boundary at 19 and 20 characters: int64's maximum (19 digits) and minimum
+    (20 characters with its sign) are int, one past either is float, and so is a 19-digit
+    number above the maximum (the crash 241703c fixed: typed int, it overflowed int64)."""
+    cases = {
+        "max": (2**63 - 1, "int"),
+        "past_max": (2**63, "float"),
+        "nines_19": (int("9" * 19), "float"),
+        "nines_18": (int("9" * 18), "int"),
+        "min": (-(2**63), "int"),
+        "past_min": (-(2**63) - 1, "float"),
+        "twenty_digits": (10**19, "float"),
+    }
+    path = tmp_path / "a.csv"
+    path.write_text(
+        ",".join(cases)
+        + "\n"
+        + ",".join(str(v) for v, _ in cases.values())
+        + "\n"
+        + "1," * 6
+        + "1\n"
+    )
+    dialect = csv_dialect.read([str(path)])
+    assert dict(zip(dialect.columns, dialect.types)) == {k: t for k, (_, t) in cases.items()}
+    assert [len(str(v).lstrip("-")) for v, _ in cases.values()] == [19, 19, 19, 18, 19, 19, 20]
+    first, _ = csv_dialect.records(str(path), dialect)
+    for read, (value, kind) in zip(first, cases.values()):
+        assert type(read).__name__ == kind and read == (value if kind == "int" else float(value))

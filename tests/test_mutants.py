@@ -1,4 +1,5 @@
-"""scripts/mutants.py itself: every seeded bug still has its site, and the list is sound.
+"""scripts/mutants.py itself: every seeded bug (the list in scripts/mutations/) still has its
+site, and the list is sound.
 
 A mutation whose code text moved or changed would make ``scripts/mutants.py`` stop (exit 2)
 before testing anything; this module finds that in the fast tier, on the checkout, without

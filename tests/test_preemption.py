@@ -404,3 +404,14 @@ def test_a_checkpoint_written_with_the_old_keys_resumes_exactly(tmp_path, core_c
     again.finish()  # written in the new layout: the core's counters only
     names = {name for name, _ in tf.train.list_variables(again.latest)}
     assert "updates_done/.ATTRIBUTES/VARIABLE_VALUE" not in names
+
+
+def test_the_resume_directory_is_under_resume_root_when_one_is_set():
+    """``resume_root`` (the Trainer's setting; the ga-tfx pipelines set one under the pipeline
+    root) holds the resume directories; without one they are beside the Trainer's outputs.
+    Either way the directory is named by the training's identity."""
+    identity = {"model": "m", "updates": 7}
+    beside = checkpoints.resume_directory("root/Trainer/model_run/12", identity)
+    assert os.path.dirname(beside) == os.path.join("root", "Trainer", ".ga_tfx_resume")
+    given = checkpoints.resume_directory("root/Trainer/model_run/12", identity, "gs://b/resume")
+    assert given == "gs://b/resume/" + os.path.basename(beside)

@@ -185,13 +185,7 @@ def train_and_export(
                     checkpoint,
                     updates,
                     per_epoch,
-                    [
-                        keras.callbacks.TensorBoard(
-                            log_dir=fn_args.model_run_dir, update_freq="epoch"
-                        ),
-                        logger,
-                        checkpoint,
-                    ],
+                    _callbacks(fn_args.model_run_dir, logger, checkpoint),
                 ),
                 lambda error, pending: logging.warning("ga_tfx: %s", error),
             )
@@ -258,6 +252,21 @@ def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_
             settings.memory_budget,
             replicas=strategy.num_replicas_in_sync,
         )
+
+
+def _callbacks(model_run_dir, logger, checkpoint):
+    """The callbacks of every ``fit`` of the Trainer (with an adaptive K, :func:`_train` adds
+    :class:`_StopAfterWindows`): Keras' TensorBoard logs in ``model_run_dir`` at epoch ends, the
+    ``ga_tfx/`` scalars and progress line (``logger``, a
+    :class:`~ga_tfx.components.trainer.run_log.AccumulationLogger`) and the checkpoints
+    (``checkpoint``, an :class:`~ga_tfx.components.trainer.checkpoints.UpdateCheckpoint`). None
+    of them stops fit's pacing (:mod:`ga_tfx.engine.pacing`): a call of the train function runs
+    several windows."""
+    return [
+        keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch"),
+        logger,
+        checkpoint,
+    ]
 
 
 def _train(model, fn_args, settings, schema, evaluation, checkpoint, updates, per_epoch, callbacks):

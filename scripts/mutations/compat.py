@@ -1,0 +1,27 @@
+"""Seeded bugs in ga_tfx.compat: gradient-accumulator's arguments mapped onto ga-tfx's."""
+
+from .mutation import COMPAT, Mutation
+
+MUTATIONS = [
+    Mutation(
+        "compat.agc_alias_ignored",
+        COMPAT,
+        "        )\n    return agc\n",
+        "        )\n    return use_agc\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "agc_clips"),
+    ),
+    Mutation(
+        "compat.eps_not_passed_on",
+        COMPAT,
+        "            agc_eps=eps,\n",
+        "            agc_eps=PACKAGE_EPS,\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "agc_clips"),
+    ),
+    Mutation(
+        "compat.clip_keywords_dropped",
+        COMPAT,
+        "            _set_clipping(self.optimizer, key, value)\n",
+        "            pass\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "clipping_keywords_clip"),
+    ),
+]

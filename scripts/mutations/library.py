@@ -1,0 +1,183 @@
+"""Seeded bugs in the rest of the library (ga_tfx/): the optimizer wrapper, the accumulator,
+AccumBatchNormalization, AGC, the config, preemption, the tf-keras shim.
+"""
+
+from .mutation import ACCUMULATOR, PREEMPTION, Mutation
+
+MUTATIONS = [
+    Mutation(
+        "engine.accum_steps_1_agc_ignored",
+        "ga_tfx/config.py",
+        "for value in (self.clip_global_norm, self.agc_clip_factor, self.gradient_noise)",
+        "for value in (self.clip_global_norm, self.gradient_noise)",
+        ("tests/test_agc.py", "-k", "accum_steps_one"),
+    ),
+    Mutation(
+        "engine.parameter_server_accepted",
+        "ga_tfx/_tf_keras_internals.py",
+        'return bool(getattr(model, "_cluster_coordinator", None))',
+        "return False",
+        ("tests/test_validation.py", "-k", "parameter_server"),
+    ),
+    Mutation(
+        "accumulator.replica_factor_dropped",
+        ACCUMULATOR,
+        "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
+        "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
+        (
+            "tests/test_distribution.py",
+            "tests/test_trainer_component.py",
+            "-k",
+            "match_single_device or big_batch_weights and sgd",
+        ),
+    ),
+    Mutation(
+        "accumulator.count_micro_batches_not_samples",
+        ACCUMULATOR,
+        "self.sample_count.assign_add(tf.cast(weight, tf.float32)),",
+        "self.sample_count.assign_add(tf.constant(1.0)),",
+        ("tests/test_equivalence.py", "-k", "every_optimizer and sgd_momentum"),
+    ),
+    Mutation(
+        "optimizer.sample_count_ignored",
+        "ga_tfx/optimizer.py",
+        "weight = 1.0 if sample_count is None else sample_count",
+        "weight = 1.0",
+        ("tests/test_optimizer_api.py",),
+    ),
+    Mutation(
+        "optimizer.loss_scale_not_unscaled",
+        "ga_tfx/optimizer.py",
+        "unscaled = self.optimizer.get_unscaled_gradients([g for g, _ in grads_and_vars])",
+        "unscaled = [g for g, _ in grads_and_vars]",
+        ("tests/test_optimizer_api.py", "-k", "loss_scale"),
+    ),
+    Mutation(
+        "bn.between_micro_batch_variance_dropped",
+        "ga_tfx/batchnorm.py",
+        "between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)",
+        "between = 0.0 * delta",
+        ("tests/test_batchnorm.py", "-k", "window_statistics"),
+    ),
+    Mutation(
+        "bn.biased_variance",
+        "ga_tfx/batchnorm.py",
+        "divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count",
+        "divisor = count",
+        ("tests/test_batchnorm.py", "-k", "window_statistics or keras_batchnorm"),
+    ),
+    Mutation(
+        "agc.comparison_flipped",
+        "ga_tfx/agc.py",
+        "tf.where(grad_norm > max_norm, clipped, g)",
+        "tf.where(grad_norm < max_norm, clipped, g)",
+        ("tests/test_agc.py",),
+    ),
+    Mutation(
+        "agc.eps_floor_dropped",
+        "ga_tfx/agc.py",
+        "param_norm = tf.maximum(unitwise_norm(p, axes), tf.cast(eps, compute_dtype))",
+        "param_norm = unitwise_norm(p, axes)",
+        ("tests/test_agc.py", "-k", "zero_parameters"),
+    ),
+    Mutation(
+        "agc.rank_6_accepted",
+        "ga_tfx/agc.py",
+        "if rank > MAX_SUPPORTED_RANK:",
+        "if rank > 6:",
+        ("tests/test_agc.py", "-k", "rank"),
+    ),
+    Mutation(
+        "agc.kernel_norm_over_all_axes",
+        "ga_tfx/agc.py",
+        "return tuple(range(rank - 1))",
+        "return tuple(range(rank))",
+        ("tests/test_agc.py",),
+    ),
+    Mutation(
+        "preemption.signal_ends_the_process",
+        PREEMPTION,
+        "        signal.signal(signum, handle)\n",
+        "        pass\n",
+        ("tests/test_preemption.py", "-k", "sigterm"),
+    ),
+    Mutation(
+        "preemption.signal_not_recorded",
+        PREEMPTION,
+        "            stop.request(signum)\n            return\n",
+        "            return\n",
+        ("tests/test_preemption.py", "-k", "sigterm or second_signal"),
+    ),
+    Mutation(
+        "preemption.second_signal_held_back",
+        PREEMPTION,
+        "        if not stop.requested:\n",
+        "        if True:\n",
+        ("tests/test_preemption.py", "-k", "second_signal"),
+    ),
+    Mutation(
+        "preemption.handlers_not_restored",
+        PREEMPTION,
+        "        for signum, old in previous.items():\n"
+        "            signal.signal(signum, old if old is not None else signal.SIG_DFL)\n",
+        "        for signum, old in previous.items():\n            pass\n",
+        ("tests/test_preemption.py", "-k", "sigterm or second_signal"),
+    ),
+    Mutation(
+        "compat.package_arguments_accepted",
+        "ga_tfx/config.py",
+        "    foreign = [name for name in given if name in MIGRATION_HINTS]\n",
+        "    foreign = []\n",
+        ("tests/test_compat_gradient_accumulator.py", "-k", "reject_package_arguments"),
+    ),
+    Mutation(  # fit's window end is traced without autograph: the user's code in it too
+        "engine.user_transform_not_converted",
+        "ga_tfx/_tf_keras_internals.py",
+        "        return function\n    return autograph_converted(function)\n",
+        "        return function\n    return function\n",
+        ("tests/test_transforms.py", "-k", "python_control_flow"),
+    ),
+    Mutation(
+        "models.wrap_drops_a_functional_models_compute_loss",
+        "ga_tfx/models.py",
+        "    if _is_functional(model) and not overridden_step_hooks(model):\n",
+        '    if _is_functional(model) and "train_step" not in overridden_step_hooks(model):\n',
+        ("tests/test_keras_contract.py", "-k", "compute_loss_and_metrics"),
+    ),
+    Mutation(
+        "settings.route_drops_a_setting",
+        "ga_tfx/_schema.py",
+        "        if field.metadata.get(SOURCE_KEY, (None,))[0] is cls\n",
+        "        if field.metadata.get(SOURCE_KEY, (None,))[0] is cls"
+        ' and field.name != "strategy"\n',
+        ("tests/test_tune_strategy.py", "-k", "every_option"),
+    ),
+    Mutation(
+        "optimizer.window_layers_ignored",
+        "ga_tfx/optimizer.py",
+        "                window_layers=self._window_layers.value,\n",
+        "                window_layers=[],\n",
+        ("tests/test_batchnorm.py", "-k", "optimizer_wrapper"),
+    ),
+    Mutation(
+        "optimizer.all_reduce_per_buffer",
+        ACCUMULATOR,
+        "            values = list(ctx.all_reduce(tf.distribute.ReduceOp.SUM, values))\n",
+        "            values = [ctx.all_reduce(tf.distribute.ReduceOp.SUM, v) for v in values]\n",
+        ("tests/test_optimizer_distributed.py", "-k", "one_all_reduce_per_update"),
+    ),
+    Mutation(
+        "conversion.weights_not_copied",  # the copy starts from fresh weights and statistics
+        "ga_tfx/conversion.py",
+        "            _copy_weights(original, copy)\n",
+        "            pass\n",
+        ("tests/test_batchnorm.py", "-k", "replace_functional"),
+    ),
+    Mutation(
+        "transforms.consecutive_never_reset",  # a finite window does not reset the count
+        "ga_tfx/transforms.py",
+        "self.consecutive_nonfinite.assign((self.consecutive_nonfinite + 1) * step)",
+        "self.consecutive_nonfinite.assign_add(step)",
+        ("tests/test_transforms.py", "-k", "guard_skip"),
+    ),
+]

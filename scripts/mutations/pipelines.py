@@ -1,0 +1,99 @@
+"""Seeded bugs in the pipeline, its runners and the CLI (pipelines/, the any-CSV path aside)."""
+
+from .mutation import Mutation
+
+MUTATIONS = [
+    Mutation(
+        "cli.no_cache_ignored",
+        "pipelines/cli.py",
+        "enable_cache=not args.no_cache",
+        "enable_cache=True",
+        ("tests/test_pipeline_e2e.py", "-k", "no_cache"),
+    ),
+    Mutation(
+        "tuning_report.best_last",
+        "pipelines/tuning_report.py",
+        'scored.sort(key=lambda r: r["score"], reverse=maximize)',
+        'scored.sort(key=lambda r: r["score"], reverse=not maximize)',
+        ("tests/test_cli_console.py", "-k", "tuning_report"),
+    ),
+    Mutation(
+        "tuning_report.loss_maximized",
+        "pipelines/tuning_report.py",
+        'maximize = not any(word in objective for word in ("loss", "error"))',
+        "maximize = True",
+        ("tests/test_cli_console.py", "-k", "tuning_report"),
+    ),
+    Mutation(
+        "tuning_report.older_searches_mixed_in",
+        "pipelines/tuning_report.py",
+        'by_id = {r["trial_id"]: r for r in records if r.get("run") == latest}',
+        'by_id = {r["trial_id"]: r for r in records}',
+        ("tests/test_cli_console.py", "-k", "tuning_report"),
+    ),
+    Mutation(
+        "shuffle.label_run_keeps_the_small_default_buffer",
+        "pipelines/pipeline.py",
+        'settings["shuffle_buffer"] = LABEL_SHUFFLE_BUFFER',
+        'settings["shuffle_buffer"] = None',
+        ("tests/test_any_csv.py", "-k", "scores_the_baseline"),
+    ),
+    Mutation(
+        "blessing.bounds_swapped",  # a missed minimum said to be above it
+        "pipelines/blessing.py",
+        "    if failure.lower:\n",
+        "    if not failure.lower:\n",
+        ("tests/test_blessing.py", "-k", "missed_threshold"),
+    ),
+    Mutation(
+        "console.cached_shown_as_done",
+        "pipelines/console.py",
+        'state = "cached" if name in self._cached else "done"',
+        'state = "done"',
+        ("tests/test_cli_console.py", "-k", "component_lines"),
+    ),
+    Mutation(
+        "digits.top_grey_level_refused",  # 16 (and label 9) out of range
+        "pipelines/digits.py",
+        "if not low <= number <= high:",
+        "if not low <= number < high:",
+        ("tests/test_bad_data.py", "-k", "shipped_data_passes"),
+    ),
+    Mutation(
+        "options.updates_per_pass_rounded_down",  # the last rows of a pass never trained on
+        "pipelines/options.py",
+        "per_pass = -(-train_rows // (self.accum_steps * self.micro_batch_size))",
+        "per_pass = train_rows // (self.accum_steps * self.micro_batch_size)",
+        ("tests/test_any_csv.py", "-k", "training_length_rule"),
+    ),
+    Mutation(
+        "user_code.exclude_columns_dropped",  # --exclude-columns unchecked and not applied
+        "pipelines/user_code.py",
+        "        exclude=options.exclude_columns,\n",
+        "",
+        ("tests/test_user_code.py",),
+    ),
+    Mutation(
+        "local.temp_dir_left",  # every run leaves TFX's temporary folders behind
+        "pipelines/local.py",
+        "        shutil.rmtree(folder, ignore_errors=True)\n",
+        "        pass\n",
+        ("tests/test_local_runner.py",),
+    ),
+    Mutation(
+        "beam.runner_not_named",  # DirectRunner then tries Prism, downloaded, first
+        "pipelines/beam.py",
+        "        IN_PROCESS_RUNNER,\n",
+        "",
+        ("tests/test_kubeflow_options.py", "-k", "runner"),
+    ),
+    Mutation(
+        "kubeflow.retries_not_written",  # the returned job has them, the JSON file not
+        "pipelines/kubeflow.py",
+        '        with open(output_file, "w") as f:\n'
+        "            json.dump(job, f, indent=2, sort_keys=True)\n",
+        "        pass\n",
+        ("tests/test_kubeflow_pipeline.py", "-k", "retries"),
+        slow=True,
+    ),
+]

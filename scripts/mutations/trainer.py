@@ -1,0 +1,186 @@
+"""Seeded bugs in the Trainer (components/trainer/, components/stack.py): checkpoints, stop on a
+signal, resume, warm start, export, its logs.
+"""
+
+from .mutation import Mutation
+
+MUTATIONS = [
+    Mutation(
+        # The checkpoint's counts a copy beside the core's (the restored values, never moved
+        # on): what the Trainer kept before the core's state was the one store.
+        "checkpoints.counts_not_the_cores",
+        "components/trainer/checkpoints.py",
+        "        if core is None:  # before the first fit",
+        "        if True:  # before the first fit",
+        ("tests/test_preemption.py",),
+    ),
+    Mutation(
+        "checkpoints.old_keys_ignored",
+        "components/trainer/checkpoints.py",
+        "    if LEGACY_KEYS[0] in values:\n",
+        "    if False:\n",
+        ("tests/test_preemption.py", "-k", "old_keys"),
+    ),
+    Mutation(
+        "checkpoints.old_counts_not_given_to_the_core",
+        "components/trainer/checkpoints.py",
+        "        self._adopt_legacy()  # fit has made the core",
+        "        pass  # fit has made the core",
+        ("tests/test_preemption.py", "-k", "old_keys"),
+    ),
+    Mutation(
+        "trainer.resume_does_not_skip_trained_data",
+        "components/trainer/run_fn.py",
+        ".skip(_data_position(checkpoint, settings, skip))",
+        ".skip(0)",
+        ("tests/test_trainer_component.py", "-k", "killed"),
+        slow=True,
+    ),
+    Mutation(
+        "trainer.base_model_ignored",
+        "components/trainer/model.py",
+        "    if base_model_dir:\n        warm_start(model, base_model_dir)",
+        "    if base_model_dir:\n        pass",
+        ("tests/test_trainer_component.py", "-k", "warm_starts"),
+        slow=True,
+    ),
+    Mutation(
+        "trainer.stock_route_settings_ignored",
+        "components/trainer/run_fn.py",
+        "settings = settings_lib.from_dict(config[keys.GA_TFX])",
+        "settings = settings_lib.from_dict(dict(config[keys.GA_TFX], accum_steps=1))",
+        ("tests/test_trainer_component.py", "-k", "stock_trainer_runs"),
+        slow=True,
+    ),
+    Mutation(
+        "trainer.trains_on_the_eval_split",
+        "components/trainer/run_fn.py",
+        "fn_args, fn_args.train_files, settings, schema, settings.shuffle",
+        "fn_args, fn_args.eval_files, settings, schema, settings.shuffle",
+        ("tests/test_trainer_component.py", "-k", "big_batch_weights and sgd"),
+    ),
+    Mutation(
+        "export.serving_in_training_mode",
+        "components/trainer/export.py",
+        "        outputs = model(features)\n",
+        "        outputs = model(features, training=True)\n",
+        ("tests/test_trainer_component.py", "-k", "in_memory"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
+    ),
+    Mutation(
+        "export.serving_default_is_the_transform",
+        "components/trainer/export.py",
+        '        "serving_default": serving,\n',
+        '        "serving_default": transform_features_fn,\n',
+        ("tests/test_trainer_serving.py", "-k", "serving_default"),
+        slow=True,  # its killer is in the slow tier (tests/tiers.py)
+    ),
+    Mutation(
+        "trainer.adaptive_position_from_the_bound",
+        "components/trainer/run_fn.py",
+        "    return checkpoint.micro_batches_done\n",
+        "    return settings.micro_batches(0, windows)\n",
+        ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
+    ),
+    Mutation(
+        "trainer.adaptive_fit_not_stopped",
+        "components/trainer/run_fn.py",
+        "            self.model.stop_training = True\n",
+        "            pass\n",
+        ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
+    ),
+    Mutation(
+        "run_log.noise_written_without_estimate",
+        "components/trainer/run_log.py",
+        "            estimated = tf.logical_not(tf.math.is_nan(row[len(SCALARS)]))\n",
+        "            estimated = tf.constant(True)\n",
+        ("tests/test_trainer_component.py", "-k", "run_log"),
+    ),
+    Mutation(
+        "run_log.one_point_per_call",
+        "components/trainer/run_log.py",
+        "            tf.while_loop(lambda i: i < tf.size(steps), point, [tf.constant(0)])\n",
+        "            tf.while_loop(lambda i: i < tf.size(steps), point, [tf.size(steps) - 1])\n",
+        ("tests/test_trainer_component.py", "-k", "run_log"),
+    ),
+    Mutation(
+        "shuffle.buffer_setting_ignored",
+        "components/trainer/data.py",
+        "        **buffer,\n",
+        "",
+        ("tests/test_trainer_data.py",),
+    ),
+    Mutation(
+        "stack.statistics_passed_to_a_spec_without_it",
+        "components/trainer/component.py",
+        "if statistics is not None and STATISTICS_KEY is None:",
+        "if False:",
+        ("tests/test_trainer_component.py", "-k", "statistics_input"),
+    ),
+    Mutation(
+        "stack.line_in_the_dicts_order",
+        "components/stack.py",
+        "        for label in labels\n",
+        "        for label in found\n",
+        ("tests/test_stack.py", "-k", "order"),
+    ),
+    Mutation(
+        "stack.version_reads_the_wrong_package",
+        "components/stack.py",
+        '("Keras", "tf-keras"),',
+        '("Keras", "keras"),',
+        ("tests/test_stack.py", "-k", "version_prints"),
+    ),
+    Mutation(
+        "stack.not_in_the_run_record",
+        "components/trainer/run_fn.py",
+        "                stack=stack.versions(),\n",
+        "",
+        ("tests/test_main_job.py",),
+        slow=True,
+    ),
+    Mutation(
+        "oom.trainer_replans_from_the_start",
+        "components/trainer/run_fn.py",
+        "_fit_plan(checkpoint.windows_done, updates,",
+        "_fit_plan(0, updates,",
+        ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
+        slow=True,
+    ),
+    # ---- the guards issue 45 added (what only benchmarks guarded)
+    Mutation(
+        "trainer.logger_stops_pacing",  # fit then runs one window per call (512 for 512)
+        "components/trainer/run_log.py",
+        "    follows_pacing = True\n",
+        "    follows_pacing = False\n",
+        ("tests/test_trainer_callbacks.py",),
+    ),
+    Mutation(
+        "trainer.checkpoint_stops_pacing",
+        "components/trainer/checkpoints.py",
+        "    follows_pacing = True\n",
+        "    follows_pacing = False\n",
+        ("tests/test_trainer_callbacks.py",),
+    ),
+    Mutation(
+        "trainer.tensorboard_steps_per_second",  # Keras' TensorBoard then watches every batch
+        "components/trainer/run_fn.py",
+        'keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch")',
+        'keras.callbacks.TensorBoard(model_run_dir, update_freq="epoch", write_steps_per_second=1)',
+        ("tests/test_trainer_callbacks.py",),
+    ),
+    Mutation(
+        "settings.agc_off_ignored",  # a search that turned AGC off trains with it
+        "components/trainer/settings.py",
+        '            overrides["agc_clip_factor"] = None\n',
+        "            pass\n",
+        ("tests/test_trainer_component.py", "-k", "tuner_overrides"),
+    ),
+    Mutation(
+        "checkpoints.resume_root_ignored",  # a job submitted again starts over
+        "components/trainer/checkpoints.py",
+        "    if resume_root is None:\n",
+        "    if True:\n",
+        ("tests/test_preemption.py", "-k", "resume_root"),
+    ),
+]

@@ -1,0 +1,77 @@
+"""Seeded bugs in TrainingLoop (ga_tfx/training_loop/): its windows, checkpoints, resume."""
+
+from .mutation import Mutation
+
+MUTATIONS = [
+    Mutation(
+        "oom.training_loop_replays_a_carried_window",  # the epoch then read from below 0
+        "ga_tfx/training_loop/run.py",
+        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = False\n",
+        ("tests/test_oom_recovery.py", "-k", "window_carried_across_epochs"),
+    ),
+    Mutation(
+        "oom.training_loop_refuses_every_carry_window",
+        "ga_tfx/training_loop/run.py",
+        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = carry\n",
+        ("tests/test_oom_recovery.py", "-k", "under_carry_recovers"),
+        slow=True,  # its killer is in the slow tier (a real OOM)
+    ),
+    Mutation(
+        "training_loop.jit_compile_ignored",
+        "ga_tfx/training_loop/__init__.py",
+        "xla_step(self._micro_step) if self.jit_compile else self._micro_step\n",
+        "self._micro_step\n",
+        ("tests/test_training_loop.py", "-k", "jit"),
+    ),
+    Mutation(
+        "training_loop.dataset_redistributed_every_epoch",
+        "ga_tfx/training_loop/data.py",
+        "        return self._whole_epoch\n",
+        "        return self._distribute(self._dataset, 0)\n",
+        ("tests/test_training_loop.py", "-k", "in_memory"),
+    ),
+    Mutation(
+        "training_loop.signal_not_acted_on",
+        "ga_tfx/training_loop/run.py",
+        "        self._stop_if_requested()\n",
+        "        pass\n",
+        ("tests/test_preemption_in_step.py", "-k", "training_loop"),
+    ),
+    Mutation(
+        "training_loop.epoch_start_not_moved",
+        "ga_tfx/training_loop/__init__.py",
+        "        self.epoch_start.assign(self.consumed())\n",
+        "        pass\n",
+        ("tests/test_training_loop.py", "-k", "resume"),
+    ),
+    Mutation(
+        "training_loop.position_without_the_pending_window",
+        "ga_tfx/training_loop/__init__.py",
+        "        return done if pending is None else done + pending.read_value()\n",
+        "        return done\n",
+        ("tests/test_training_loop.py", "-k", "resume_mid_window"),
+    ),
+    Mutation(
+        "training_loop.old_position_ignored",
+        "ga_tfx/training_loop/checkpoints.py",
+        "    state.epoch_start.assign(state.consumed() - values[LEGACY_POSITION])\n",
+        "    state.epoch_start.assign(state.consumed())\n",
+        ("tests/test_training_loop.py", "-k", "old_checkpoints"),
+    ),
+    Mutation(
+        "training_loop.resume_from_the_start_of_the_epoch",
+        "ga_tfx/training_loop/data.py",
+        "        dataset = dataset.skip(position) if position else dataset\n",
+        "        dataset = dataset\n",
+        ("tests/test_training_loop.py", "-k", "resume_mid_window"),
+    ),
+    Mutation(
+        "training_loop.regularization_left_out",  # the model's L2 terms never reach the update
+        "ga_tfx/training_loop/step.py",
+        "            terms = model.losses\n",
+        "            terms = []\n",
+        ("tests/test_training_loop.py", "-k", "regularization_counted"),
+    ),
+]
