@@ -9,9 +9,10 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components import stack as stack_lib
 from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.pipelines import beam, data_check, data_plan, digits, user_code
+from ga_tfx.pipelines import beam, data_check, digits, user_code
 from ga_tfx.pipelines import blessing as blessing_lib
 from ga_tfx.pipelines import pipeline as pipeline_lib
+from ga_tfx.pipelines.tabular import data_plan
 
 import contextlib
 import dataclasses

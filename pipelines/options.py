@@ -9,7 +9,7 @@ flags, their help and defaults are generated from these fields (:func:`add_flags
 from ga_tfx._schema import SettingError, Settings, Spec, defaults, like, setting, specs
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
 from ga_tfx.components.tuner.options import TunerOptions
-from ga_tfx.pipelines.csv_dialect import CsvReading
+from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 from ga_tfx.search_space import AccumulationSearchSpace
 
 import argparse
@@ -113,7 +113,7 @@ class TrainingOptions(Settings):
         kind=str,
         optional=True,
         help="the label column of your own CSV files (--data-root): trains the generic "
-        "model of ga_tfx.pipelines.tabular; None: the shipped digits pipeline",
+        "model of ga_tfx.pipelines.tabular.generic; None: the shipped digits pipeline",
     )
     task: str = setting(
         "classification",

@@ -17,8 +17,9 @@ from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.config import ADAPTIVE, parse_schedule
-from ga_tfx.pipelines import data_check, data_plan, user_code
+from ga_tfx.pipelines import data_check, user_code
 from ga_tfx.pipelines.options import DEFAULT_MIN_ACCURACY, LABEL_SHUFFLE_BUFFER, TrainingOptions
+from ga_tfx.pipelines.tabular import data_plan
 
 import json
 import os
@@ -93,13 +94,13 @@ def create_pipeline(
     if code.reading is None:
         example_gen = tfx.components.CsvExampleGen(input_base=data_root)
     else:  # any CSV: read in its own dialect (R, Excel, pandas, database exports)
-        from ga_tfx.pipelines.csv_example_gen import DialectCsvExampleGen
+        from ga_tfx.pipelines.tabular.csv_example_gen import DialectCsvExampleGen
 
         example_gen = DialectCsvExampleGen(data_root, code.reading)
     components = [example_gen]
     examples = example_gen.outputs["examples"]
     if code.curated_schema is None:
-        from ga_tfx.pipelines.labeled_examples import LabeledExamples
+        from ga_tfx.pipelines.tabular.labeled_examples import LabeledExamples
 
         labeled = LabeledExamples(examples=examples, label=code.raw_label_key)
         components.append(labeled)
@@ -128,7 +129,7 @@ def create_pipeline(
             effective_batch_size=data_check.largest_effective_batch(options),
         )
     else:
-        from ga_tfx.pipelines.plan_check import DataPlanCheck
+        from ga_tfx.pipelines.tabular.plan_check import DataPlanCheck
 
         checked = DataPlanCheck(
             schema=schema_gen.outputs["schema"],
@@ -142,7 +143,7 @@ def create_pipeline(
             exclude_columns=json.dumps(list(options.exclude_columns)),
         )
     if generic:
-        from ga_tfx.pipelines.planned_transform import PlannedTransform
+        from ga_tfx.pipelines.tabular.planned_transform import PlannedTransform
 
         transform_class = PlannedTransform
     else:
@@ -245,7 +246,7 @@ def create_pipeline(
     components.append(trainer)
     baseline = None
     if generic:
-        from ga_tfx.pipelines.baseline import TrivialBaseline
+        from ga_tfx.pipelines.tabular.baseline import TrivialBaseline
 
         baseline = TrivialBaseline(
             transform_graph=transform.outputs["transform_graph"], label=code.raw_label_key

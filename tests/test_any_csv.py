@@ -18,8 +18,8 @@
 The fast tests check the pre-run checks, the training length rule and the pipeline's shape.
 """
 
-from ga_tfx.pipelines import tabular
 from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER, MIN_TRAIN_UPDATES, TrainingOptions
+from ga_tfx.pipelines.tabular import generic
 
 import csv
 import json
@@ -58,22 +58,22 @@ def test_the_data_check_names_the_missing_label(tmp_path):
     with pytest.raises(
         ValueError, match=r"--label 'diagnosys' is not a column .* closest first: 'diagnosis', "
     ):
-        tabular.check_csv_dir(data, "diagnosys")
-    assert tabular.check_csv_dir(data, "diagnosis") == 569
+        generic.check_csv_dir(data, "diagnosys")
+    assert generic.check_csv_dir(data, "diagnosis") == 569
 
 
 def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
     data = messy_taxi.write(str(tmp_path / "messy"))
     rows = messy_taxi.ROWS + 1  # the extra trip of the unseen class
-    assert tabular.check_csv_dir(data, "payment_type") == rows - messy_taxi.EMPTY_LABEL_ROWS
-    assert tabular.check_csv_dir(data, "tips") == rows - messy_taxi.EMPTY_LABEL_ROWS
+    assert generic.check_csv_dir(data, "payment_type") == rows - messy_taxi.EMPTY_LABEL_ROWS
+    assert generic.check_csv_dir(data, "tips") == rows - messy_taxi.EMPTY_LABEL_ROWS
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "a.csv").write_text("x,y\n1,\n2, \n")
     with pytest.raises(
         ValueError, match=r"label column 'y' is empty or missing \(empty\) in all 2"
     ):
-        tabular.check_csv_dir(str(empty), "y")
+        generic.check_csv_dir(str(empty), "y")
 
 
 def test_the_training_length_rule():
@@ -255,7 +255,7 @@ def _serve(serving_dir, rows):
 
 def _messy_rows(data_dir, label):
     """The rows of ``trips.csv`` read in its dialect, as dicts without the label."""
-    from ga_tfx.pipelines import csv_dialect
+    from ga_tfx.pipelines.tabular import csv_dialect
 
     path = os.path.join(data_dir, "trips.csv")
     dialect = csv_dialect.read([path])
@@ -402,7 +402,7 @@ def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
         executor = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         args = executors[executor]["container"]["args"]
         classes[name] = args[args.index("--executor_class_path") + 1]
-    assert classes["Transform"] == "ga_tfx.pipelines.planned_transform.Executor"
+    assert classes["Transform"] == "ga_tfx.pipelines.tabular.planned_transform.Executor"
     for step in ("LabeledExamples", "DataPlanCheck", "TrivialBaseline"):
         assert classes[step].startswith("ga_tfx.pipelines."), classes[step]
     # Without the training rows (nothing is read when compiling) the length must be given.
