@@ -117,11 +117,11 @@ def run(
     Raises ``ValueError`` for bad data before any component runs (and before ``on_checked``
     is called); a failing component raises (its error is TFX's), and nothing is pushed.
     """
-    rows = user_code.for_options(options).check_data(data_root)
+    rows = user_code.for_options(options.csv).check_data(data_root)
     data_check.warn_before_run(rows, options)
     # CsvExampleGen's hash split puts about 2/3 of the rows in train: the length of a --label run
     # follows from it (TrainingOptions.updates_plan).
-    train_rows = round(rows * digits.TRAIN_FRACTION) if options.label else None
+    train_rows = round(rows * digits.TRAIN_FRACTION) if options.csv.label else None
     metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
     config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
     config.sqlite.filename_uri = metadata_path

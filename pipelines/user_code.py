@@ -2,7 +2,7 @@
 file of the user's own (standard library only; the pipeline and the CLI's data check read it)."""
 
 from ga_tfx.pipelines import digits
-from ga_tfx.pipelines.options import TrainingOptions
+from ga_tfx.pipelines.options import CsvDataOptions
 from ga_tfx.pipelines.tabular import generic
 from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 
@@ -57,9 +57,10 @@ DIGITS = UserCode(
 )
 
 
-def for_options(options: TrainingOptions) -> UserCode:
+def for_options(options: CsvDataOptions) -> UserCode:
     """The digits code without ``options.label``; else the generic code (or the user's
-    ``options.module_file``) for the CSV column ``options.label``."""
+    ``options.module_file``) for the CSV column ``options.label``. (``options``: the CSV
+    concern of the pipeline's options, ``TrainingOptions.csv``.)"""
     if options.label is None:
         return DIGITS
     config = {generic.LABEL_CONFIG: options.label, generic.TASK_CONFIG: options.task}

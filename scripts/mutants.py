@@ -1010,7 +1010,7 @@ MUTATIONS: List[Mutation] = [
     ),
     Mutation(
         "shuffle.label_run_keeps_the_small_default_buffer",
-        "pipelines/pipeline.py",
+        "pipelines/parts/training.py",
         'settings["shuffle_buffer"] = LABEL_SHUFFLE_BUFFER',
         'settings["shuffle_buffer"] = None',
         ("tests/test_any_csv.py", "-k", "scores_the_baseline"),

@@ -79,25 +79,26 @@ def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
 def test_the_training_length_rule():
     # The shipped digits keep their 60 updates, evaluated every 20.
     assert TrainingOptions().updates_plan() == (60, 20)
-    assert TrainingOptions(train_updates=40).updates_plan() == (40, 20)
+    assert TrainingOptions.of(train_updates=40).updates_plan() == (40, 20)
     # --label: 20 passes over the training rows (10001 rows / 128 per update: 79 a pass) ...
-    assert TrainingOptions(label="y").updates_plan(train_rows=10001) == (20 * 79, 79)
-    assert TrainingOptions(label="y", epochs=3).updates_plan(train_rows=100_000) == (3 * 782, 782)
+    assert TrainingOptions.of(label="y").updates_plan(train_rows=10001) == (20 * 79, 79)
+    three = TrainingOptions.of(label="y", epochs=3)
+    assert three.updates_plan(train_rows=100_000) == (3 * 782, 782)
     # ... and at least MIN_TRAIN_UPDATES, evaluated 20 times, on small data.
-    assert TrainingOptions(label="y").updates_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
+    assert TrainingOptions.of(label="y").updates_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
     # Given updates win; one evaluation at the end unless updates_per_epoch says otherwise.
-    assert TrainingOptions(label="y", train_updates=30).updates_plan(None) == (30, 30)
-    assert TrainingOptions(label="y", train_updates=30, updates_per_epoch=10).updates_plan() == (
+    assert TrainingOptions.of(label="y", train_updates=30).updates_plan(None) == (30, 30)
+    assert TrainingOptions.of(label="y", train_updates=30, updates_per_epoch=10).updates_plan() == (
         30,
         10,
     )
     with pytest.raises(ValueError, match=r"train_updates \(--train-updates N\) is needed here"):
-        TrainingOptions(label="y").updates_plan(train_rows=None)
+        TrainingOptions.of(label="y").updates_plan(train_rows=None)
 
 
 def test_a_module_file_regression_needs_an_explicit_threshold(tmp_path):
     with pytest.raises(ValueError, match=r"a module_file regression .* give max_rmse"):
-        TrainingOptions(label="y", task="regression", module_file=str(tmp_path / "m.py"))
+        TrainingOptions.of(label="y", task="regression", module_file=str(tmp_path / "m.py"))
 
 
 def test_the_label_pipeline_scores_the_baseline_beside_the_model(tmp_path):
@@ -110,7 +111,7 @@ def test_the_label_pipeline_scores_the_baseline_beside_the_model(tmp_path):
         str(tmp_path / "root"),
         str(tmp_path / "data"),
         str(tmp_path / "serving"),
-        TrainingOptions(label="price", task="regression"),
+        TrainingOptions.of(label="price", task="regression"),
         train_rows=2000,
     )
     ids = [c.id for c in built.components]
@@ -383,7 +384,7 @@ def test_messy_regression_beats_the_mean_serves_and_explains_a_missed_threshold(
 def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
     from ga_tfx.pipelines import kubeflow
 
-    options = TrainingOptions(label="payment_type", train_updates=500, updates_per_epoch=50)
+    options = TrainingOptions.of(label="payment_type", train_updates=500, updates_per_epoch=50)
     job = kubeflow.compile_pipeline(
         str(tmp_path / "job.json"),
         "gcr.io/example/ga-tfx:1",
@@ -414,5 +415,5 @@ def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
             "gs://bucket/root",
             "gs://bucket/data",
             "gs://bucket/serving",
-            TrainingOptions(label="payment_type"),
+            TrainingOptions.of(label="payment_type"),
         )
