@@ -146,6 +146,13 @@ def test_options_of_flat_names_hand_each_to_its_concern():
     assert made.tuning == options.TuningOptions(tune=True)
     assert made.csv == options.CsvDataOptions(label="y", csv_delimiter="tab", task="regression")
     assert made.blessing == options.BlessingOptions(max_rmse=1.5)
+    # The flags, each to its concern.
+    flags = ["run", "--accum-steps", "3", "--tune", "--label", "y", "--min-accuracy", "0.5"]
+    parsed = options.from_flags(cli.build_parser().parse_args(flags))
+    assert parsed == options.TrainingOptions.of(
+        accum_steps=3, tune=True, label="y", min_accuracy=0.5
+    )
+    assert parsed.blessing.min_accuracy == 0.5 and parsed.csv.label == "y"
     # Without --label the digits evaluate every 20 updates; with it, 30 updates in one epoch pass.
     assert options.TrainingOptions.of(label="y", train_updates=30).updates_plan() == (30, 30)
 
