@@ -2,7 +2,7 @@
 
 Held-out tables first (:data:`benchmarks.tabular_datasets.HELD_OUT`: frozen before ga-tfx
 first ran on them, never used to tune a default), then the development tables. A case whose
-data summary names a possible leak (:mod:`ga_tfx.pipelines.leaks`) is run a second time with
+data summary names a possible leak (:mod:`ga_tfx.pipelines.tabular.leaks`) is run a second time with
 ``--exclude-columns`` those columns, and the GBT of that row leaves them out too. The report
 records the commit and refuses a tree with uncommitted changes (``--allow-dirty`` runs anyway
 and says so in the report).

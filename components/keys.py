@@ -1,7 +1,8 @@
 """Names shared by the components, their user modules and the pipelines (standard library only).
 
 ``custom_config`` keys, as TFX's own examples keep them: one constant each, read by
-``trainer/run_fn.py``, ``trainer/executor.py``, ``tuner/tuner_fn.py`` and ``pipelines/pipeline.py``.
+``trainer/run_fn.py``, ``trainer/executor.py``, ``tuner/tuner_fn.py`` and
+``pipelines/parts/training.py``.
 """
 
 # custom_config keys

@@ -32,7 +32,7 @@ _POSITIVE = Spec(int, "a count", minimum=1)
 
 
 def _add_training_flags(parser):
-    options.add_flags(
+    options.add_training_flags(
         parser.add_argument_group("training (the ga-tfx Trainer and the optional Tuner)")
     )
 
@@ -263,10 +263,11 @@ def _run(args):
 
 def _tuning_report(console, output_dir):
     """The trials of the run's search: a table on the console, a CSV and a plot on disk."""
-    from ga_tfx.pipelines import pipeline, tuning_report
+    from ga_tfx.pipelines import tuning_report
+    from ga_tfx.pipelines.parts import training
 
     report = tuning_report.write(
-        pipeline.trials_file(os.path.join(output_dir, "root")), output_dir, pipeline.TUNER_OBJECTIVE
+        training.trials_file(os.path.join(output_dir, "root")), output_dir, training.TUNER_OBJECTIVE
     )
     if report is None:
         console.line(
@@ -274,7 +275,7 @@ def _tuning_report(console, output_dir):
             "run before trial records)"
         )
         return
-    console.line(f"tuning trials ({pipeline.TUNER_OBJECTIVE}, best first):")
+    console.line(f"tuning trials ({training.TUNER_OBJECTIVE}, best first):")
     for line in report["lines"]:
         console.line("  " + line)
     for line in report["probe_lines"]:  # the noise-scale probe's evidence

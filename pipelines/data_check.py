@@ -138,9 +138,10 @@ def update_warning(train_examples: Optional[int], effective_batch_size: int) -> 
 
 def largest_effective_batch(options) -> int:
     """The largest effective batch the run can train with (the Tuner may pick a larger
-    ``accum_steps`` than ``options.accum_steps``)."""
-    accum = max(options.search_accum_steps) if options.tune else options.accum_steps
-    return max(accum, options.accum_steps) * options.micro_batch_size
+    ``accum_steps`` than ``options.accumulation.accum_steps``)."""
+    run, tuning = options.accumulation, options.tuning
+    accum = max(tuning.search_accum_steps) if tuning.tune else run.accum_steps
+    return max(accum, run.accum_steps) * run.micro_batch_size
 
 
 def warn_before_run(rows: int, options) -> None:

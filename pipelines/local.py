@@ -9,9 +9,10 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components import stack as stack_lib
 from ga_tfx.components.trainer import run_record
 from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.pipelines import beam, data_check, data_plan, digits, user_code
+from ga_tfx.pipelines import beam, data_check, digits, user_code
 from ga_tfx.pipelines import blessing as blessing_lib
 from ga_tfx.pipelines import pipeline as pipeline_lib
+from ga_tfx.pipelines.tabular import data_plan
 
 import contextlib
 import dataclasses
@@ -116,11 +117,11 @@ def run(
     Raises ``ValueError`` for bad data before any component runs (and before ``on_checked``
     is called); a failing component raises (its error is TFX's), and nothing is pushed.
     """
-    rows = user_code.for_options(options).check_data(data_root)
+    rows = user_code.for_options(options.csv).check_data(data_root)
     data_check.warn_before_run(rows, options)
     # CsvExampleGen's hash split puts about 2/3 of the rows in train: the length of a --label run
     # follows from it (TrainingOptions.updates_plan).
-    train_rows = round(rows * digits.TRAIN_FRACTION) if options.label else None
+    train_rows = round(rows * digits.TRAIN_FRACTION) if options.csv.label else None
     metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
     config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
     config.sqlite.filename_uri = metadata_path

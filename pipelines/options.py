@@ -1,15 +1,27 @@
 """The pipeline's options, declared once (standard library only: ``ga-tfx --help`` reads them).
 
 :class:`TrainingOptions` holds what :func:`ga_tfx.pipelines.pipeline.create_pipeline` needs
-beyond paths. Options that are Trainer settings or search-space fields reuse those declarations
-(:func:`ga_tfx._schema.like`) with the pipeline's own defaults for the shipped data; the ``ga-tfx``
-flags, their help and defaults are generated from these fields (:func:`add_flags`).
+beyond paths, one frozen dataclass per concern (accumulation, Tuner, CSV data, blessing), each
+checking its own rules as it is made; the rules across two concerns are checked by
+:class:`TrainingOptions` itself. Options that are Trainer settings or search-space fields reuse
+those declarations (:func:`ga_tfx._schema.like`) with the pipeline's own defaults for the shipped
+data; the ``ga-tfx`` flags, their help and defaults are generated from these fields
+(:func:`add_training_flags`), and :func:`from_flags` hands each flag to its concern.
 """
 
-from ga_tfx._schema import SettingError, Settings, Spec, defaults, like, setting, specs
+from ga_tfx._schema import (
+    SettingError,
+    Settings,
+    Spec,
+    defaults,
+    like,
+    markdown_table,
+    setting,
+    specs,
+)
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
 from ga_tfx.components.tuner.options import TunerOptions
-from ga_tfx.pipelines.csv_dialect import CsvReading
+from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 from ga_tfx.search_space import AccumulationSearchSpace
 
 import argparse
@@ -29,20 +41,12 @@ TUNE_STRATEGIES = ("search", "noise_scale")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingOptions(Settings):
-    """How the Trainer (and the optional Tuner) train; defaults suit the shipped data.
+class AccumulationOptions(Settings):
+    """How the Trainer trains: accumulation, length, checkpoints, strategy, seed.
 
     ``train_updates`` counts optimizer updates of ``accum_steps * micro_batch_size`` examples;
-    ``eval_steps`` counts evaluation micro-batches. With ``tune``, the Tuner searches
-    ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
-    ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
-    ``tuning_updates`` updates, and its best values override ``accum_steps`` and
-    ``agc_clip_factor`` in the Trainer. With ``tune_strategy="noise_scale"`` one probe run of
-    ``tuning_updates`` updates at ``accum_steps`` measures the gradient noise scale instead,
-    and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`); with
-    ``tuning_target_loss`` the probe ends at the first evaluation at or below that loss,
-    ``tuning_updates`` being the cap (:class:`ga_tfx.tuning.StopAtLoss`). ``seed``
-    seeds the search and the data order of its trials and of the Trainer.
+    ``eval_steps`` counts evaluation micro-batches. ``seed`` seeds the data order of the Trainer
+    (and the Tuner's search and trials). Defaults suit the shipped data.
     """
 
     accum_steps: int = like(AccumulationSettings, "accum_steps", 4)
@@ -98,59 +102,29 @@ class TrainingOptions(Settings):
     log_noise_scale: bool = like(AccumulationSettings, "log_noise_scale")
     memory_budget: Optional[str] = like(AccumulationSettings, "memory_budget")
     strategy: str = like(AccumulationSettings, "strategy", "auto")
-    min_accuracy: Optional[float] = setting(
-        None,
-        kind=float,
-        above=0,
-        maximum=1,
-        optional=True,
-        help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
-        f"least this (None: {DEFAULT_MIN_ACCURACY} for the shipped digits and a --module-file; "
-        "the generic --label model needs only to beat the majority class)",
+    seed: int = like(
+        AccumulationSettings,
+        "shuffle_seed",
+        0,
+        help="seed of the run: the Tuner's hyperparameter sampling and trial seeds, and the "
+        "data order (shuffle_seed) of the Tuner's trials and of the Trainer",
     )
-    label: Optional[str] = setting(
-        None,
-        kind=str,
-        optional=True,
-        help="the label column of your own CSV files (--data-root): trains the generic "
-        "model of ga_tfx.pipelines.tabular; None: the shipped digits pipeline",
-    )
-    task: str = setting(
-        "classification",
-        kind=str,
-        choices=("classification", "regression"),
-        help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
-    )
-    exclude_columns: Tuple[str, ...] = setting(
-        (),
-        kind=str,
-        many=True,
-        empty=True,
-        help="--label data: columns the generic model leaves out (e.g. one the data summary "
-        "names as a possible leak, known only after the outcome)",
-    )
-    csv_delimiter: str = like(CsvReading, "csv_delimiter")
-    csv_decimal: str = like(CsvReading, "csv_decimal")
-    csv_missing: Tuple[str, ...] = like(CsvReading, "csv_missing")
-    csv_row_numbers: str = like(CsvReading, "csv_row_numbers")
-    csv_encoding: str = like(CsvReading, "csv_encoding")
-    module_file: Optional[str] = setting(
-        None,
-        kind=str,
-        optional=True,
-        help="your own TFX module file for --label data: preprocessing_fn(inputs[, "
-        "custom_config]) and build_model(hparams[, transform_output]) (None: the "
-        "generic module)",
-    )
-    max_rmse: Optional[float] = setting(
-        None,
-        kind=float,
-        above=0,
-        optional=True,
-        help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
-        "(None: the generic model needs only to beat the training mean; a --module-file "
-        "regression needs it)",
-    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningOptions(Settings):
+    """The optional Tuner (``tune``) before the Trainer.
+
+    The Tuner searches ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
+    ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
+    ``tuning_updates`` updates, and its best values override ``accum_steps`` and
+    ``agc_clip_factor`` in the Trainer. With ``tune_strategy="noise_scale"`` one probe run of
+    ``tuning_updates`` updates at ``accum_steps`` measures the gradient noise scale instead,
+    and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`); with
+    ``tuning_target_loss`` the probe ends at the first evaluation at or below that loss,
+    ``tuning_updates`` being the cap (:class:`ga_tfx.tuning.StopAtLoss`).
+    """
+
     tune: bool = setting(
         False,
         kind=bool,
@@ -186,41 +160,69 @@ class TrainingOptions(Settings):
         "gradient noise scale of its path, B_path, and accum_steps becomes the "
         "--search-accum-steps value nearest to B_path / micro-batch)",
     )
-    seed: int = like(
-        AccumulationSettings,
-        "shuffle_seed",
-        0,
-        help="seed of the run: the Tuner's hyperparameter sampling and trial seeds, and the "
-        "data order (shuffle_seed) of the Tuner's trials and of the Trainer",
-    )
 
     def __post_init__(self):
         super().__post_init__()
-        if self.train_updates is not None:
-            check_updates(
-                self.train_updates,
-                self.updates_per_epoch
-                if self.updates_per_epoch is not None or self.label is not None
-                else DIGITS_UPDATES_PER_EPOCH,
-            )
         if self.tune_strategy != "search" and not self.tune:
             raise SettingError(
                 f"tune_strategy={self.tune_strategy!r} applies to a tuned run: add tune (--tune)."
             )
-        if self.tuning_target_loss is not None and not (
-            self.tune and self.tune_strategy == "noise_scale"
-        ):
+        if self.tuning_target_loss is not None and not self.probes:
             raise SettingError(
                 f"tuning_target_loss={self.tuning_target_loss!r} ends the noise-scale probe: "
                 f"it applies to --tune --tune-strategy noise_scale only, got tune={self.tune}, "
                 f"tune_strategy={self.tune_strategy!r} (remove --tuning-target-loss, or probe)."
             )
-        if self.tune and self.tune_strategy == "noise_scale" and self.accum_steps < 2:
-            raise SettingError(
-                f"accum_steps={self.accum_steps}: tune_strategy 'noise_scale' probes at "
-                "accum_steps (--accum-steps), which must be >= 2 (the noise scale needs at least "
-                "2 micro-batch gradients per update)."
-            )
+
+    @property
+    def probes(self) -> bool:
+        """Whether the Tuner runs the noise-scale probe (``tune`` with ``noise_scale``)."""
+        return self.tune and self.tune_strategy == "noise_scale"
+
+
+@dataclasses.dataclass(frozen=True)
+class CsvDataOptions(Settings):
+    """Your own CSV data (``label``; None: the shipped digits): the task, how its files are read
+    (the ``csv_*`` fields, :class:`~ga_tfx.pipelines.tabular.csv_dialect.CsvReading`), the
+    columns the generic model leaves out, or a module file of your own."""
+
+    label: Optional[str] = setting(
+        None,
+        kind=str,
+        optional=True,
+        help="the label column of your own CSV files (--data-root): trains the generic "
+        "model of ga_tfx.pipelines.tabular.generic; None: the shipped digits pipeline",
+    )
+    task: str = setting(
+        "classification",
+        kind=str,
+        choices=("classification", "regression"),
+        help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
+    )
+    exclude_columns: Tuple[str, ...] = setting(
+        (),
+        kind=str,
+        many=True,
+        empty=True,
+        help="--label data: columns the generic model leaves out (e.g. one the data summary "
+        "names as a possible leak, known only after the outcome)",
+    )
+    csv_delimiter: str = like(CsvReading, "csv_delimiter")
+    csv_decimal: str = like(CsvReading, "csv_decimal")
+    csv_missing: Tuple[str, ...] = like(CsvReading, "csv_missing")
+    csv_row_numbers: str = like(CsvReading, "csv_row_numbers")
+    csv_encoding: str = like(CsvReading, "csv_encoding")
+    module_file: Optional[str] = setting(
+        None,
+        kind=str,
+        optional=True,
+        help="your own TFX module file for --label data: preprocessing_fn(inputs[, "
+        "custom_config]) and build_model(hparams[, transform_output]) (None: the "
+        "generic module)",
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
         if self.label is None and (self.module_file or self.task != "classification"):
             raise SettingError(
                 "module_file and task apply to your own CSV data: give its "
@@ -244,16 +246,100 @@ class TrainingOptions(Settings):
                 f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to your own CSV "
                 "data: give its label column with label (--label COLUMN)."
             )
-        if self.module_file and self.task == "regression" and self.max_rmse is None:
+
+    def csv_reading(self) -> CsvReading:
+        """How the CSV files of ``--data-root`` are read (the ``csv_*`` fields)."""
+        return CsvReading(**{name: getattr(self, name) for name in specs(CsvReading)})
+
+
+@dataclasses.dataclass(frozen=True)
+class BlessingOptions(Settings):
+    """When the Evaluator blesses (and the Pusher pushes) the trained model."""
+
+    min_accuracy: Optional[float] = setting(
+        None,
+        kind=float,
+        above=0,
+        maximum=1,
+        optional=True,
+        help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
+        f"least this (None: {DEFAULT_MIN_ACCURACY} for the shipped digits and a --module-file; "
+        "the generic --label model needs only to beat the majority class)",
+    )
+    max_rmse: Optional[float] = setting(
+        None,
+        kind=float,
+        above=0,
+        optional=True,
+        help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
+        "(None: the generic model needs only to beat the training mean; a --module-file "
+        "regression needs it)",
+    )
+
+
+# The options' concerns: TrainingOptions' field -> its class (the flags' order and groups).
+CONCERNS = {
+    "accumulation": AccumulationOptions,
+    "tuning": TuningOptions,
+    "csv": CsvDataOptions,
+    "blessing": BlessingOptions,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """What :func:`ga_tfx.pipelines.pipeline.create_pipeline` needs beyond paths, by concern:
+    :class:`AccumulationOptions`, :class:`TuningOptions`, :class:`CsvDataOptions`,
+    :class:`BlessingOptions` (each checks its own settings and rules as it is made). Checked
+    here: the rules across two concerns. :meth:`of` makes one from flat setting names (the
+    ``ga-tfx`` flags)."""
+
+    accumulation: AccumulationOptions = AccumulationOptions()
+    tuning: TuningOptions = TuningOptions()
+    csv: CsvDataOptions = CsvDataOptions()
+    blessing: BlessingOptions = BlessingOptions()
+
+    def __post_init__(self):
+        accumulation, tuning, csv = self.accumulation, self.tuning, self.csv
+        if accumulation.train_updates is not None:  # the digits evaluate every 20 updates
+            check_updates(
+                accumulation.train_updates,
+                accumulation.updates_per_epoch
+                if accumulation.updates_per_epoch is not None or csv.label is not None
+                else DIGITS_UPDATES_PER_EPOCH,
+            )
+        if tuning.probes and accumulation.accum_steps < 2:
+            raise SettingError(
+                f"accum_steps={accumulation.accum_steps}: tune_strategy 'noise_scale' probes at "
+                "accum_steps (--accum-steps), which must be >= 2 (the noise scale needs at least "
+                "2 micro-batch gradients per update)."
+            )
+        if tuning.tune and accumulation.accum_schedule:
+            raise SettingError(
+                f"accum_schedule={accumulation.accum_schedule!r} and tune: the Tuner sets "
+                "accum_steps, a schedule sets K by window; give one of them."
+            )
+        if csv.module_file and csv.task == "regression" and self.blessing.max_rmse is None:
             raise SettingError(
                 "a module_file regression is blessed only past an explicit threshold: give "
                 "max_rmse (--max-rmse RMSE), the eval RMSE at or below which the model is "
                 "pushed."
             )
 
-    def csv_reading(self) -> CsvReading:
-        """How the CSV files of ``--data-root`` are read (the ``csv_*`` fields)."""
-        return CsvReading(**{name: getattr(self, name) for name in specs(CsvReading)})
+    @classmethod
+    def of(cls, **values: Any) -> "TrainingOptions":
+        """The options of flat setting names (``accum_steps=2, label="y"``), each handed to
+        its concern; ``SettingError`` naming an unknown name and the known ones."""
+        known = {name: field for field, concern in CONCERNS.items() for name in specs(concern)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise SettingError(f"Unknown option(s) {unknown}; known: {sorted(known)}.")
+        return cls(
+            **{
+                field: concern(**{k: v for k, v in values.items() if known[k] == field})
+                for field, concern in CONCERNS.items()
+            }
+        )
 
     def updates_plan(self, train_rows: Optional[int] = None) -> Tuple[int, int]:
         """(train updates, updates per epoch) of the run.
@@ -267,21 +353,22 @@ class TrainingOptions(Settings):
         shorter), rounded up to whole epochs. ``ValueError`` when the rows are needed and not
         known (e.g. compiling for Kubeflow: give ``train_updates``).
         """
-        if self.label is None:
-            updates = self.train_updates or DIGITS_TRAIN_UPDATES
-            per_epoch = self.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
+        run = self.accumulation
+        if self.csv.label is None:
+            updates = run.train_updates or DIGITS_TRAIN_UPDATES
+            per_epoch = run.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
             return updates, check_updates(updates, per_epoch)
-        if self.train_updates is not None:
-            return self.train_updates, check_updates(self.train_updates, self.updates_per_epoch)
+        if run.train_updates is not None:
+            return run.train_updates, check_updates(run.train_updates, run.updates_per_epoch)
         if not train_rows:
             raise SettingError(
                 "train_updates (--train-updates N) is needed here: for --label data it is "
                 "derived from the number of training rows, which only `ga-tfx run` counts "
                 f"(got train_rows={train_rows!r})."
             )
-        per_pass = -(-train_rows // (self.accum_steps * self.micro_batch_size))
-        wanted = max(self.epochs * per_pass, MIN_TRAIN_UPDATES)
-        per_epoch = self.updates_per_epoch or max(per_pass, -(-MIN_TRAIN_UPDATES // self.epochs))
+        per_pass = -(-train_rows // (run.accum_steps * run.micro_batch_size))
+        wanted = max(run.epochs * per_pass, MIN_TRAIN_UPDATES)
+        per_epoch = run.updates_per_epoch or max(per_pass, -(-MIN_TRAIN_UPDATES // run.epochs))
         return -(-wanted // per_epoch) * per_epoch, per_epoch
 
 
@@ -303,7 +390,13 @@ def _shown(value: Any) -> str:
     return "off" if value is None else str(value)
 
 
-def add_flags(group: Any, cls: type = TrainingOptions) -> None:
+def add_training_flags(group: Any) -> None:
+    """Adds the flags of every concern of :class:`TrainingOptions` (:data:`CONCERNS` order)."""
+    for concern in CONCERNS.values():
+        add_flags(group, concern)
+
+
+def add_flags(group: Any, cls: type) -> None:
     """Adds one flag per declared field of ``cls`` (dest = the field's name; help, default and
     check from its spec; booleans as ``--x/--no-x``; an ``off_flag`` sets it to None)."""
     values = defaults(cls)
@@ -338,6 +431,20 @@ def add_flags(group: Any, cls: type = TrainingOptions) -> None:
             )
 
 
-def from_flags(args: argparse.Namespace, cls: type = TrainingOptions) -> Any:
-    """The options the parsed flags describe (checked again as a whole, e.g. updates)."""
-    return cls(**{name: getattr(args, name) for name in specs(cls) if hasattr(args, name)})
+def from_flags(args: argparse.Namespace) -> TrainingOptions:
+    """The options the parsed flags describe, each handed to its concern
+    (:meth:`TrainingOptions.of`; checked again as a whole, e.g. updates)."""
+    return TrainingOptions.of(
+        **{
+            name: getattr(args, name)
+            for concern in CONCERNS.values()
+            for name in specs(concern)
+            if hasattr(args, name)
+        }
+    )
+
+
+def flags_table() -> str:
+    """The manual's table of the ``ga-tfx`` training flags, every concern's in one table."""
+    tables = [markdown_table(concern, flags=True).split("\n") for concern in CONCERNS.values()]
+    return "\n".join(tables[0] + [row for table in tables[1:] for row in table[2:]])

@@ -1,9 +1,10 @@
 """Which user code a pipeline runs: the shipped digits code, the generic CSV code, or a module
 file of the user's own (standard library only; the pipeline and the CLI's data check read it)."""
 
-from ga_tfx.pipelines import digits, tabular
-from ga_tfx.pipelines.csv_dialect import CsvReading
-from ga_tfx.pipelines.options import TrainingOptions
+from ga_tfx.pipelines import digits
+from ga_tfx.pipelines.options import CsvDataOptions
+from ga_tfx.pipelines.tabular import generic
+from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
@@ -44,7 +45,7 @@ class UserCode:
         returns the number of data rows."""
         if self.curated_schema is not None:
             return digits.check_csv_dir(data_root)
-        return tabular.check_csv_dir(data_root, self.raw_label_key, self.reading, self.exclude)
+        return generic.check_csv_dir(data_root, self.raw_label_key, self.reading, self.exclude)
 
 
 DIGITS = UserCode(
@@ -56,12 +57,13 @@ DIGITS = UserCode(
 )
 
 
-def for_options(options: TrainingOptions) -> UserCode:
+def for_options(options: CsvDataOptions) -> UserCode:
     """The digits code without ``options.label``; else the generic code (or the user's
-    ``options.module_file``) for the CSV column ``options.label``."""
+    ``options.module_file``) for the CSV column ``options.label``. (``options``: the CSV
+    concern of the pipeline's options, ``TrainingOptions.csv``.)"""
     if options.label is None:
         return DIGITS
-    config = {tabular.LABEL_CONFIG: options.label, tabular.TASK_CONFIG: options.task}
+    config = {generic.LABEL_CONFIG: options.label, generic.TASK_CONFIG: options.task}
     if options.module_file:
         return UserCode(
             label_key=_module_label_key(options.module_file),
@@ -72,11 +74,11 @@ def for_options(options: TrainingOptions) -> UserCode:
             reading=options.csv_reading(),
         )
     return UserCode(
-        label_key=tabular.LABEL_KEY,
+        label_key=generic.LABEL_KEY,
         raw_label_key=options.label,
         task=options.task,
-        preprocessing_fn="ga_tfx.pipelines.tabular.preprocessing_fn",
-        model_fn="ga_tfx.pipelines.tabular",
+        preprocessing_fn="ga_tfx.pipelines.tabular.generic.preprocessing_fn",
+        model_fn="ga_tfx.pipelines.tabular.generic",
         transform_config=config,
         reading=options.csv_reading(),
         exclude=options.exclude_columns,
@@ -85,7 +87,7 @@ def for_options(options: TrainingOptions) -> UserCode:
 
 def _module_label_key(module_file: str) -> str:
     """The transformed label a user's module produces: its ``LABEL_KEY`` constant, else
-    ``tabular.LABEL_KEY`` (``"label_xf"``)."""
+    ``generic.LABEL_KEY`` (``"label_xf"``)."""
     import importlib.util
     import os
 
@@ -102,4 +104,4 @@ def _module_label_key(module_file: str) -> str:
                 "Transform and build_model(hparams[, transform_output]) returning "
                 "a compiled tf.keras model for the Trainer."
             )
-    return getattr(module, "LABEL_KEY", tabular.LABEL_KEY)
+    return getattr(module, "LABEL_KEY", generic.LABEL_KEY)

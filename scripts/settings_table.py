@@ -24,13 +24,13 @@ def tables():
     from ga_tfx.components.trainer.settings import AccumulationSettings
     from ga_tfx.components.tuner.options import TunerOptions
     from ga_tfx.config import AccumulationConfig
-    from ga_tfx.pipelines.options import TrainingOptions
+    from ga_tfx.pipelines.options import flags_table
     from ga_tfx.search_space import AccumulationSearchSpace
 
     return {
         "library": markdown_table(AccumulationConfig),
         "trainer": markdown_table(AccumulationSettings),
-        "cli": markdown_table(TrainingOptions, flags=True),
+        "cli": flags_table(),
         "search_space": markdown_table(AccumulationSearchSpace),
         "tuner": markdown_table(TunerOptions),
     }

@@ -18,8 +18,8 @@
 The fast tests check the pre-run checks, the training length rule and the pipeline's shape.
 """
 
-from ga_tfx.pipelines import tabular
 from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER, MIN_TRAIN_UPDATES, TrainingOptions
+from ga_tfx.pipelines.tabular import generic
 
 import csv
 import json
@@ -58,46 +58,47 @@ def test_the_data_check_names_the_missing_label(tmp_path):
     with pytest.raises(
         ValueError, match=r"--label 'diagnosys' is not a column .* closest first: 'diagnosis', "
     ):
-        tabular.check_csv_dir(data, "diagnosys")
-    assert tabular.check_csv_dir(data, "diagnosis") == 569
+        generic.check_csv_dir(data, "diagnosys")
+    assert generic.check_csv_dir(data, "diagnosis") == 569
 
 
 def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
     data = messy_taxi.write(str(tmp_path / "messy"))
     rows = messy_taxi.ROWS + 1  # the extra trip of the unseen class
-    assert tabular.check_csv_dir(data, "payment_type") == rows - messy_taxi.EMPTY_LABEL_ROWS
-    assert tabular.check_csv_dir(data, "tips") == rows - messy_taxi.EMPTY_LABEL_ROWS
+    assert generic.check_csv_dir(data, "payment_type") == rows - messy_taxi.EMPTY_LABEL_ROWS
+    assert generic.check_csv_dir(data, "tips") == rows - messy_taxi.EMPTY_LABEL_ROWS
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "a.csv").write_text("x,y\n1,\n2, \n")
     with pytest.raises(
         ValueError, match=r"label column 'y' is empty or missing \(empty\) in all 2"
     ):
-        tabular.check_csv_dir(str(empty), "y")
+        generic.check_csv_dir(str(empty), "y")
 
 
 def test_the_training_length_rule():
     # The shipped digits keep their 60 updates, evaluated every 20.
     assert TrainingOptions().updates_plan() == (60, 20)
-    assert TrainingOptions(train_updates=40).updates_plan() == (40, 20)
+    assert TrainingOptions.of(train_updates=40).updates_plan() == (40, 20)
     # --label: 20 passes over the training rows (10001 rows / 128 per update: 79 a pass) ...
-    assert TrainingOptions(label="y").updates_plan(train_rows=10001) == (20 * 79, 79)
-    assert TrainingOptions(label="y", epochs=3).updates_plan(train_rows=100_000) == (3 * 782, 782)
+    assert TrainingOptions.of(label="y").updates_plan(train_rows=10001) == (20 * 79, 79)
+    three = TrainingOptions.of(label="y", epochs=3)
+    assert three.updates_plan(train_rows=100_000) == (3 * 782, 782)
     # ... and at least MIN_TRAIN_UPDATES, evaluated 20 times, on small data.
-    assert TrainingOptions(label="y").updates_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
+    assert TrainingOptions.of(label="y").updates_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
     # Given updates win; one evaluation at the end unless updates_per_epoch says otherwise.
-    assert TrainingOptions(label="y", train_updates=30).updates_plan(None) == (30, 30)
-    assert TrainingOptions(label="y", train_updates=30, updates_per_epoch=10).updates_plan() == (
+    assert TrainingOptions.of(label="y", train_updates=30).updates_plan(None) == (30, 30)
+    assert TrainingOptions.of(label="y", train_updates=30, updates_per_epoch=10).updates_plan() == (
         30,
         10,
     )
     with pytest.raises(ValueError, match=r"train_updates \(--train-updates N\) is needed here"):
-        TrainingOptions(label="y").updates_plan(train_rows=None)
+        TrainingOptions.of(label="y").updates_plan(train_rows=None)
 
 
 def test_a_module_file_regression_needs_an_explicit_threshold(tmp_path):
     with pytest.raises(ValueError, match=r"a module_file regression .* give max_rmse"):
-        TrainingOptions(label="y", task="regression", module_file=str(tmp_path / "m.py"))
+        TrainingOptions.of(label="y", task="regression", module_file=str(tmp_path / "m.py"))
 
 
 def test_the_label_pipeline_scores_the_baseline_beside_the_model(tmp_path):
@@ -110,7 +111,7 @@ def test_the_label_pipeline_scores_the_baseline_beside_the_model(tmp_path):
         str(tmp_path / "root"),
         str(tmp_path / "data"),
         str(tmp_path / "serving"),
-        TrainingOptions(label="price", task="regression"),
+        TrainingOptions.of(label="price", task="regression"),
         train_rows=2000,
     )
     ids = [c.id for c in built.components]
@@ -202,7 +203,7 @@ def _eval_emptied_by_the_label(path, rows=40):
     empty label: TFX's hash split 2:1 (sha256 of each row's tf.Example, as the ExampleGen
     writes it) puts a row in eval or train; a row is kept unlabeled where that places it in
     eval, labeled where that places it in train. Returns (train rows, eval rows)."""
-    from ga_tfx.pipelines import csv_dialect, csv_example_gen
+    from ga_tfx.pipelines.tabular import csv_dialect, csv_example_gen
 
     from tfx.components.example_gen import base_example_gen_executor as example_gen
     from tfx.proto import example_gen_pb2
@@ -303,7 +304,7 @@ def _serve(serving_dir, rows):
 
 def _messy_rows(data_dir, label):
     """The rows of ``trips.csv`` read in its dialect, as dicts without the label."""
-    from ga_tfx.pipelines import csv_dialect
+    from ga_tfx.pipelines.tabular import csv_dialect
 
     path = os.path.join(data_dir, "trips.csv")
     dialect = csv_dialect.read([path])
@@ -431,7 +432,7 @@ def test_messy_regression_beats_the_mean_serves_and_explains_a_missed_threshold(
 def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
     from ga_tfx.pipelines import kubeflow
 
-    options = TrainingOptions(label="payment_type", train_updates=500, updates_per_epoch=50)
+    options = TrainingOptions.of(label="payment_type", train_updates=500, updates_per_epoch=50)
     job = kubeflow.compile_pipeline(
         str(tmp_path / "job.json"),
         "gcr.io/example/ga-tfx:1",
@@ -450,7 +451,7 @@ def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
         executor = spec["components"][task["componentRef"]["name"]]["executorLabel"]
         args = executors[executor]["container"]["args"]
         classes[name] = args[args.index("--executor_class_path") + 1]
-    assert classes["Transform"] == "ga_tfx.pipelines.planned_transform.Executor"
+    assert classes["Transform"] == "ga_tfx.pipelines.tabular.planned_transform.Executor"
     for step in ("LabeledExamples", "DataPlanCheck", "TrivialBaseline"):
         assert classes[step].startswith("ga_tfx.pipelines."), classes[step]
     # Without the training rows (nothing is read when compiling) the length must be given.
@@ -462,5 +463,5 @@ def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
             "gs://bucket/root",
             "gs://bucket/data",
             "gs://bucket/serving",
-            TrainingOptions(label="payment_type"),
+            TrainingOptions.of(label="payment_type"),
         )

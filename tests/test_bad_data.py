@@ -85,7 +85,7 @@ def test_the_shipped_data_passes_and_is_counted():
 
 
 def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(caplog):
-    options = TrainingOptions(
+    options = TrainingOptions.of(
         micro_batch_size=4096, accum_steps=4, train_updates=2, updates_per_epoch=1
     )
     data_check.warn_before_run(1797, options)
@@ -98,7 +98,7 @@ def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(cap
     caplog.clear()
     data_check.warn_before_run(1797, TrainingOptions())  # 4 x 32: fine, silent
     assert not caplog.records
-    tuned = TrainingOptions(
+    tuned = TrainingOptions.of(
         micro_batch_size=256, accum_steps=1, tune=True, search_accum_steps=(1, 8)
     )
     assert data_check.largest_effective_batch(tuned) == 2048  # what a trial may train with

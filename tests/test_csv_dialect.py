@@ -1,4 +1,5 @@
-"""The dialect of a CSV data root (``ga_tfx.pipelines.csv_dialect``): one table, many writers.
+"""The dialect of a CSV data root (``ga_tfx.pipelines.tabular.csv_dialect``): one table, many
+writers.
 
 One ground truth, :func:`table` (40 rows of the shipped digits: integers, a decimal column, a
 text column with a non-ASCII name and value, missing cells), is written as R's ``write.csv``,
@@ -8,8 +9,8 @@ Excel in Europe (``;``, decimal comma, byte-order mark, CRLF; once in cp1252), p
 values. The error paths name their cause. Standard library only: both test environments.
 """
 
-from ga_tfx.pipelines import csv_dialect, tabular
-from ga_tfx.pipelines.csv_dialect import CsvReading
+from ga_tfx.pipelines.tabular import csv_dialect, generic
+from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 
 import codecs
 import csv
@@ -18,7 +19,8 @@ import os
 import pytest
 
 ROWS = 40
-DIGITS_CSV = os.path.join(os.path.dirname(tabular.__file__), "data", "digits", "digits.csv")
+PIPELINES = os.path.dirname(os.path.dirname(generic.__file__))
+DIGITS_CSV = os.path.join(PIPELINES, "data", "digits", "digits.csv")
 NAMES = ("pixel_10", "pixel_20", "brightness", "größe", "label")
 TYPES = ("int", "int", "float", "string", "string")
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "neuf é")
@@ -240,20 +242,20 @@ def test_the_label_check_names_the_closest_columns_and_the_missing_labels(tmp_pa
     root = tmp_path / "r"
     write(str(root / "data.csv"), "r")
     with pytest.raises(ValueError) as error:
-        tabular.check_csv_dir(str(root), "Label")
+        generic.check_csv_dir(str(root), "Label")
     message = str(error.value)
     assert message.startswith("--label 'Label' is not a column of the CSV files in ")
     listed = message.split("closest first: ")[1].rstrip(".").split(", ")
     assert listed[0] == "'label'" and sorted(listed) == sorted(repr(n) for n in NAMES)
     names, truth = table()
-    assert tabular.check_csv_dir(str(root), "größe") == sum(r[3] is not None for r in truth)
+    assert generic.check_csv_dir(str(root), "größe") == sum(r[3] is not None for r in truth)
     (root / "data.csv").write_text('"","y","x"\n"1",NA,1\n"2",NA,2\n')
     with pytest.raises(
         ValueError,
         match=r"the label column 'y' is empty or missing \(NA\) in "
         r"all 2 rows",
     ):
-        tabular.check_csv_dir(str(root), "y")
+        generic.check_csv_dir(str(root), "y")
 
 
 def test_trailing_separators_and_integers_too_long_for_int64(tmp_path):

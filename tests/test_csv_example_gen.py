@@ -8,7 +8,7 @@ other dialects read back as that table through ``csv_dialect`` alone, in
 ``tests/test_csv_dialect.py``.
 """
 
-from ga_tfx.pipelines import csv_dialect, csv_example_gen
+from ga_tfx.pipelines.tabular import csv_dialect, csv_example_gen
 
 import os
 

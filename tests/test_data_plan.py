@@ -1,4 +1,4 @@
-"""The data plan of a ``--label`` run (``pipelines/data_plan.py``), from statistics protos.
+"""The data plan of a ``--label`` run (``pipelines/tabular/data_plan.py``), from statistics protos.
 
 The statistics are built here the way StatisticsGen writes them for CsvExampleGen's examples (an
 empty cell is a feature with no value: ``tot_num_values`` counts the non-empty cells; numbers get
@@ -7,7 +7,7 @@ Python columns, so every expectation below is computed independently of the code
 (numpy on the raw values for the baselines).
 """
 
-from ga_tfx.pipelines import data_plan
+from ga_tfx.pipelines.tabular import data_plan
 
 import dataclasses
 import math

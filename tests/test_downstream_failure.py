@@ -9,7 +9,7 @@ from tfx.components.evaluator import executor as evaluator_executor
 
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # two pipeline runs
 
-OPTIONS = TrainingOptions(
+OPTIONS = TrainingOptions.of(
     accum_steps=2,
     micro_batch_size=32,
     train_updates=4,

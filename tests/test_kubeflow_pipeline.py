@@ -21,11 +21,11 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import tf
 from ga_tfx.pipelines import digits, kubeflow
 from ga_tfx.pipelines.cli import SHIPPED_DATA
-from ga_tfx.pipelines.pipeline import MODEL_FN, TrainingOptions
+from ga_tfx.pipelines.pipeline import TrainingOptions
+from ga_tfx.pipelines.user_code import DIGITS
 
 import copy
 import csv
-import dataclasses
 import difflib
 import glob
 import json
@@ -60,7 +60,7 @@ CLUSTER_PATHS = dict(
 )
 TRAINER = "GradientAccumulationTrainer"
 # The golden's options: the defaults of `ga-tfx compile --tune`.
-GOLDEN_OPTIONS = TrainingOptions(tune=True)
+GOLDEN_OPTIONS = TrainingOptions.of(tune=True)
 
 
 def compile_job(directory, options, name="job.json"):
@@ -117,7 +117,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     options = (
         GOLDEN_OPTIONS
         if tune
-        else TrainingOptions(
+        else TrainingOptions.of(
             accum_steps=3,
             micro_batch_size=24,
             train_updates=30,
@@ -166,13 +166,14 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
 
     params = trainer_parameters(spec)
     updates, updates_per_epoch = options.updates_plan()  # (None: the digits' defaults)
+    run = options.accumulation
     expected_params = dict(
-        accum_steps=options.accum_steps,
-        micro_batch_size=options.micro_batch_size,
+        accum_steps=run.accum_steps,
+        micro_batch_size=run.micro_batch_size,
         label_key=digits.LABEL_KEY,
         raw_label_key=digits.RAW_LABEL_KEY,
-        model_fn=MODEL_FN,
-        strategy=options.strategy,
+        model_fn=DIGITS.model_fn,
+        strategy=run.strategy,
         updates_per_epoch=updates_per_epoch,
         replace_batchnorm=1,
         mixed_precision="float32",
@@ -180,18 +181,19 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
         shuffle=1,
         shuffle_seed=0,
     )
-    if options.agc_clip_factor is not None:
-        expected_params["agc_clip_factor"] = options.agc_clip_factor
+    if run.agc_clip_factor is not None:
+        expected_params["agc_clip_factor"] = run.agc_clip_factor
     for name, value in expected_params.items():
         assert params.get(name) == value, name
-    assert ("agc_clip_factor" in params) == (options.agc_clip_factor is not None)
+    assert ("agc_clip_factor" in params) == (run.agc_clip_factor is not None)
     assert json.loads(params["train_args"]) == {"num_steps": updates}
-    assert json.loads(params["eval_args"]) == {"num_steps": options.eval_steps}
+    assert json.loads(params["eval_args"]) == {"num_steps": run.eval_steps}
     assert "module_file" not in params  # the model comes from the installed package
     if tune:
         tuner_config = json.loads(constant_of(tasks["Tuner"].inputs.parameters["custom_config"]))
-        assert tuner_config["ga_tfx_search"]["accum_steps"] == list(options.search_accum_steps)
-        assert tuner_config["model_fn"] == MODEL_FN
+        searched = list(options.tuning.search_accum_steps)
+        assert tuner_config["ga_tfx_search"]["accum_steps"] == searched
+        assert tuner_config["model_fn"] == DIGITS.model_fn
 
 
 # ------------------------------------------------------------------ 2. golden
@@ -268,7 +270,7 @@ def test_the_golden_comparison_sees_a_changed_accum_steps(tuned_job, tmp_path):
     job, directory = tuned_job
     changed = compile_job(
         str(tmp_path),
-        dataclasses.replace(GOLDEN_OPTIONS, accum_steps=GOLDEN_OPTIONS.accum_steps + 1),
+        TrainingOptions.of(tune=True, accum_steps=GOLDEN_OPTIONS.accumulation.accum_steps + 1),
     )
     before, after = normalize(job, [directory]), normalize(changed, [str(tmp_path)])
     assert dump(before) != dump(after)
@@ -385,7 +387,7 @@ def executor_input(component, task, inputs, outputs, output_file, overrides=None
 
 
 def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
-    options = TrainingOptions(
+    options = TrainingOptions.of(
         accum_steps=2,
         micro_batch_size=16,
         train_updates=4,

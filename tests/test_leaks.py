@@ -1,4 +1,4 @@
-"""The leak rule (``ga_tfx.pipelines.leaks``) against known leaks and honest features.
+"""The leak rule (``ga_tfx.pipelines.tabular.leaks``) against known leaks and honest features.
 
 * The Titanic's ``boat`` (a lifeboat number, recorded only for those who got into one) is a
   known leak of ``survived``: it is named, and no other column of that table is (``sex`` is the
@@ -9,7 +9,7 @@
 * The one-column model and the baseline agree with a count done by hand.
 """
 
-from ga_tfx.pipelines import csv_dialect, leaks
+from ga_tfx.pipelines.tabular import csv_dialect, leaks
 
 import random
 

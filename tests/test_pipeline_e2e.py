@@ -27,7 +27,7 @@ from tests.helpers import PIPELINE_COMPONENTS
 # The TFX pipeline end to end; its slow tests run on both TFX stacks (`stack`, tests/README.md).
 pytestmark = [pytest.mark.tfx, pytest.mark.stack]
 
-OPTIONS = TrainingOptions(
+OPTIONS = TrainingOptions.of(
     accum_steps=2,
     micro_batch_size=32,
     train_updates=8,
@@ -90,7 +90,7 @@ def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
         }
     )
     assert steps == [5, 6, 7, 8]
-    assert summary.metrics["sparse_categorical_accuracy"] >= OPTIONS.min_accuracy
+    assert summary.metrics["sparse_categorical_accuracy"] >= OPTIONS.blessing.min_accuracy
     assert summary.metrics["example_count"] > 400  # the eval split of 1797 images (1/3)
     assert summary.blessed
     assert summary.pushed_model.startswith(str(root / "serving"))

@@ -46,12 +46,15 @@ def test_cli_flags_are_the_declared_options():
         a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" run")
     )
     by_flag = {flag: a for a in run._actions for flag in a.option_strings}
-    declared = specs(TrainingOptions)
-    for name, spec in declared.items():
-        action = by_flag[spec.cli_flag(name)]
-        assert action.dest == name
-        assert action.default == defaults(TrainingOptions)[name]
-        assert spec.help in action.help
+    declared = {n: s for concern in options.CONCERNS.values() for n, s in specs(concern).items()}
+    # One declaration per setting: no name in two concerns.
+    assert len(declared) == sum(len(specs(c)) for c in options.CONCERNS.values())
+    for concern in options.CONCERNS.values():
+        for name, spec in specs(concern).items():
+            action = by_flag[spec.cli_flag(name)]
+            assert action.dest == name
+            assert action.default == defaults(concern)[name]
+            assert spec.help in action.help
     args = parser.parse_args(["run"])
     assert options.from_flags(args) == TrainingOptions()
     # A Trainer setting seen from the pipeline keeps the Trainer's rule and help.
@@ -97,7 +100,66 @@ def test_options_checked_as_a_whole_are_one_line_errors(capsys):
     assert err[-1].startswith("ga-tfx run: error: updates_per_epoch=3 must divide")
 
 
-@pytest.mark.parametrize("cls", [AccumulationSettings, TrainingOptions, AccumulationSearchSpace])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        # Each concern checks its own rules as it is made, alone.
+        (lambda: options.TuningOptions(tune_strategy="noise_scale"), "applies to a tuned run"),
+        (lambda: options.TuningOptions(tuning_target_loss=0.3), "ends the noise-scale probe"),
+        (lambda: options.CsvDataOptions(task="regression"), "apply to your own CSV data"),
+        (lambda: options.CsvDataOptions(csv_delimiter="tab"), "csv_delimiter applies to your"),
+        (lambda: options.CsvDataOptions(label="y", exclude_columns=("y",)), "holds the label"),
+        (
+            lambda: options.CsvDataOptions(label="y", module_file="m.py", exclude_columns=("a",)),
+            "applies to the generic model",
+        ),
+        # The rules across two concerns: checked by TrainingOptions.
+        (
+            lambda: options.TrainingOptions(
+                accumulation=options.AccumulationOptions(accum_steps=1),
+                tuning=options.TuningOptions(tune=True, tune_strategy="noise_scale"),
+            ),
+            "accum_steps=1: tune_strategy 'noise_scale' probes",
+        ),
+        (
+            lambda: options.TrainingOptions.of(tune=True, accum_schedule="0:2,10:4"),
+            "accum_schedule='0:2,10:4' and tune",
+        ),
+        (
+            lambda: options.TrainingOptions.of(label="y", task="regression", module_file="m.py"),
+            "a module_file regression is blessed only past an explicit threshold",
+        ),
+        (lambda: options.TrainingOptions.of(train_updates=30), "updates_per_epoch=20 must divide"),
+        (lambda: options.TrainingOptions.of(acum_steps=2), r"Unknown option\(s\) \['acum_steps'\]"),
+    ],
+)
+def test_each_rule_is_checked_by_its_concern(make, match):
+    with pytest.raises(SettingError, match=match):
+        make()
+
+
+def test_options_of_flat_names_hand_each_to_its_concern():
+    made = options.TrainingOptions.of(
+        accum_steps=2, tune=True, label="y", csv_delimiter="tab", max_rmse=1.5, task="regression"
+    )
+    assert made.accumulation == options.AccumulationOptions(accum_steps=2)
+    assert made.tuning == options.TuningOptions(tune=True)
+    assert made.csv == options.CsvDataOptions(label="y", csv_delimiter="tab", task="regression")
+    assert made.blessing == options.BlessingOptions(max_rmse=1.5)
+    # The flags, each to its concern.
+    flags = ["run", "--accum-steps", "3", "--tune", "--label", "y", "--min-accuracy", "0.5"]
+    parsed = options.from_flags(cli.build_parser().parse_args(flags))
+    assert parsed == options.TrainingOptions.of(
+        accum_steps=3, tune=True, label="y", min_accuracy=0.5
+    )
+    assert parsed.blessing.min_accuracy == 0.5 and parsed.csv.label == "y"
+    # Without --label the digits evaluate every 20 updates; with it, 30 updates in one epoch pass.
+    assert options.TrainingOptions.of(label="y", train_updates=30).updates_plan() == (30, 30)
+
+
+@pytest.mark.parametrize(
+    "cls", [AccumulationSettings, *options.CONCERNS.values(), AccumulationSearchSpace]
+)
 def test_every_field_is_declared_with_help(cls):
     import dataclasses
 

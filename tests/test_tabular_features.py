@@ -1,4 +1,4 @@
-"""What the generic module makes of a cell (``pipelines/tabular.py``), without Beam.
+"""What the generic module makes of a cell (``pipelines/tabular/generic.py``), without Beam.
 
 ``numeric_features`` gets the training statistics that TFT's analyzers would compute (here
 from numpy on a known training column), so each feature is checked against a direct numpy
@@ -8,7 +8,7 @@ encoding, and the time features of a timestamp. The whole Transform runs in the 
 (``tests/test_any_csv.py``).
 """
 
-from ga_tfx.pipelines import tabular
+from ga_tfx.pipelines.tabular import generic
 
 import datetime
 
@@ -22,7 +22,7 @@ TRAIN = np.random.RandomState(0).gamma(2.0, 5.0, size=1000).astype(np.float32)
 
 
 def _statistics(values):
-    q = np.quantile(values, np.linspace(0, 1, tabular.QUANTILE_BUCKETS + 1))[1:-1]
+    q = np.quantile(values, np.linspace(0, 1, generic.QUANTILE_BUCKETS + 1))[1:-1]
     return dict(
         boundaries=tf.constant(q, tf.float32),
         low=float(values.min()),
@@ -34,7 +34,7 @@ def _statistics(values):
 def _features(cells, statistics, missing_indicator=True, timestamp_scale=None, dtype=tf.float32):
     raw = tf.constant([[0 if c is None else c] for c in cells], dtype)
     present = tf.constant([[c is not None] for c in cells])
-    return tabular.numeric_features(
+    return generic.numeric_features(
         raw,
         present,
         missing_indicator=missing_indicator,
@@ -47,22 +47,22 @@ def test_an_extreme_value_reaches_the_model_clipped():
     stats = _statistics(TRAIN)
     out = _features([1e12, -1e12, 3.0e38], stats)
     assert np.isfinite(out).all()
-    assert out[:, 0].tolist() == [tabular.CLIP, -tabular.CLIP, tabular.CLIP]
-    encoding = out[:, 1 : 1 + tabular.QUANTILE_BUCKETS]
+    assert out[:, 0].tolist() == [generic.CLIP, -generic.CLIP, generic.CLIP]
+    encoding = out[:, 1 : 1 + generic.QUANTILE_BUCKETS]
     assert encoding.min() >= 0.0 and encoding.max() <= 1.0
-    assert encoding[0].tolist() == [1.0] * tabular.QUANTILE_BUCKETS  # above every quantile
-    assert encoding[1].tolist() == [0.0] * tabular.QUANTILE_BUCKETS
+    assert encoding[0].tolist() == [1.0] * generic.QUANTILE_BUCKETS  # above every quantile
+    assert encoding[1].tolist() == [0.0] * generic.QUANTILE_BUCKETS
 
 
 def test_a_value_is_scaled_by_the_training_median_and_iqr():
     stats = _statistics(TRAIN)
-    q = np.quantile(TRAIN, np.linspace(0, 1, tabular.QUANTILE_BUCKETS + 1))
-    median, iqr = q[tabular.QUANTILE_BUCKETS // 2], q[15] - q[5]
+    q = np.quantile(TRAIN, np.linspace(0, 1, generic.QUANTILE_BUCKETS + 1))
+    median, iqr = q[generic.QUANTILE_BUCKETS // 2], q[15] - q[5]
     out = _features([12.5], stats)
     assert out[0, 0] == pytest.approx((12.5 - median) / (iqr / 1.349), rel=1e-5)
     edges = np.concatenate([[TRAIN.min()], q[1:-1], [TRAIN.max()]])
     expected = np.clip((12.5 - edges[:-1]) / (edges[1:] - edges[:-1]), 0, 1)
-    np.testing.assert_allclose(out[0, 1 : 1 + tabular.QUANTILE_BUCKETS], expected, rtol=1e-5)
+    np.testing.assert_allclose(out[0, 1 : 1 + generic.QUANTILE_BUCKETS], expected, rtol=1e-5)
     assert out[0, -1] == 0.0  # present: the missing flag is off
 
 
@@ -81,8 +81,8 @@ def test_a_column_without_spread_scales_by_its_standard_deviation_and_steps():
     mostly_zero = np.array([0.0] * 900 + list(np.linspace(1, 10, 100)), np.float32)
     stats = _statistics(mostly_zero)  # IQR 0: quantiles 5 %..90 % are all 0
     out = _features([0.0, 5.0], stats)
-    assert out[1, 0] == pytest.approx(min(5.0 / mostly_zero.std(), tabular.CLIP), rel=1e-5)
-    encoding = out[:, 1 : 1 + tabular.QUANTILE_BUCKETS]
+    assert out[1, 0] == pytest.approx(min(5.0 / mostly_zero.std(), generic.CLIP), rel=1e-5)
+    encoding = out[:, 1 : 1 + generic.QUANTILE_BUCKETS]
     assert np.isfinite(out).all() and encoding.min() >= 0.0 and encoding.max() <= 1.0
     # The zero-width segments [0, 0] are the step "above 0" (a tip was given, or not).
     assert encoding[0, :17].tolist() == [0.0] * 17
@@ -103,13 +103,13 @@ def test_a_timestamp_gets_its_hour_and_weekday_in_utc():
 
 def test_text_cells_empty_blank_and_numeric_codes():
     sparse = tf.sparse.SparseTensor([[0, 0], [2, 0]], tf.constant(["Cash", "  "]), [3, 1])
-    assert tabular._text(sparse).numpy().ravel().tolist() == [
+    assert generic._text(sparse).numpy().ravel().tolist() == [
         b"Cash",
-        tabular.MISSING_TOKEN.encode(),
-        tabular.MISSING_TOKEN.encode(),
+        generic.MISSING_TOKEN.encode(),
+        generic.MISSING_TOKEN.encode(),
     ]
     codes = tf.sparse.SparseTensor([[1, 0]], tf.constant([17031081000.0], tf.float64), [2, 1])
-    assert tabular._text(codes).numpy().ravel().tolist() == [
-        tabular.MISSING_TOKEN.encode(),
+    assert generic._text(codes).numpy().ravel().tolist() == [
+        generic.MISSING_TOKEN.encode(),
         b"17031081000",
     ]

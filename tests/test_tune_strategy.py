@@ -17,7 +17,13 @@ from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.pipelines import cli, tuning_report
 from ga_tfx.pipelines import pipeline as pipeline_lib
-from ga_tfx.pipelines.options import TrainingOptions
+from ga_tfx.pipelines.options import (
+    CONCERNS,
+    AccumulationOptions,
+    TrainingOptions,
+    TuningOptions,
+)
+from ga_tfx.pipelines.parts import training
 
 import csv
 import dataclasses
@@ -114,17 +120,17 @@ def test_the_noise_scale_kind_rejects_what_it_cannot_do(kwargs, match):
 
 def test_tune_strategy_and_seed_options_are_checked():
     with pytest.raises(ValueError, match=r"tune_strategy='noise_scale' applies to a tuned run"):
-        TrainingOptions(tune_strategy="noise_scale")
+        TrainingOptions.of(tune_strategy="noise_scale")
     with pytest.raises(ValueError, match=r"accum_steps=1: tune_strategy 'noise_scale' probes"):
-        TrainingOptions(tune=True, tune_strategy="noise_scale", accum_steps=1)
+        TrainingOptions.of(tune=True, tune_strategy="noise_scale", accum_steps=1)
     with pytest.raises(ValueError, match=r"tune_strategy must be one of 'search', 'noise_scale'"):
-        TrainingOptions(tune=True, tune_strategy="grid")
+        TrainingOptions.of(tune=True, tune_strategy="grid")
     with pytest.raises(ValueError, match=r"seed must be an integer >= 0 .*got -1"):
-        TrainingOptions(seed=-1)
+        TrainingOptions.of(seed=-1)
     args = cli.build_parser().parse_args(
         ["run", "--tune", "--tune-strategy", "noise_scale", "--seed", "7"]
     )
-    assert cli.training_options(args) == TrainingOptions(
+    assert cli.training_options(args) == TrainingOptions.of(
         tune=True, tune_strategy="noise_scale", seed=7
     )
 
@@ -138,7 +144,7 @@ def _components(options, tmp_path):
 
 def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
     parts = _components(
-        TrainingOptions(
+        TrainingOptions.of(
             tune=True, tune_strategy="noise_scale", seed=3, search_accum_steps=(1, 2, 4, 8)
         ),
         tmp_path,
@@ -146,9 +152,9 @@ def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
     config = json.loads(parts["Tuner"].exec_properties["custom_config"])
     assert config["tuner"] == {
         "kind": "noise_scale",
-        "objective": pipeline_lib.TUNER_OBJECTIVE,
+        "objective": training.TUNER_OBJECTIVE,
         "seed": 3,
-        "trials_file": pipeline_lib.trials_file(str(tmp_path / "root")),
+        "trials_file": training.trials_file(str(tmp_path / "root")),
     }
     # The probe runs the Trainer's settings: its accum_steps, AGC factor and data order.
     assert config["ga_tfx"]["accum_steps"] == 4 and config["ga_tfx"]["agc_clip_factor"] == 0.08
@@ -158,7 +164,7 @@ def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
     trainer = parts["GradientAccumulationTrainer"].exec_properties
     assert trainer["shuffle_seed"] == 3
     assert "shuffle_buffer" not in trainer  # the shipped digits: tfx_bsl's default buffer
-    searched = _components(TrainingOptions(tune=True, seed=5), tmp_path)
+    searched = _components(TrainingOptions.of(tune=True, seed=5), tmp_path)
     config = json.loads(searched["Tuner"].exec_properties["custom_config"])
     assert config["tuner"]["seed"] == 5 and config["tuner"]["max_trials"] == 3
     assert "kind" not in config["tuner"] and config["ga_tfx_search"]["agc_clip_factor"]
@@ -190,17 +196,18 @@ def test_every_option_that_is_a_trainer_setting_reaches_the_trainer_and_the_prob
 
     carried = {
         f.name: f.metadata[SOURCE_KEY][1]
-        for f in dataclasses.fields(TrainingOptions)
+        for concern in CONCERNS.values()
+        for f in dataclasses.fields(concern)
         if f.metadata.get(SOURCE_KEY, (None,))[0] is AccumulationSettings
     }
     assert set(carried) == set(NOT_THE_DEFAULTS)
-    defaults = TrainingOptions()
+    defaults = AccumulationOptions()
     assert all(getattr(defaults, name) != v for name, v in NOT_THE_DEFAULTS.items())
     no_schedule = dict(NOT_THE_DEFAULTS, accum_schedule=None)
-    parts = _components(TrainingOptions(**NOT_THE_DEFAULTS), tmp_path)
+    parts = _components(TrainingOptions.of(**NOT_THE_DEFAULTS), tmp_path)
     trainer = parts["GradientAccumulationTrainer"].exec_properties
     probed = _components(
-        TrainingOptions(tune=True, tune_strategy="noise_scale", **no_schedule), tmp_path
+        TrainingOptions.of(tune=True, tune_strategy="noise_scale", **no_schedule), tmp_path
     )
     probe = json.loads(probed["Tuner"].exec_properties["custom_config"])["ga_tfx"]
     for option, name in carried.items():
@@ -247,13 +254,13 @@ def test_a_bad_tuning_target_loss_is_an_error_naming_it(flag, match, capsys):
 def test_a_tuning_target_loss_without_the_probe_is_an_error(kwargs, match):
     """It ends the probe: a search (or no tuning) would silently ignore it."""
     with pytest.raises(ValueError, match=r"tuning_target_loss=0.3 ends the noise-scale probe: "):
-        TrainingOptions(tuning_target_loss=0.3, **kwargs)
+        TrainingOptions.of(tuning_target_loss=0.3, **kwargs)
     with pytest.raises(ValueError, match=match):
-        TrainingOptions(tuning_target_loss=0.3, **kwargs)
+        TrainingOptions.of(tuning_target_loss=0.3, **kwargs)
     args = cli.build_parser().parse_args(
         ["run", "--tune", "--tune-strategy", "noise_scale", "--tuning-target-loss", "0.3"]
     )
-    assert cli.training_options(args) == TrainingOptions(
+    assert cli.training_options(args) == TrainingOptions.of(
         tune=True, tune_strategy="noise_scale", tuning_target_loss=0.3
     )
     # The Tuner's own check (custom_config written by hand): the probe only, with evaluation.
@@ -278,16 +285,17 @@ def test_every_option_that_is_a_tuner_option_reaches_the_probe(tmp_path):
 
     carried = {
         f.name: f.metadata[SOURCE_KEY][1]
-        for f in dataclasses.fields(TrainingOptions)
+        for concern in CONCERNS.values()
+        for f in dataclasses.fields(concern)
         if f.metadata.get(SOURCE_KEY, (None,))[0] is TunerOptions
     }
     assert set(carried) == set(TUNER_NOT_THE_DEFAULTS)
-    defaults = TrainingOptions()
+    defaults = TuningOptions()
     assert all(getattr(defaults, name) != v for name, v in TUNER_NOT_THE_DEFAULTS.items())
-    options = TrainingOptions(tune=True, tune_strategy="noise_scale", **TUNER_NOT_THE_DEFAULTS)
+    options = TrainingOptions.of(tune=True, tune_strategy="noise_scale", **TUNER_NOT_THE_DEFAULTS)
     tuner = _components(options, tmp_path)["Tuner"]
     config = json.loads(tuner.exec_properties["custom_config"])
-    parsed = tuner_fn.parse_config(config, eval_steps=options.eval_steps)
+    parsed = tuner_fn.parse_config(config, eval_steps=options.accumulation.eval_steps)
     for option, name in carried.items():
         assert config["tuner"][name] == TUNER_NOT_THE_DEFAULTS[option], name
         assert getattr(parsed, name) == TUNER_NOT_THE_DEFAULTS[option], name
@@ -519,7 +527,7 @@ def _ga_tfx_run(output_dir, *flags):
 
 def _search(output_dir, stdout):
     """(each trial's id, values and score; the tuned line) of a run."""
-    records = tuning_report.read_trials(pipeline_lib.trials_file(str(output_dir / "root")))
+    records = tuning_report.read_trials(training.trials_file(str(output_dir / "root")))
     trials = sorted((r["trial_id"], r["values"], r["score"]) for r in records)
     tuned = next(line for line in stdout.splitlines() if line.startswith("tuned:"))
     return trials, tuned
@@ -538,7 +546,7 @@ def test_two_fresh_runs_of_the_same_tune_command_agree_and_seed_changes_them(tmp
 @pytest.mark.slow  # a pipeline run
 def test_a_noise_scale_run_trains_with_the_recommended_accum_steps(tmp_path):
     out = _ga_tfx_run(tmp_path, "--tune-strategy", "noise_scale", "--accum-steps", "4")
-    record = tuning_report.read_trials(pipeline_lib.trials_file(str(tmp_path / "root")))[0]
+    record = tuning_report.read_trials(training.trials_file(str(tmp_path / "root")))[0]
     rec = record["probe"]["recommendation"]
     assert record["values"]["accum_steps"] == 4  # the probe ran at --accum-steps
     assert len(record["probe"]["curve"]) == 2  # --tuning-updates

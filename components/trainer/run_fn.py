@@ -100,11 +100,73 @@ def train_and_export(
     ``serving_default`` (see :mod:`~ga_tfx.components.trainer.export`), if it has one.
     Raises :class:`~ga_tfx.components.trainer.preemption.TrainingInterrupted` after saving a
     checkpoint when a stop is requested.
+
+    The steps, each a function of its own: :func:`run_settings`, :func:`run_strategy`,
+    :func:`fit_memory_budget`, :func:`resume_directory_of`, :func:`build_model_in`,
+    :func:`train`, :func:`export_model`, :func:`record`.
     """
+    run = run_settings(fn_args, settings)
+    strategy = run_strategy(run.settings, run.updates)
+    schema, transform_output = data.schema_and_transform(fn_args)
+    run, choice = fit_memory_budget(fn_args, run, schema, build_model, transform_output, strategy)
+    settings = run.settings
+    resume_dir = resume_directory_of(fn_args, run, model_identity)
+    signals = contextlib.nullcontext(stop) if stop is not None else preemption.stop_on_signals()
+    with signals as stop, model_lib.mixed_precision_policy(settings.mixed_precision):
+        model = build_model_in(strategy, build_model, run, fn_args.base_model, transform_output)
+        checkpoint = checkpoints.UpdateCheckpoint(
+            model,
+            resume_dir,
+            total_updates=run.updates,
+            every_updates=settings.checkpoint_every_updates,
+            every_seconds=settings.checkpoint_every_seconds,
+            stop=stop,
+        )
+        logger = run_log.AccumulationLogger(
+            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_updates=run.updates
+        )
+        try:
+            resumed, metrics = train(model, fn_args, run, schema, checkpoint, logger)
+            checkpoint.finish()  # the final state: an export killed later re-runs from here
+            plain = export_model(
+                model, fn_args, settings, schema, transform_output, make_serving_fn
+            )
+            checkpoint.finish()  # a stop requested during the export: keep the checkpoints
+        finally:
+            checkpoint.close()
+    record(fn_args, run, strategy, resume_dir, model, logger, resumed, metrics, choice)
+    return plain
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What one Trainer run trains: its ``settings`` (the Tuner's hyperparameters applied),
+    the ``hparams`` dict ``build_model`` gets, ``updates`` (``train_args.num_steps``: windows)
+    and ``per_epoch`` (windows between two evaluations)."""
+
+    settings: settings_lib.AccumulationSettings
+    hparams: dict
+    updates: int
+    per_epoch: int
+
+
+def run_settings(fn_args, settings) -> Run:
+    """Step 1, settings: the Tuner's hyperparameters over ``settings`` (precedence in the
+    module docstring) and the run's length from ``fn_args.train_steps``; ``SettingError`` when
+    ``updates_per_epoch`` does not divide it."""
     settings = settings.with_hyperparameters(fn_args.hyperparameters)
-    hparams = settings_lib.hyperparameter_values(fn_args.hyperparameters)
     updates = fn_args.train_steps
-    per_epoch = settings_lib.check_updates(updates, settings.updates_per_epoch)
+    return Run(
+        settings=settings,
+        hparams=settings_lib.hyperparameter_values(fn_args.hyperparameters),
+        updates=updates,
+        per_epoch=settings_lib.check_updates(updates, settings.updates_per_epoch),
+    )
+
+
+def run_strategy(settings, updates: int):
+    """Step 2, strategy: the ``tf.distribute`` strategy of ``settings.strategy``; ``ValueError``
+    when a micro-batch would leave a replica without an example."""
     strategy = distribution.make_strategy(settings.strategy)
     if settings.micro_batch_size < strategy.num_replicas_in_sync:
         raise ValueError(
@@ -119,123 +181,130 @@ def train_and_export(
         updates,
         settings.effective_batch_size,
     )
+    return strategy
 
-    schema, transform_output = data.schema_and_transform(fn_args)
-    choice = None
-    if settings.memory_budget:  # the micro-batch that fits, the effective batch kept
-        choice = _fit_micro_batch(
-            fn_args, settings, schema, build_model, hparams, transform_output, strategy
-        )
-        settings = dataclasses.replace(
-            settings, micro_batch_size=choice.micro_batch, accum_steps=choice.accum_steps
-        )
-        logging.info("ga_tfx: memory budget: %s", choice.explain())
-    evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
-    resume_dir = checkpoints.resume_directory(
+
+def resume_directory_of(fn_args, run: Run, model_identity: str) -> str:
+    """Step 3, resume: the checkpoint directory this training shares with its earlier
+    attempts, keyed by the model code, its settings, inputs and length
+    (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`)."""
+    return checkpoints.resume_directory(
         fn_args.model_run_dir,
         dict(
             model=model_identity,
-            settings=settings.to_exec_properties(),
-            hparams=hparams,
+            settings=run.settings.to_exec_properties(),
+            hparams=run.hparams,
             train_files=fn_args.train_files,
             eval_files=fn_args.eval_files,
             transform_graph=fn_args.transform_graph_path,
             schema=fn_args.schema_path,
             base_model=fn_args.base_model,
-            updates=updates,
+            updates=run.updates,
             eval_steps=fn_args.eval_steps,
         ),
-        settings.resume_root,
+        run.settings.resume_root,
     )
-    signals = contextlib.nullcontext(stop) if stop is not None else preemption.stop_on_signals()
-    with signals as stop, model_lib.mixed_precision_policy(settings.mixed_precision):
-        with strategy.scope():
-            model = model_lib.accumulation_model(
-                build_model,
-                hparams,
-                settings,
-                base_model_dir=fn_args.base_model,
-                transform_output=transform_output,
-            )
-        checkpoint = checkpoints.UpdateCheckpoint(
+
+
+def build_model_in(strategy, build_model, run: Run, base_model_dir, transform_output):
+    """Step 4, build: the user's model, AccumBN in, warm-started from ``base_model_dir``,
+    wrapped for accumulation, under ``strategy``'s scope
+    (:func:`~ga_tfx.components.trainer.model.accumulation_model`)."""
+    with strategy.scope():
+        return model_lib.accumulation_model(
+            build_model,
+            run.hparams,
+            run.settings,
+            base_model_dir=base_model_dir,
+            transform_output=transform_output,
+        )
+
+
+def train(model, fn_args, run: Run, schema, checkpoint, logger):
+    """Step 5, train: restores the latest checkpoint, then ``fit`` of the windows not done
+    (:func:`_train`, again after an out-of-memory recovery); returns (the update resumed from,
+    0 for none; the last epoch's logs)."""
+    settings = run.settings
+    evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
+    resumed = checkpoint.restore()
+    if resumed:
+        logging.info("ga_tfx: resuming from update %d of %d", resumed, run.updates)
+    callbacks = _callbacks(fn_args.model_run_dir, logger, checkpoint)
+    # After an out-of-memory recovery (the window discarded, the micro-batch halved: same
+    # samples per update) fit cannot read the window again: the plan again, from the first
+    # window not done (recovery.replay).
+    metrics = recovery.replay(
+        lambda: _train(
             model,
-            resume_dir,
-            total_updates=updates,
-            every_updates=settings.checkpoint_every_updates,
-            every_seconds=settings.checkpoint_every_seconds,
-            stop=stop,
-        )
-        logger = run_log.AccumulationLogger(
-            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_updates=updates
-        )
-        try:
-            resumed = checkpoint.restore()
-            if resumed:
-                logging.info("ga_tfx: resuming from update %d of %d", resumed, updates)
-            # After an out-of-memory recovery (the window discarded, the micro-batch halved:
-            # same samples per update) fit cannot read the window again: the plan again, from
-            # the first window not done (recovery.replay).
-            metrics = recovery.replay(
-                lambda: _train(
-                    model,
-                    fn_args,
-                    settings,
-                    schema,
-                    evaluation,
-                    checkpoint,
-                    updates,
-                    per_epoch,
-                    _callbacks(fn_args.model_run_dir, logger, checkpoint),
-                ),
-                lambda error, pending: logging.warning("ga_tfx: %s", error),
-            )
-            checkpoint.finish()  # the final state: an export killed later re-runs from here
-            plain = ga_tfx.unwrap_model(model)
-            raw_label_keys = (
-                (settings.raw_label_key,)
-                if settings.raw_label_key
-                else export.label_only_raw_features(transform_output, settings.label_key)
-            )
-            export.export_serving_model(
-                plain,
-                fn_args.serving_model_dir,
-                transform_output,
-                schema,
-                raw_label_keys,
-                make_serving_fn,
-            )
-            checkpoint.finish()  # a stop requested during the export: keep the checkpoints
-        finally:
-            checkpoint.close()
-    if distribution.is_chief(strategy):  # multi-worker: the other workers never wrote there
-        fileio.rmtree(resume_dir)  # exported: a later run of the same training starts over
+            fn_args,
+            settings,
+            schema,
+            evaluation,
+            checkpoint,
+            run.updates,
+            run.per_epoch,
+            callbacks,
+        ),
+        lambda error, pending: logging.warning("ga_tfx: %s", error),
+    )
+    return resumed, metrics
+
+
+def export_model(model, fn_args, settings, schema, transform_output, make_serving_fn):
+    """Step 6, export: the unwrapped model to ``fn_args.serving_model_dir`` with
+    ``serving_default`` (raw tf.Example in) and ``transform_features``; returns it."""
+    plain = ga_tfx.unwrap_model(model)
+    raw_label_keys = (
+        (settings.raw_label_key,)
+        if settings.raw_label_key
+        else export.label_only_raw_features(transform_output, settings.label_key)
+    )
+    export.export_serving_model(
+        plain, fn_args.serving_model_dir, transform_output, schema, raw_label_keys, make_serving_fn
+    )
+    return plain
+
+
+def record(fn_args, run: Run, strategy, resume_dir, model, logger, resumed, metrics, choice):
+    """Step 7, record: on the chief (multi-worker: the other workers never wrote there), the
+    checkpoints deleted (exported: a later run of the same training starts over) and the run
+    record written to ``fn_args.model_run_dir`` (:mod:`~ga_tfx.components.trainer.run_record`).
+    ``resumed``: the update the run resumed from (0: none); ``metrics``: the last epoch's logs;
+    ``choice``: the memory budget's (None: no budget)."""
+    settings, core = run.settings, model.window_core
+    if distribution.is_chief(strategy):
+        fileio.rmtree(resume_dir)
         run_record.write(
             fn_args.model_run_dir,
             run_record.RunRecord(
-                updates=updates,
-                updates_this_run=updates - resumed,
+                updates=run.updates,
+                updates_this_run=run.updates - resumed,
                 resumed_from_update=resumed or None,
                 effective_batch_size=settings.effective_batch_size,
                 micro_batch_size=settings.micro_batch_size,
                 accum_steps=settings.accum_steps,
                 replicas=strategy.num_replicas_in_sync,
-                skipped_windows=model.window_core.skipped_windows if model.window_core else 0,
+                skipped_windows=core.skipped_windows if core else 0,
                 samples_per_second=logger.samples_per_second,
                 final_metrics=metrics,
                 noise_scale=logger.noise_scale,
                 accum_schedule_used=logger.schedule_used or None,
-                micro_batch_split=model.window_core.micro_batch_split if model.window_core else 1,
+                micro_batch_split=core.micro_batch_split if core else 1,
                 micro_batch_choice=choice.explain() if choice is not None else None,
                 stack=stack.versions(),
             ),
         )
-    return plain
 
 
-def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_output, strategy):
-    """The micro-batch that fits ``settings.memory_budget`` (:func:`ga_tfx.fit_micro_batch`),
-    measured on the first effective batch of training examples with the user's model (built
-    once for the probe, under the run's strategy and dtype policy; per device)."""
+def fit_memory_budget(fn_args, run: Run, schema, build_model, transform_output, strategy):
+    """Step 2b, memory budget: with ``settings.memory_budget``, ``run`` with the micro-batch
+    that fits it and the effective batch kept (:func:`ga_tfx.fit_micro_batch`), and the choice;
+    else ``(run, None)``. Measured on the first effective batch of training examples with the
+    user's model (built once for the probe, under the run's strategy and dtype policy; per
+    device)."""
+    settings = run.settings
+    if not settings.memory_budget:
+        return run, None
     examples = data.micro_batches(fn_args, fn_args.train_files, settings, schema, False).take(
         settings.accum_steps
     )
@@ -243,8 +312,8 @@ def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_
     x = tf.nest.map_structure(lambda *t: tf.concat(t, 0), *[p[0] for p in parts])
     y = tf.concat([p[1] for p in parts], 0)
     with model_lib.mixed_precision_policy(settings.mixed_precision), strategy.scope():
-        probe = user_module.call_build_model(build_model, hparams, transform_output)
-        return ga_tfx.fit_micro_batch(
+        probe = user_module.call_build_model(build_model, run.hparams, transform_output)
+        choice = ga_tfx.fit_micro_batch(
             probe,
             x,
             y,
@@ -252,6 +321,11 @@ def _fit_micro_batch(fn_args, settings, schema, build_model, hparams, transform_
             settings.memory_budget,
             replicas=strategy.num_replicas_in_sync,
         )
+    logging.info("ga_tfx: memory budget: %s", choice.explain())
+    fitted = dataclasses.replace(
+        settings, micro_batch_size=choice.micro_batch, accum_steps=choice.accum_steps
+    )
+    return dataclasses.replace(run, settings=fitted), choice
 
 
 def _callbacks(model_run_dir, logger, checkpoint):

@@ -33,7 +33,7 @@ MUTATIONS = [
     ),
     Mutation(
         "shuffle.label_run_keeps_the_small_default_buffer",
-        "pipelines/pipeline.py",
+        "pipelines/parts/training.py",
         'settings["shuffle_buffer"] = LABEL_SHUFFLE_BUFFER',
         'settings["shuffle_buffer"] = None',
         ("tests/test_any_csv.py", "-k", "scores_the_baseline"),
@@ -62,8 +62,8 @@ MUTATIONS = [
     Mutation(
         "options.updates_per_pass_rounded_down",  # the last rows of a pass never trained on
         "pipelines/options.py",
-        "per_pass = -(-train_rows // (self.accum_steps * self.micro_batch_size))",
-        "per_pass = train_rows // (self.accum_steps * self.micro_batch_size)",
+        "per_pass = -(-train_rows // (run.accum_steps * run.micro_batch_size))",
+        "per_pass = train_rows // (run.accum_steps * run.micro_batch_size)",
         ("tests/test_any_csv.py", "-k", "training_length_rule"),
     ),
     Mutation(

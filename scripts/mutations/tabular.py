@@ -21,7 +21,7 @@ MUTATIONS = [
     ),
     Mutation(
         "plan.identifier_rule_off",
-        "pipelines/data_plan.py",
+        "pipelines/tabular/data_plan.py",
         "if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION"
         " * present:",
         "if False:",
@@ -29,35 +29,35 @@ MUTATIONS = [
     ),
     Mutation(
         "plan.codes_are_quantities",
-        "pipelines/data_plan.py",
+        "pipelines/tabular/data_plan.py",
         "            and (stats.max - stats.min) < CODE_MAX_RELATIVE_SPREAD * size\n",
         "            and False\n",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "plan.no_timestamps",
-        "pipelines/data_plan.py",
+        "pipelines/tabular/data_plan.py",
         "            if whole and low <= stats.min and stats.max <= high:\n",
         "            if False:\n",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "plan.almost_empty_kept",
-        "pipelines/data_plan.py",
+        "pipelines/tabular/data_plan.py",
         "if feature is None or present < max(1, MIN_PRESENT_FRACTION * rows):",
         "if feature is None or present < 1:",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "tabular.not_clipped",
-        "pipelines/tabular.py",
+        "pipelines/tabular/generic.py",
         "parts = [tf.clip_by_value((x - median) / scale, -CLIP, CLIP)]",
         "parts = [(x - median) / scale]",
         ("tests/test_tabular_features.py",),
     ),
     Mutation(
         "tabular.scaled_by_the_iqr_itself",
-        "pipelines/tabular.py",
+        "pipelines/tabular/generic.py",
         "scale = tf.where(iqr > 0, iqr / 1.349, tf.where(std > 0, std, 1.0))",
         "scale = tf.where(iqr > 0, iqr, tf.where(std > 0, std, 1.0))",
         ("tests/test_tabular_features.py",),
@@ -127,7 +127,7 @@ MUTATIONS = [
     ),
     Mutation(
         "csv.example_gen_ignores_the_dialect",
-        "pipelines/csv_example_gen.py",
+        "pipelines/tabular/csv_example_gen.py",
         "            dialect = csv_dialect.read(files, reading, _opener)\n",
         "            dialect = csv_dialect.read(files, csv_dialect.CsvReading("
         "csv_delimiter='comma', csv_decimal='point', csv_row_numbers='keep'), _opener)\n",
@@ -135,7 +135,7 @@ MUTATIONS = [
     ),
     Mutation(
         "csv.label_columns_not_closest_first",
-        "pipelines/tabular.py",
+        "pipelines/tabular/generic.py",
         "return [repr(n) for n in sorted(names, key=lambda n: -likeness(n))]",
         "return [repr(n) for n in names]",
         ("tests/test_csv_dialect.py", "-k", "label_check"),
@@ -149,28 +149,28 @@ MUTATIONS = [
     ),
     Mutation(
         "leaks.bar_too_low",
-        "pipelines/leaks.py",
+        "pipelines/tabular/leaks.py",
         "LEAK_SHARE = 0.1  #",
         "LEAK_SHARE = 0.5  #",
         ("tests/test_leaks.py",),
     ),
     Mutation(
         "leaks.never_reported",
-        "pipelines/leaks.py",
+        "pipelines/tabular/leaks.py",
         "if error <= LEAK_SHARE * baseline:",
         "if error < 0:",
         ("tests/test_leaks.py",),
     ),
     Mutation(
         "leaks.numbers_as_categories",
-        "pipelines/leaks.py",
+        "pipelines/tabular/leaks.py",
         "    if not numeric:\n",
         "    if True:\n",
         ("tests/test_leaks.py",),
     ),
     Mutation(
         "leaks.excluded_columns_kept",
-        "pipelines/data_plan.py",
+        "pipelines/tabular/data_plan.py",
         "        if feature.name in exclude:\n",
         "        if False:\n",
         ("tests/test_data_plan.py", "-k", "excluded"),
@@ -184,7 +184,7 @@ MUTATIONS = [
     ),
     Mutation(
         "plan_check.emptied_split_blamed_on_size",  # not on the label that emptied it
-        "pipelines/plan_check.py",
+        "pipelines/tabular/plan_check.py",
         "effective_batch_size, unlabeled=unlabeled, label=label",
         "effective_batch_size, label=label",
         ("tests/test_any_csv.py", "-k", "emptied_by_the_label"),

@@ -2,7 +2,7 @@
 
 ``ga-tfx run --data-root DIR --label COLUMN [--task classification|regression]`` uses this module
 (by dotted path, like the digits code). Column types come from the data (CsvExampleGen and
-SchemaGen infer them); the data plan (:mod:`ga_tfx.pipelines.data_plan`, made from the
+SchemaGen infer them); the data plan (:mod:`ga_tfx.pipelines.tabular.data_plan`, made from the
 statistics of the training split and handed over in ``custom_config``) says what each column
 is. Transform turns every column but the label into one float vector, with statistics of the
 **training split** only:
@@ -32,7 +32,7 @@ the Transform output, so it takes ``build_model(hparams, transform_output)``.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
-from ga_tfx.pipelines import data_plan
+from ga_tfx.pipelines.tabular import data_plan
 
 from typing import Any, Dict, Mapping, Optional
 
@@ -46,7 +46,7 @@ QUANTILE_BUCKETS = 20  # piecewise-linear encoding of a number over training qua
 CLIP = 5.0  # the robustly scaled value is clipped to [-CLIP, CLIP]
 MISSING_TOKEN = data_plan.MISSING_TOKEN
 # Transform's custom_config keys (set by the pipeline from --label and --task; the plan is
-# added by ga_tfx.pipelines.planned_transform at run time).
+# added by ga_tfx.pipelines.tabular.planned_transform at run time).
 LABEL_CONFIG, TASK_CONFIG, PLAN_CONFIG = "label", "task", "data_plan"
 # The generic model's defaults (hparams may override them).
 UNITS, LAYERS, DROPOUT, LEARNING_RATE = 64, 2, 0.3, 1e-3
@@ -238,7 +238,7 @@ def build_model(hparams: Dict[str, Any], transform_output=None):
     """
     if transform_output is None:
         raise ValueError(
-            "ga_tfx.pipelines.tabular.build_model needs the Transform output "
+            "ga_tfx.pipelines.tabular.generic.build_model needs the Transform output "
             "(the feature width and the label's classes): train it with a "
             "transform_graph."
         )
@@ -305,15 +305,16 @@ def label_scale(transform_output):
 def check_csv_dir(data_root: str, label: str, reading=None, exclude=()) -> int:
     """Checks a directory of CSV files for the generic pipeline; returns the rows with a label.
 
-    The files are read in their dialect (:func:`ga_tfx.pipelines.csv_dialect.read`, under
+    The files are read in their dialect (:func:`ga_tfx.pipelines.tabular.csv_dialect.read`, under
     ``reading``'s overrides), as the pipeline's ExampleGen reads them. ``ValueError`` with one
     line naming the cause: no such directory, no ``.csv`` file, an empty file, files whose
     columns differ, a row with another number of cells (file and line), no ``label`` column
     (the columns are listed, the closest names first; likewise for a column of ``exclude``), no
     row with a label (how many rows have it empty or missing). Rows whose label is missing are
-    not counted (the pipeline drops them: :mod:`ga_tfx.pipelines.labeled_examples`).
+    not counted (the pipeline drops them: :mod:`ga_tfx.pipelines.tabular.labeled_examples`).
     """
-    from ga_tfx.pipelines import csv_dialect, csv_dir
+    from ga_tfx.pipelines import csv_dir
+    from ga_tfx.pipelines.tabular import csv_dialect
 
     files = csv_dir.csv_files(data_root, "CSV file(s) with a header")
     dialect = csv_dialect.read(files, reading or csv_dialect.CsvReading())

@@ -18,7 +18,7 @@ every split, the inferred schema), never the data itself, and decides per column
 
 Empty cells: numbers are imputed with the training median and get a missing-indicator feature
 where the training split has empty cells; text gets the explicit token :data:`MISSING_TOKEN`.
-(The transformation itself is :mod:`ga_tfx.pipelines.tabular`'s ``preprocessing_fn``.)
+(The transformation itself is :mod:`ga_tfx.pipelines.tabular.generic`'s ``preprocessing_fn``.)
 
 The label: class counts per split (text labels, and integer labels that StatisticsGen counts as
 categories, :func:`label_stats_options`), rare classes (fewer than :data:`RARE_CLASS_ROWS`
@@ -110,7 +110,7 @@ class DataPlan:
         None when the statistics cannot give it.
       majority_class: the training split's most frequent class (classification).
       leaks: ``(column, eval error alone, baseline's eval error)`` of the columns that alone
-        predict the label nearly perfectly (:mod:`ga_tfx.pipelines.leaks`).
+        predict the label nearly perfectly (:mod:`ga_tfx.pipelines.tabular.leaks`).
     """
 
     label: str

@@ -26,7 +26,7 @@ Every file must have the same columns; the error names the file and the differen
 ``auto`` of :class:`CsvReading` (the ``--csv-*`` flags) can be overridden where the guess can
 be wrong. :meth:`Dialect.describe` is the data summary's line; :func:`records` gives a file's
 rows as typed values (``None``: missing). Standard library only (the CLI's pre-check and the
-ExampleGen executor, :mod:`ga_tfx.pipelines.csv_example_gen`, both call :func:`read`).
+ExampleGen executor, :mod:`ga_tfx.pipelines.tabular.csv_example_gen`, both call :func:`read`).
 """
 
 from ga_tfx._schema import Settings, setting

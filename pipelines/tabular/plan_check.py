@@ -2,16 +2,17 @@
 
 It does what :func:`ga_tfx.pipelines.data_check.DataCheck` does (fails on ExampleValidator
 anomalies or an empty split), then makes the data plan from the statistics and the inferred
-schema (:func:`ga_tfx.pipelines.data_plan.make_plan`), reads the columns used of the train and
-eval splits once to name the columns that alone give the label away
-(:func:`ga_tfx.pipelines.leaks.scan`), prints the data summary before Transform and training (on
-the ``ga-tfx run`` console, and in the step's log), and passes on the schema carrying the plan
-(:func:`~ga_tfx.pipelines.data_plan.annotate_schema`) for Transform.
+schema (:func:`ga_tfx.pipelines.tabular.data_plan.make_plan`), reads the columns used of the
+train and eval splits once to name the columns that alone give the label away
+(:func:`ga_tfx.pipelines.tabular.leaks.scan`), prints the data summary before Transform and
+training (on the ``ga-tfx run`` console, and in the step's log), and passes on the schema
+carrying the plan (:func:`~ga_tfx.pipelines.tabular.data_plan.annotate_schema`) for Transform.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx.pipelines import csv_example_gen, data_check, data_plan, labeled_examples, leaks
+from ga_tfx.pipelines import data_check
 from ga_tfx.pipelines.console import USER_LOGGER
+from ga_tfx.pipelines.tabular import csv_example_gen, data_plan, labeled_examples, leaks
 
 import dataclasses
 import json

@@ -9,7 +9,7 @@ summary reports. Statistics, Transform, the Trainer and the Evaluator all read i
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
-from ga_tfx.pipelines.csv_example_gen import DIALECT_PROPERTY
+from ga_tfx.pipelines.tabular.csv_example_gen import DIALECT_PROPERTY
 
 import json
 import os

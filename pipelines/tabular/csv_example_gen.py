@@ -5,7 +5,7 @@ byte-order mark, a header whose quotes it keeps in the feature names, and only a
 missing (``NA`` makes a number column text). :func:`DialectCsvExampleGen` is a
 ``FileBasedExampleGen`` (same driver, spans, fingerprints, hash split 2:1, component id
 ``CsvExampleGen``) whose executor decides the dialect of the data root once
-(:func:`ga_tfx.pipelines.csv_dialect.read`, under the ``--csv-*`` overrides carried in
+(:func:`ga_tfx.pipelines.tabular.csv_dialect.read`, under the ``--csv-*`` overrides carried in
 ``custom_config``) and writes each row as CsvExampleGen would: an ``int64``, ``float`` or
 ``bytes`` feature per column, a missing cell an empty list of the column's type, the
 row-number column left out. The dialect's one-line description is the output's
@@ -14,7 +14,7 @@ row-number column left out. The dialect's one-line description is the output's
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
-from ga_tfx.pipelines import csv_dialect
+from ga_tfx.pipelines.tabular import csv_dialect
 
 import io
 import os

@@ -11,7 +11,7 @@ when it beats this one; the run's summary prints both metrics side by side.
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras
 from ga_tfx.components.trainer import export
-from ga_tfx.pipelines import data_plan, tabular
+from ga_tfx.pipelines.tabular import data_plan, generic
 
 import math
 import os
@@ -36,12 +36,12 @@ def class_priors(plan, vocabulary: List[str], classes: int) -> List[float]:
 def baseline_model(transform_output) -> "keras.Model":
     """A Keras model over the transformed features that ignores them: the training mean, or
     the training class frequencies."""
-    width = transform_output.transformed_feature_spec()[tabular.FEATURES_KEY].shape[-1]
-    inputs = keras.Input((width,), name=tabular.FEATURES_KEY)
-    classes = tabular.output_classes(transform_output)
-    plan = tabular.transform_plan(transform_output)
+    width = transform_output.transformed_feature_spec()[generic.FEATURES_KEY].shape[-1]
+    inputs = keras.Input((width,), name=generic.FEATURES_KEY)
+    classes = generic.output_classes(transform_output)
+    plan = generic.transform_plan(transform_output)
     if classes is None:
-        mean, _ = tabular.label_scale(transform_output)
+        mean, _ = generic.label_scale(transform_output)
         outputs = keras.layers.Dense(
             1,
             kernel_initializer="zeros",
@@ -51,7 +51,7 @@ def baseline_model(transform_output) -> "keras.Model":
     else:
         vocabulary = [
             v.decode() if isinstance(v, bytes) else str(v)
-            for v in transform_output.vocabulary_by_name(tabular.LABEL_VOCABULARY)
+            for v in transform_output.vocabulary_by_name(generic.LABEL_VOCABULARY)
         ]
         priors = class_priors(plan, vocabulary, classes)
         outputs = keras.layers.Dense(
@@ -75,7 +75,7 @@ def TrivialBaseline(
     import tensorflow_transform as tft
 
     transform_output = tft.TFTransformOutput(transform_graph.uri)
-    plan = tabular.transform_plan(transform_output)
+    plan = generic.transform_plan(transform_output)
     if plan is None:
         raise ValueError(
             "TrivialBaseline needs the data plan in Transform's schema "

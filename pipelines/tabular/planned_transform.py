@@ -1,6 +1,6 @@
 """``PlannedTransform``: TFX's Transform, with the data plan in ``preprocessing_fn``'s config.
 
-The plan (:mod:`ga_tfx.pipelines.data_plan`) is made at run time from the statistics, so it
+The plan (:mod:`ga_tfx.pipelines.tabular.data_plan`) is made at run time from the statistics, so it
 cannot be part of Transform's ``custom_config``, which is fixed when the pipeline is built. It
 travels in the schema Transform reads; this executor reads it from there and adds it to the
 ``custom_config`` that TFX binds to ``preprocessing_fn`` (key :data:`PLAN_CONFIG`, the plan's
@@ -8,7 +8,7 @@ JSON). Everything else is TFX's Transform unchanged (same spec, inputs, outputs,
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx.pipelines import data_plan
+from ga_tfx.pipelines.tabular import data_plan
 
 import json
 from typing import Any, Callable, Mapping
