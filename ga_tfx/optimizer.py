@@ -48,7 +48,7 @@ _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimize
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
-class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
+class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
     """Accumulates gradients over ``accum_steps`` micro-steps, then applies them once.
 
     Args:
@@ -119,10 +119,6 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self._core_holder = Untracked()  # the WindowCore, built at the first apply_gradients
 
     # ------------------------------------------------------------ the wrapped optimizer's state
-    def _create_iteration_variable(self) -> None:
-        # No counter of its own: `iterations` is the wrapped optimizer's (updates).
-        pass
-
     @property
     def iterations(self) -> Any:
         """Optimizer updates done (not micro-steps): the wrapped optimizer's counter."""
@@ -197,19 +193,6 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             else inner + own
         )
 
-    def _trackable_children(self, save_type: str = "checkpoint", **kwargs: Any) -> Dict[str, Any]:
-        # Plain attribute tracking: the base class caches its children on first use, which would
-        # leave out the accumulator when a checkpoint is read before the first micro-step.
-        children = _tf_keras_internals.autotrackable_children(self, save_type, **kwargs)
-        if save_type == "savedmodel":  # tf.saved_model's SaveType.SAVEDMODEL (a str enum)
-            # Loading a SavedModel revives every tf-keras Optimizer node as a
-            # `RestoredOptimizer`, which creates its own `iteration` variable and binds it to
-            # the node's `_iterations` child; without one, `load_model` fails on that unmatched
-            # variable. Export the wrapped optimizer's counter there too (the same variable,
-            # saved once). Checkpoints (`tf.train.Checkpoint`, `.keras`) are unchanged.
-            children["_iterations"] = self.iterations
-        return children
-
     def build(self, var_list: Sequence[tf.Variable]) -> None:
         """Creates the accumulator for ``var_list`` (and the wrapped optimizer's slots).
 
@@ -218,7 +201,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         if tf.distribute.has_strategy():
             self._build(var_list)
         else:  # the strategy the wrapper was created under
-            with self._distribution_strategy.scope():
+            with _tf_keras_internals.optimizer_strategy(self).scope():
                 self._build(var_list)
 
     def _build(self, var_list: Sequence[tf.Variable]) -> None:
