@@ -85,6 +85,7 @@ _training = _import_private("tf_keras.src.engine.training")
 _functional = _import_private("tf_keras.src.engine.functional")
 _control_flow_util = _import_private("tf_keras.src.utils.control_flow_util")
 _distribute_values = _import_private("tensorflow.python.distribute.values")
+_base_layer_utils = _import_private("tf_keras.src.engine.base_layer_utils")
 
 # (owner, attribute) pairs that must exist on the classes/modules of the installed tf-keras.
 _REQUIRED: Tuple[Tuple[Any, str], ...] = (
@@ -108,6 +109,8 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (tf_keras.optimizers.Optimizer, "_create_iteration_variable"),
     (tf_keras.optimizers.Optimizer, "_trackable_children"),
     (_distribute_values.DistributedVariable, "_get_on_device_or_primary"),
+    (_base_layer_utils, "call_context"),
+    (_base_layer_utils.CallContext, "saving"),
 )
 
 # (class, attribute) pairs for instance attributes: tf-keras sets them on its objects in
@@ -340,6 +343,12 @@ def constant_value(pred: Any) -> Optional[bool]:
 def smart_cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
     """``tf.cond`` that runs one branch directly when ``pred`` is known at trace time."""
     return _control_flow_util.smart_cond(pred, true_fn, false_fn)
+
+
+def traced_for_saving() -> bool:
+    """True while Keras traces a layer's call to export it (``model.save``,
+    ``tf.saved_model.save``): the call's training-only checks have no place in the export."""
+    return bool(_base_layer_utils.call_context().saving)
 
 
 def bn_param_shape(layer: tf_keras.layers.BatchNormalization) -> Sequence[int]:

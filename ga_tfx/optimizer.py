@@ -37,6 +37,7 @@ from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
+from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
@@ -65,12 +66,15 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
       config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
       transforms: gradient transforms run once per update after the config's (not part of
         ``get_config``).
-      window_layers: the model being trained (or a list of its layers) when it has layers
-        that keep window state (:class:`~ga_tfx.AccumBatchNormalization`): their windows then
-        end with the wrapper's, a partial window of :meth:`flush` included, as under ``fit``
-        and ``TrainingLoop``. Without it such a layer counts its own ``accum_steps`` calls,
-        which agrees with the wrapper only while every window is full (not part of
-        ``get_config``: pass it again after loading).
+      window_layers: the model being trained (or a list of its layers), whose layers that keep
+        window state (:class:`~ga_tfx.AccumBatchNormalization`) then end their windows with
+        the wrapper's from their first training call, a partial window of :meth:`flush`
+        included, as under ``fit`` and ``TrainingLoop``. Optional: without it the wrapper
+        finds, at its first ``apply_gradients``, the AccumBatchNormalization layers whose
+        trainable weights it is given, and refuses with an error naming ``window_layers``
+        where that is too late to be exact (see :func:`ga_tfx.batchnorm.layers_trained_with`).
+        Needed for such a layer without trainable weights (``center=False, scale=False``).
+        Not part of ``get_config``: pass it again after loading.
       name: the wrapper's name.
 
     ``iterations`` and ``learning_rate`` are the wrapped optimizer's: ``iterations`` counts
@@ -116,6 +120,10 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         self.accum_steps = self._accumulation.accum_steps
         self._transforms = tuple(transforms)
         self._window_layers = Untracked(_window_layers_of(window_layers))
+        for layer in self._window_layers.value:  # driven from their first training call
+            if hasattr(layer, "ga_attach_to_engine"):
+                layer.ga_attach_to_engine(self.accum_steps)
+        self._eager_calls_before = eager_calls_so_far()
         self._core_holder = Untracked()  # the WindowCore, built at the first apply_gradients
 
     # ------------------------------------------------------------ the wrapped optimizer's state
@@ -372,11 +380,11 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
     # ------------------------------------------------------------------ helpers
     def _core_for(self, variables: List[Any]) -> WindowCore:
         if self.window_core is None:
+            given = self._window_layers.value
+            found = layers_trained_with(variables, since=self._eager_calls_before)
+            found = [layer for layer in found if layer not in given]
             core = WindowCore(
-                variables,
-                self._accumulation,
-                self._transforms,
-                window_layers=self._window_layers.value,
+                variables, self._accumulation, self._transforms, window_layers=given + found
             )
             # Checkpointed under "core", the key of checkpoints written before the rename.
             attach_state(self, self._core_holder, core, "core")
