@@ -42,7 +42,6 @@ from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
-import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
@@ -155,16 +154,6 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         """The :class:`~ga_tfx.window.WindowCore` (``None`` before the first
         ``apply_gradients``); the name fit's model and ``TrainingLoop`` use too."""
         return self._core_holder.value
-
-    @property
-    def core(self) -> Optional[WindowCore]:
-        """Deprecated: :attr:`window_core`."""
-        warnings.warn(
-            "GradientAccumulateOptimizer.core is deprecated: use window_core",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.window_core
 
     @property
     def accumulator(self) -> Optional[GradientAccumulator]:

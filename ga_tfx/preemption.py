@@ -21,7 +21,6 @@ import contextlib
 import os
 import signal
 import threading
-import warnings
 from typing import Any, Iterator, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -34,8 +33,7 @@ class TrainingInterrupted(RuntimeError):
     Attributes: ``windows_done`` (windows in the saved checkpoint, a skipped one included:
     the Trainer's ``train_args.num_steps`` counts them), ``total_updates`` (the training's,
     e.g. ``train_args.num_steps``; ``None``: unknown), ``signum`` (the signal), ``exit_code``
-    (``128 + signum``, the shell's convention). ``updates_done``: the old name of
-    ``windows_done`` (deprecated).
+    (``128 + signum``, the shell's convention).
     """
 
     def __init__(self, windows_done: int, total_updates: Optional[int], signum: int):
@@ -43,16 +41,6 @@ class TrainingInterrupted(RuntimeError):
         super().__init__(LINE.format(done=windows_done, of_total=of_total))
         self.windows_done, self.total_updates, self.signum = windows_done, total_updates, signum
         self.exit_code = 128 + int(signum)
-
-    @property
-    def updates_done(self) -> int:
-        """Deprecated: :attr:`windows_done` (it counts windows, a skipped one included)."""
-        warnings.warn(
-            "TrainingInterrupted.updates_done is deprecated: use windows_done",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.windows_done
 
 
 class StopRequest:

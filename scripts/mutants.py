@@ -438,20 +438,6 @@ MUTATIONS: List[Mutation] = [
         ("tests/test_preemption.py",),
     ),
     Mutation(
-        "checkpoints.old_keys_ignored",
-        "components/trainer/checkpoints.py",
-        "    if LEGACY_KEYS[0] in values:\n",
-        "    if False:\n",
-        ("tests/test_preemption.py", "-k", "old_keys"),
-    ),
-    Mutation(
-        "checkpoints.old_counts_not_given_to_the_core",
-        "components/trainer/checkpoints.py",
-        "        self._adopt_legacy()  # fit has made the core",
-        "        pass  # fit has made the core",
-        ("tests/test_preemption.py", "-k", "old_keys"),
-    ),
-    Mutation(
         "preemption.signal_ends_the_process",
         PREEMPTION,
         "        signal.signal(signum, handle)\n",
@@ -1211,13 +1197,6 @@ MUTATIONS: List[Mutation] = [
         "        return done if pending is None else done + pending.read_value()\n",
         "        return done\n",
         ("tests/test_training_loop.py", "-k", "resume_mid_window"),
-    ),
-    Mutation(
-        "training_loop.old_position_ignored",
-        "ga_tfx/training_loop/checkpoints.py",
-        "    state.epoch_start.assign(state.consumed() - values[LEGACY_POSITION])\n",
-        "    state.epoch_start.assign(state.consumed())\n",
-        ("tests/test_training_loop.py", "-k", "old_checkpoints"),
     ),
     Mutation(
         "training_loop.resume_from_the_start_of_the_epoch",
