@@ -901,6 +901,14 @@ MUTATIONS: List[Mutation] = [
         "variables, self._accumulation, self._transforms, window_layers=found",
         ("tests/test_batchnorm.py", "-k", "optimizer_wrapper"),
     ),
+    # issue 45: TrainingInterrupted counts windows from every front-end (a skip included)
+    Mutation(
+        "training_loop.interrupted_at_updates",
+        "ga_tfx/training_loop/run.py",
+        "raise preemption.TrainingInterrupted(loop.windows, None, signum)",
+        "raise preemption.TrainingInterrupted(loop.updates, None, signum)",
+        ("tests/test_preemption_in_step.py", "-k", "skipped_one_included"),
+    ),
     # issue 45: the wrapper finds the AccumBN layers it trains, or refuses naming window_layers
     Mutation(
         "optimizer.found_window_layers_ignored",

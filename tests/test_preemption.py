@@ -145,7 +145,7 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     stopping = _checkpoint(model, tmp_path / "stopped", stop=stop)
     stopping.restore()
     request = _Before(lambda call: call == 2 and stop.request(signal.SIGTERM))
-    with pytest.raises(preemption.TrainingInterrupted, match="interrupted at update 4 of 7"):
+    with pytest.raises(preemption.TrainingInterrupted, match="interrupted at window 4 of 7"):
         _fit(model, request, stopping)
     resumed = _model(steps_per_execution=2 * K)
     again = _checkpoint(resumed, tmp_path / "stopped")
@@ -204,7 +204,7 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
             _fit(model, kill, saves)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
     assert str(raised.value) == (
-        "interrupted at update 4 of 7; checkpoint saved; re-run the same command to resume"
+        "interrupted at window 4 of 7; checkpoint saved; re-run the same command to resume"
     )
     assert raised.value.exit_code == 128 + signal.SIGTERM
     assert saves.saved == [4]
@@ -256,7 +256,7 @@ def test_interruption_is_found_through_wrapping_errors(capsys):
     except RuntimeError as wrapped:
         assert preemption.report_interruption(wrapped) == 130
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume"
+        "interrupted at window 5 of 8; checkpoint saved; re-run the same command to resume"
     )
     with pytest.raises(ValueError, match="other"):
         preemption.report_interruption(ValueError("other"))
@@ -307,8 +307,34 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
 def test_the_interruption_counts_windows():
     error = preemption.TrainingInterrupted(4, 7, signal.SIGTERM)
     assert error.windows_done == 4 and error.exit_code == 128 + signal.SIGTERM
-    assert str(error).startswith("interrupted at update 4 of 7;")
+    assert str(error).startswith("interrupted at window 4 of 7;")
     assert not hasattr(error, "updates_done")  # the 0.1.0 alias, removed in 0.2.0
+
+
+def test_the_trainers_interruption_counts_windows_a_skipped_one_included(tmp_path):
+    """The Trainer's message counts windows (its ``num_steps`` unit), not updates: a stop after
+    4 windows, the first skipped as non-finite (a NaN target), says window 4 of 7, with 3
+    updates applied."""
+    x = np.random.default_rng(0).normal(size=(UPDATES * K * MICRO, 3)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    y[0] = np.nan  # window 1's loss and gradient: skipped
+    model, stop = _model(), preemption.StopRequest()
+    stopping = _checkpoint(model, tmp_path, stop=stop)
+    stopping.restore()
+    request = _Before(lambda call: call == 4 and stop.request(signal.SIGTERM))
+    with pytest.raises(preemption.TrainingInterrupted) as raised:
+        model.fit(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO),
+            epochs=1,
+            steps_per_epoch=UPDATES * K,
+            verbose=0,
+            callbacks=[request, stopping],
+        )
+    assert str(raised.value) == (
+        "interrupted at window 4 of 7; checkpoint saved; re-run the same command to resume"
+    )
+    assert raised.value.windows_done == 4 and raised.value.total_windows == UPDATES
+    assert (model.window_core.windows, model.window_core.updates) == (4, 3)
 
 
 def _weights_diff(a, b):

@@ -209,9 +209,10 @@ class TrainingLoop(LoopSteps):
       stop_on_signals: with ``checkpoint_dir``, SIGTERM (what Kubernetes sends before an
         eviction) and SIGINT (Ctrl-C) stop :meth:`run` at the next window end -- a signal
         that arrives while a step runs is handled when it returns --: it saves a checkpoint
-        and raises :class:`ga_tfx.preemption.TrainingInterrupted` ("interrupted at update N;
-        checkpoint saved; ..."); a new ``run`` resumes exactly. A second signal is not held
-        back. Only from the main thread. Default ``True``.
+        and raises :class:`ga_tfx.preemption.TrainingInterrupted` ("interrupted at window N;
+        checkpoint saved; ...", N counting windows, a skipped one included); a new ``run``
+        resumes exactly. A second signal is not held back. Only from the main thread. Default
+        ``True``.
     """
 
     def __init__(
