@@ -24,7 +24,6 @@ _PUBLIC = {
     "AccumulationConfig": "ga_tfx.config",
     "AccumulatingModel": "ga_tfx.models",
     "AdaptiveClipping": "ga_tfx.transforms",
-    "AdaptiveGradientClipping": "ga_tfx.agc",  # deprecated alias of AdaptiveClipping
     "GradientAccumulateModel": "ga_tfx.models",
     "GradientAccumulateOptimizer": "ga_tfx.optimizer",
     "GradientAccumulator": "ga_tfx.accumulator",
@@ -66,7 +65,7 @@ def __dir__() -> List[str]:
 if TYPE_CHECKING:  # static checkers see the eager imports
     from ga_tfx._keras import KerasVersionError, keras, tf  # noqa: F401
     from ga_tfx.accumulator import GradientAccumulator  # noqa: F401
-    from ga_tfx.agc import AdaptiveGradientClipping, adaptive_clip_gradients  # noqa: F401
+    from ga_tfx.agc import adaptive_clip_gradients  # noqa: F401
     from ga_tfx.batchnorm import AccumBatchNormalization  # noqa: F401
     from ga_tfx.config import AccumulationConfig  # noqa: F401
     from ga_tfx.conversion import replace_batchnorm_layers  # noqa: F401

@@ -12,14 +12,19 @@ with an error naming the missing internal and the versions ga-tfx was proven on,
 Version check: :data:`PROVEN_TF_KERAS_VERSIONS` lists the tf-keras ``major.minor`` releases the
 test suite passed on. Another release gets a :class:`UnprovenTfKerasVersionWarning` at import
 (once), and works if every internal below is still there (checked at import by
-:func:`missing_internals`). ``tests/test_internals_shim.py`` checks each function against the
-installed tf-keras.
+:func:`missing_internals`: class attributes by ``hasattr``, instance attributes by their
+assignment in tf-keras' source). ``tests/test_internals_shim.py`` checks each function against
+the installed tf-keras, that every private name used here is in the import-time check, and
+that no module outside this one uses a private tf-keras name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import re
 import warnings
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -79,10 +84,10 @@ def _import_private(module: str) -> Any:
 _training = _import_private("tf_keras.src.engine.training")
 _functional = _import_private("tf_keras.src.engine.functional")
 _control_flow_util = _import_private("tf_keras.src.utils.control_flow_util")
+_distribute_values = _import_private("tensorflow.python.distribute.values")
+_base_layer_utils = _import_private("tf_keras.src.engine.base_layer_utils")
 
 # (owner, attribute) pairs that must exist on the classes/modules of the installed tf-keras.
-# Instance attributes created in __init__/compile/build (``_steps_per_execution``,
-# ``_train_counter``, ``_param_shape``, ...) are checked on real objects by the tests.
 _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (_training, "reduce_per_replica"),
     (_functional, "get_network_config"),
@@ -101,21 +106,72 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (tf_keras.callbacks.Callback, "_implements_train_batch_hooks"),
     (tf_keras.callbacks.Callback, "_implements_test_batch_hooks"),
     (tf.distribute.StrategyExtended, "_in_multi_worker_mode"),
+    (tf_keras.optimizers.Optimizer, "_create_iteration_variable"),
+    (tf_keras.optimizers.Optimizer, "_trackable_children"),
+    (_distribute_values.DistributedVariable, "_get_on_device_or_primary"),
+    (_base_layer_utils, "call_context"),
+    (_base_layer_utils.CallContext, "saving"),
+)
+
+# (class, attribute) pairs for instance attributes: tf-keras sets them on its objects in
+# ``__init__``/``compile``/``build`` (``self.<attribute> = ...`` in the source of the class or
+# one of its bases), and no class attribute (a property) shadows them in the instance dict.
+_REQUIRED_INSTANCE: Tuple[Tuple[Any, str], ...] = (
+    (tf_keras.Model, "_steps_per_execution"),
+    (tf_keras.Model, "_autotune_steps_per_execution"),
+    (tf_keras.Model, "_jit_compile"),
+    (tf_keras.Model, "_run_eagerly"),
+    (tf_keras.Model, "_train_counter"),
+    (tf_keras.Model, "_cluster_coordinator"),
+    (tf_keras.Model, "_is_graph_network"),
+    (tf_keras.Model, "train_tf_function"),
+    (tf_keras.Model, "optimizer"),
+    (tf_keras.layers.BatchNormalization, "_param_shape"),
+    (tf_keras.optimizers.Optimizer, "_learning_rate"),
+    (tf_keras.optimizers.Optimizer, "_iterations"),
+    (tf_keras.optimizers.Optimizer, "_distribution_strategy"),
 )
 
 
-def missing_internals(required: Iterable[Tuple[Any, str]] = _REQUIRED) -> List[str]:
-    """Names (``"owner.attribute"``) of required internals the installed tf-keras lacks."""
+def _sets_on_instances(owner: type, name: str) -> bool:
+    """Whether the source of ``owner`` or one of its bases assigns ``self.<name>``, and no class
+    attribute of that name (a property would shadow the instance dict) exists."""
+    if any(name in vars(cls) for cls in owner.__mro__):
+        return False
+    assignment = re.compile(rf"\bself\.{re.escape(name)}\s*(:[^=\n]*)?=[^=]")
+    sources = []
+    for cls in owner.__mro__[:-1]:  # not ``object``
+        try:
+            sources.append(inspect.getsource(inspect.getmodule(cls)))
+        except (OSError, TypeError):  # compiled without source: nothing to read
+            continue
+    # Without any source to read (an install without .py files), the version check decides.
+    return not sources or any(assignment.search(source) for source in sources)
+
+
+def missing_internals(
+    required: Iterable[Tuple[Any, str]] = _REQUIRED,
+    required_instance: Iterable[Tuple[Any, str]] = _REQUIRED_INSTANCE,
+) -> List[str]:
+    """Names (``"owner.attribute"``) of required internals the installed tf-keras lacks:
+    ``required``'s class (or module) attributes, ``required_instance``'s instance attributes."""
     return [
         f"{getattr(owner, '__name__', owner)}.{name}"
         for owner, name in required
         if not hasattr(owner, name)
+    ] + [
+        f"{owner.__name__}.{name}"
+        for owner, name in required_instance
+        if not _sets_on_instances(owner, name)
     ]
 
 
-def check_internals(required: Iterable[Tuple[Any, str]] = _REQUIRED) -> None:
+def check_internals(
+    required: Iterable[Tuple[Any, str]] = _REQUIRED,
+    required_instance: Iterable[Tuple[Any, str]] = _REQUIRED_INSTANCE,
+) -> None:
     """Raises :class:`TfKerasInternalsError` naming every missing internal (none: returns)."""
-    missing = missing_internals(required)
+    missing = missing_internals(required, required_instance)
     if missing:
         raise TfKerasInternalsError(
             f"tf-keras {tf_keras.__version__} lacks internals ga_tfx needs: "
@@ -192,6 +248,54 @@ def execution_args(model: tf_keras.Model) -> dict:
     )
 
 
+def set_train_tf_function(model: tf_keras.Model, function: Callable) -> None:
+    """Makes ``function`` the model's traced train function as Keras' callbacks see it
+    (``model.train_tf_function``: what ``TensorBoard``'s profiler traces), where ga-tfx's
+    window loop replaces ``make_train_function``'s."""
+    model.train_tf_function = function
+
+
+@contextlib.contextmanager
+def untracked_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Sets ``owner.<name>`` to ``value`` for the ``with`` block, then back to what it was: in
+    the instance dict, past Keras' attribute tracking (``value`` never becomes a checkpoint
+    dependency or a layer). For an attribute Keras keeps there, such as ``Model.optimizer``."""
+    owner_dict = vars(owner)
+    previous = owner_dict.get(name)
+    owner_dict[name] = value
+    try:
+        yield
+    finally:
+        owner_dict[name] = previous
+
+
+# --------------------------------------------------------------------------- optimizers
+def optimizer_strategy(optimizer: tf_keras.optimizers.Optimizer) -> tf.distribute.Strategy:
+    """The distribution strategy a tf-keras optimizer was created under."""
+    return optimizer._distribution_strategy
+
+
+class DelegatingOptimizer(tf_keras.optimizers.Optimizer):
+    """Base of a tf-keras optimizer whose ``iterations`` are another optimizer's (a wrapper).
+
+    It creates no ``iterations`` variable of its own (the subclass defines the ``iterations``
+    property), and its checkpoint children are its attributes at the time of saving (tf-keras'
+    optimizer caches them at first use, which would leave out state created later). In a
+    SavedModel the ``iterations`` variable is also exported under ``_iterations``, the child
+    tf-keras' ``RestoredOptimizer`` binds its own counter to on loading (the same variable,
+    saved once); ``tf.train.Checkpoint`` and ``.keras`` files are unchanged.
+    """
+
+    def _create_iteration_variable(self) -> None:
+        pass
+
+    def _trackable_children(self, save_type: str = "checkpoint", **kwargs: Any) -> Dict[str, Any]:
+        children = autotrackable_children(self, save_type, **kwargs)
+        if save_type == "savedmodel":  # tf.saved_model's SaveType.SAVEDMODEL (a str enum)
+            children["_iterations"] = self.iterations
+        return children
+
+
 # --------------------------------------------------------------------------- layers, tracking
 def flatten_layers(
     layer: tf_keras.layers.Layer, include_self: bool = False
@@ -239,6 +343,12 @@ def constant_value(pred: Any) -> Optional[bool]:
 def smart_cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
     """``tf.cond`` that runs one branch directly when ``pred`` is known at trace time."""
     return _control_flow_util.smart_cond(pred, true_fn, false_fn)
+
+
+def traced_for_saving() -> bool:
+    """True while Keras traces a layer's call to export it (``model.save``,
+    ``tf.saved_model.save``): the call's training-only checks have no place in the export."""
+    return bool(_base_layer_utils.call_context().saving)
 
 
 def bn_param_shape(layer: tf_keras.layers.BatchNormalization) -> Sequence[int]:

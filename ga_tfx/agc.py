@@ -23,8 +23,7 @@ Ranks above 5 are rejected. In ga-tfx AGC runs once per optimizer update on the 
 (window-mean) gradient, never per micro-batch, so it equals AGC on big-batch training.
 
 The one AGC class is the chain member :class:`ga_tfx.transforms.AdaptiveClipping` (what
-``agc_clip_factor`` builds); :func:`adaptive_clip_gradients` is the same rule as a function, and
-:class:`AdaptiveGradientClipping` its deprecated alias.
+``agc_clip_factor`` builds); :func:`adaptive_clip_gradients` is the same rule as a function.
 """
 
 from ga_tfx._keras import tf
@@ -32,8 +31,7 @@ from ga_tfx._validation import check_positive_float
 from ga_tfx.config import DEFAULTS
 
 import fnmatch
-import warnings
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, cast
+from typing import Any, Iterable, List, Optional, Tuple, Union, cast
 
 MAX_SUPPORTED_RANK = 5
 
@@ -130,46 +128,3 @@ def adaptive_clip_gradients(
         (g if g is None or excluded(v, exclude) else clip_gradient(g, v, clip_factor, eps), v)
         for g, v in grads_and_vars
     ]
-
-
-class AdaptiveGradientClipping:
-    """Deprecated alias of :class:`ga_tfx.transforms.AdaptiveClipping`, kept for code that holds
-    it: the same constructor and, called, the clipped ``[(g, v), ...]`` list (the chain member
-    returns ``(list, None)``). Constructing one emits a ``DeprecationWarning``.
-    """
-
-    def __init__(
-        self,
-        clip_factor: float,
-        eps: float = DEFAULTS["agc_eps"],
-        exclude: Union[str, Iterable[str]] = (),
-    ) -> None:
-        # Imported here: ga_tfx.transforms imports this module.
-        from ga_tfx.transforms import AdaptiveClipping
-
-        warnings.warn(
-            "ga_tfx.AdaptiveGradientClipping is deprecated; use "
-            "ga_tfx.transforms.AdaptiveClipping (the same arguments; in transforms=[...], or "
-            "called it returns (grads_and_vars, None)) or ga_tfx.adaptive_clip_gradients.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        self.member = AdaptiveClipping(clip_factor, eps, exclude)
-        self.clip_factor, self.eps, self.exclude = (
-            self.member.clip_factor,
-            self.member.eps,
-            self.member.exclude,
-        )
-
-    def excludes(self, variable: Any) -> bool:
-        return self.member.excludes(variable)
-
-    def check_variables(self, variables: Iterable[Any]) -> None:
-        self.member.check_variables(variables)
-
-    def __call__(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
-        """Returns ``[(clipped_gradient, variable), ...]``."""
-        return self.member(list(grads_and_vars))[0]
-
-    def get_config(self) -> Dict[str, Any]:
-        return self.member.get_config()

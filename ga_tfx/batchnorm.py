@@ -23,8 +23,10 @@ plus ``n_r · (x̄_r - x̄)²``.
 
 Who ends a window
 -----------------
-* Trained by a ga-tfx accumulation model (:func:`ga_tfx.wrap_model`,
-  :class:`ga_tfx.GradientAccumulateModel`): the model attaches the layer to its engine
+* Trained by a ga-tfx front-end (:func:`ga_tfx.wrap_model`,
+  :class:`ga_tfx.GradientAccumulateModel`, ``TrainingLoop``, or
+  :class:`ga_tfx.GradientAccumulateOptimizer`, which finds the layers whose ``gamma``/``beta``
+  it updates: :func:`layers_trained_with`): the front-end attaches the layer to its core
   (:meth:`AccumBatchNormalization.ga_attach_to_engine`) and calls
   :meth:`AccumBatchNormalization.ga_window_end` once per window, in replica context, after the
   optimizer update. The model's windows win over the layer's own ``accum_steps`` (a warning says
@@ -49,10 +51,56 @@ from ga_tfx._state import Untracked, attach_state
 
 import contextlib
 import warnings
-from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+import weakref
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 _ON_READ = tf.VariableSynchronization.ON_READ
 _SUM = tf.VariableAggregation.SUM
+
+# Every built AccumBatchNormalization layer of the process (weakly held): how a front-end that
+# is given variables, not a model (the optimizer wrapper), finds the layers it trains.
+_BUILT: "weakref.WeakSet[AccumBatchNormalization]" = weakref.WeakSet()
+# Training calls run eagerly by layers on their own, numbered (the last number given).
+_EAGER_CALLS = [0]
+
+
+def eager_calls_so_far() -> int:
+    """The serial of the last training call an :class:`AccumBatchNormalization` layer ran
+    eagerly on its own (to pass as ``since`` to :func:`layers_trained_with`)."""
+    return _EAGER_CALLS[0]
+
+
+def layers_trained_with(variables: Sequence[Any], since: int) -> List["AccumBatchNormalization"]:
+    """The built :class:`AccumBatchNormalization` layers with a trainable weight (``gamma`` or
+    ``beta``) among ``variables``: the layers a front-end updating ``variables`` trains, in
+    the order of their first such variable. A layer without trainable weights (``center`` and
+    ``scale`` both off, or ``trainable=False``) is not found.
+
+    Called at the front-end's first update, after the layer's first training call: that call
+    ran on the layer's own clock. Run eagerly (serial after ``since``, see
+    :func:`eager_calls_so_far`), it already updated the moving statistics (``accum_steps=1``)
+    or, under several replicas, added all replicas' statistics to each replica's window: then
+    ``RuntimeError`` naming ``window_layers``. (Traced, as in a ``tf.function`` step, the
+    step is traced again once the layer is found; a graph traced before refuses to run.)
+    """
+    position = {variable.ref(): i for i, variable in enumerate(variables)}
+    found = []
+    for layer in list(_BUILT):
+        places = [position[w.ref()] for w in layer.trainable_weights if w.ref() in position]
+        if places:
+            found.append((min(places), layer))
+    layers = [layer for _, layer in sorted(found, key=lambda pair: pair[0])]
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    for layer in layers:
+        if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):
+            raise RuntimeError(
+                f"AccumBatchNormalization layer {layer.name!r} trained a micro-batch eagerly "
+                "on its own before the GradientAccumulateOptimizer that trains it found it (at "
+                "its first apply_gradients), so its moving statistics would not be those of "
+                "the windows. Pass the model as GradientAccumulateOptimizer(..., "
+                "window_layers=model): its windows then drive the layer from the first call."
+            )
+    return layers
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
@@ -152,6 +200,11 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         # Held outside Keras' attribute tracking, so the buffers are not layer weights; the
         # checkpoint dependency is added in `build` (see `_set_window_moments`).
         self._window_holder = Untracked()
+        # Set (at run time) once a front-end ends this layer's windows: a graph traced before
+        # then (standalone) refuses to run after it (see _refuse_if_driven).
+        self._driven_holder = Untracked()
+        # The serial (_EAGER_CALLS) of the last training call run eagerly on its own (0: none).
+        self._last_eager_call = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -164,6 +217,15 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         self._set_window_moments(
             WindowMoments(internals.bn_param_shape(self), self._stats_dtype, name="window_moments")
         )
+        with tf.init_scope():
+            self._driven_holder.value = tf.Variable(
+                self._engine_accum_steps is not None,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                name="driven",
+            )
+        _BUILT.add(self)
 
     @property
     def _built_window_moments(self) -> "WindowMoments":
@@ -187,7 +249,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         the model's current window too.
         """
         accum_steps = _validation.check_accum_steps(accum_steps)
-        if accum_steps != self.accum_steps:
+        if accum_steps != self.accum_steps and accum_steps != self._engine_accum_steps:
             warnings.warn(
                 f"AccumBatchNormalization layer {self.name!r} has accum_steps="
                 f"{self.accum_steps} but is trained by a gradient accumulation model with "
@@ -196,6 +258,34 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
                 stacklevel=2,
             )
         self._engine_accum_steps = accum_steps
+        if self._driven_holder.value is not None:
+            with tf.init_scope():  # now, once: not an op of the graph being traced
+                driven = self._driven_holder.value
+                strategy = getattr(driven, "distribute_strategy", tf.distribute.get_strategy())
+                for component in strategy.experimental_local_results(driven):
+                    component.assign(True)
+
+    def _refuse_if_driven(self) -> Any:
+        """A training call traced on its own (no front-end then), run after a front-end took
+        over this layer's windows: an error naming ``window_layers``, not wrong statistics.
+        Records the serial of a call run eagerly (see :func:`layers_trained_with`)."""
+        if tf.executing_eagerly():
+            _EAGER_CALLS[0] += 1
+            self._last_eager_call = _EAGER_CALLS[0]
+        driven = self._driven_holder.value
+        if driven is None or internals.traced_for_saving():  # (the flag is not exported)
+            return tf.no_op()
+        return tf.debugging.assert_equal(
+            driven.read_value(),
+            False,
+            message=(
+                f"AccumBatchNormalization layer {self.name!r}: this training step was traced "
+                "before a gradient accumulation front-end took over the layer's windows, so it "
+                "would update the moving statistics on its own clock. Pass the model to the "
+                "front-end before the first training call (e.g. "
+                "GradientAccumulateOptimizer(..., window_layers=model)), or trace the step again."
+            ),
+        )
 
     def ga_window_end(self, apply: bool = True) -> Any:
         """Ends the current window (replica context; every replica must call it).
@@ -226,7 +316,15 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
         if not self._accumulates():
-            return super().call(inputs, training=training, mask=mask)
+            outputs = super().call(inputs, training=training, mask=mask)
+            super().add_update(
+                lambda: internals.smart_cond(
+                    internals.bn_training_value(self, training),
+                    self._refuse_if_driven,
+                    tf.no_op,
+                )
+            )
+            return outputs
         training = internals.bn_training_value(self, training)
         with self._defer_keras_updates():
             outputs = super().call(inputs, training=training, mask=mask)
@@ -265,10 +363,12 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         moments = self._built_window_moments
         batch = self._micro_batch_moments(inputs, mask)
         standalone = self._engine_accum_steps is None
+        checks = []
         if standalone:
+            checks.append(self._refuse_if_driven())
             # The update below is conditional, so the collective has to happen here.
             batch = _all_reduce_moments(*batch)
-        with tf.control_dependencies([moments.add(*batch)]):
+        with tf.control_dependencies(checks + [moments.add(*batch)]):
             steps = moments.micro_steps.assign_add(1)
         if not standalone:
             return tf.constant(False)

@@ -154,7 +154,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             agc_clip_factor=values["agc_clip_factor"],
             log_noise_scale=self.log_noise_scale,
         )
-        wrapped._use_engine_always()  # every trial counts its samples the same way
+        wrapped.use_engine_always()  # every trial counts its samples the same way
         wrapped.compile_from_config(compile_config)
         if values["learning_rate"] is not None:
             learning_rate = values["learning_rate"]

@@ -319,7 +319,7 @@ def _micro_step_peak(model: Any, x: Any, y: Any, samples: int, device: str) -> i
     rows = int(tf.nest.flatten(x)[0].shape[0])
     k = 2 if rows >= 2 * samples else 1
     probe = wrap_model(model, k, oom_recovery=False)
-    probe._use_engine_always()  # the engine's own step, also at K=1
+    probe.use_engine_always()  # the engine's own step, also at K=1
     arguments = dict(internals.compile_args(model), optimizer=keras.optimizers.SGD(0.0))
     probe.compile(**arguments)
     xs, ys = _rows(x, k * samples), _rows(y, k * samples)

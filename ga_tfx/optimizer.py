@@ -37,18 +37,18 @@ from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.accumulator import GradientAccumulator
+from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
-import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 _OPTIMIZER_TYPES = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
-class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
+class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
     """Accumulates gradients over ``accum_steps`` micro-steps, then applies them once.
 
     Args:
@@ -65,12 +65,15 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
       config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
       transforms: gradient transforms run once per update after the config's (not part of
         ``get_config``).
-      window_layers: the model being trained (or a list of its layers) when it has layers
-        that keep window state (:class:`~ga_tfx.AccumBatchNormalization`): their windows then
-        end with the wrapper's, a partial window of :meth:`flush` included, as under ``fit``
-        and ``TrainingLoop``. Without it such a layer counts its own ``accum_steps`` calls,
-        which agrees with the wrapper only while every window is full (not part of
-        ``get_config``: pass it again after loading).
+      window_layers: the model being trained (or a list of its layers), whose layers that keep
+        window state (:class:`~ga_tfx.AccumBatchNormalization`) then end their windows with
+        the wrapper's from their first training call, a partial window of :meth:`flush`
+        included, as under ``fit`` and ``TrainingLoop``. Optional: without it the wrapper
+        finds, at its first ``apply_gradients``, the AccumBatchNormalization layers whose
+        trainable weights it is given, and refuses with an error naming ``window_layers``
+        where that is too late to be exact (see :func:`ga_tfx.batchnorm.layers_trained_with`).
+        Needed for such a layer without trainable weights (``center=False, scale=False``).
+        Not part of ``get_config``: pass it again after loading.
       name: the wrapper's name.
 
     ``iterations`` and ``learning_rate`` are the wrapped optimizer's: ``iterations`` counts
@@ -116,13 +119,13 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         self.accum_steps = self._accumulation.accum_steps
         self._transforms = tuple(transforms)
         self._window_layers = Untracked(_window_layers_of(window_layers))
+        for layer in self._window_layers.value:  # driven from their first training call
+            if hasattr(layer, "ga_attach_to_engine"):
+                layer.ga_attach_to_engine(self.accum_steps)
+        self._eager_calls_before = eager_calls_so_far()
         self._core_holder = Untracked()  # the WindowCore, built at the first apply_gradients
 
     # ------------------------------------------------------------ the wrapped optimizer's state
-    def _create_iteration_variable(self) -> None:
-        # No counter of its own: `iterations` is the wrapped optimizer's (updates).
-        pass
-
     @property
     def iterations(self) -> Any:
         """Optimizer updates done (not micro-steps): the wrapped optimizer's counter."""
@@ -151,16 +154,6 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         """The :class:`~ga_tfx.window.WindowCore` (``None`` before the first
         ``apply_gradients``); the name fit's model and ``TrainingLoop`` use too."""
         return self._core_holder.value
-
-    @property
-    def core(self) -> Optional[WindowCore]:
-        """Deprecated: :attr:`window_core`."""
-        warnings.warn(
-            "GradientAccumulateOptimizer.core is deprecated: use window_core",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.window_core
 
     @property
     def accumulator(self) -> Optional[GradientAccumulator]:
@@ -197,19 +190,6 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
             else inner + own
         )
 
-    def _trackable_children(self, save_type: str = "checkpoint", **kwargs: Any) -> Dict[str, Any]:
-        # Plain attribute tracking: the base class caches its children on first use, which would
-        # leave out the accumulator when a checkpoint is read before the first micro-step.
-        children = _tf_keras_internals.autotrackable_children(self, save_type, **kwargs)
-        if save_type == "savedmodel":  # tf.saved_model's SaveType.SAVEDMODEL (a str enum)
-            # Loading a SavedModel revives every tf-keras Optimizer node as a
-            # `RestoredOptimizer`, which creates its own `iteration` variable and binds it to
-            # the node's `_iterations` child; without one, `load_model` fails on that unmatched
-            # variable. Export the wrapped optimizer's counter there too (the same variable,
-            # saved once). Checkpoints (`tf.train.Checkpoint`, `.keras`) are unchanged.
-            children["_iterations"] = self.iterations
-        return children
-
     def build(self, var_list: Sequence[tf.Variable]) -> None:
         """Creates the accumulator for ``var_list`` (and the wrapped optimizer's slots).
 
@@ -218,7 +198,7 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
         if tf.distribute.has_strategy():
             self._build(var_list)
         else:  # the strategy the wrapper was created under
-            with self._distribution_strategy.scope():
+            with _tf_keras_internals.optimizer_strategy(self).scope():
                 self._build(var_list)
 
     def _build(self, var_list: Sequence[tf.Variable]) -> None:
@@ -389,11 +369,11 @@ class GradientAccumulateOptimizer(keras.optimizers.Optimizer):
     # ------------------------------------------------------------------ helpers
     def _core_for(self, variables: List[Any]) -> WindowCore:
         if self.window_core is None:
+            given = self._window_layers.value
+            found = layers_trained_with(variables, since=self._eager_calls_before)
+            found = [layer for layer in found if layer not in given]
             core = WindowCore(
-                variables,
-                self._accumulation,
-                self._transforms,
-                window_layers=self._window_layers.value,
+                variables, self._accumulation, self._transforms, window_layers=given + found
             )
             # Checkpointed under "core", the key of checkpoints written before the rename.
             attach_state(self, self._core_holder, core, "core")

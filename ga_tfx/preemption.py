@@ -7,7 +7,11 @@ running -- a signal that arrives while a step runs is handled when it returns --
 checkpoint, and raises :class:`TrainingInterrupted`, whose message is the one line a user
 needs::
 
-    interrupted at update N of M; checkpoint saved; re-run the same command to resume
+    interrupted at window N of M; checkpoint saved; re-run the same command to resume
+
+N counts windows from every front-end (finished windows, applied as updates or skipped as
+non-finite: what the checkpoint holds and a resume continues from), M the training's length in
+windows where the front-end has one (the Trainer's ``train_args.num_steps``).
 
 A second signal while the first is being handled is not held back (the previous handler runs:
 SIGINT raises ``KeyboardInterrupt``, SIGTERM ends the process), so a stuck run can still be
@@ -21,38 +25,27 @@ import contextlib
 import os
 import signal
 import threading
-import warnings
 from typing import Any, Iterator, Optional
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-LINE = "interrupted at update {done}{of_total}; checkpoint saved; re-run the same command to resume"
+LINE = "interrupted at window {done}{of_total}; checkpoint saved; re-run the same command to resume"
 
 
 class TrainingInterrupted(RuntimeError):
     """Training stopped on a signal after saving a checkpoint; the re-run resumes.
 
     Attributes: ``windows_done`` (windows in the saved checkpoint, a skipped one included:
-    the Trainer's ``train_args.num_steps`` counts them), ``total_updates`` (the training's,
-    e.g. ``train_args.num_steps``; ``None``: unknown), ``signum`` (the signal), ``exit_code``
-    (``128 + signum``, the shell's convention). ``updates_done``: the old name of
-    ``windows_done`` (deprecated).
+    every front-end gives this unit), ``total_windows`` (the training's length in windows, e.g.
+    the Trainer's ``train_args.num_steps``; ``None`` where the front-end's limit is in other
+    units, as ``TrainingLoop.run``'s ``max_updates``), ``signum`` (the signal), ``exit_code``
+    (``128 + signum``, the shell's convention).
     """
 
-    def __init__(self, windows_done: int, total_updates: Optional[int], signum: int):
-        of_total = "" if total_updates is None else f" of {total_updates}"
+    def __init__(self, windows_done: int, total_windows: Optional[int], signum: int):
+        of_total = "" if total_windows is None else f" of {total_windows}"
         super().__init__(LINE.format(done=windows_done, of_total=of_total))
-        self.windows_done, self.total_updates, self.signum = windows_done, total_updates, signum
+        self.windows_done, self.total_windows, self.signum = windows_done, total_windows, signum
         self.exit_code = 128 + int(signum)
-
-    @property
-    def updates_done(self) -> int:
-        """Deprecated: :attr:`windows_done` (it counts windows, a skipped one included)."""
-        warnings.warn(
-            "TrainingInterrupted.updates_done is deprecated: use windows_done",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.windows_done
 
 
 class StopRequest:

@@ -171,7 +171,7 @@ class ClipGlobalNorm(GradientTransform):
 
 class AdaptiveClipping(GradientTransform):
     """Adaptive gradient clipping (NFNets, see :mod:`ga_tfx.agc` for the units) as a chain
-    member: ga-tfx's one AGC class (``ga_tfx.AdaptiveGradientClipping`` is its deprecated alias).
+    member: ga-tfx's one AGC class.
 
     Args:
       clip_factor: ``λ`` in the paper, > 0 (NFNets use 0.01 to 0.16 depending on batch size).

@@ -2,7 +2,7 @@
 
 import ga_tfx
 from ga_tfx._keras import keras, tf
-from ga_tfx.agc import AdaptiveGradientClipping, clip_gradient, unit_axes
+from ga_tfx.agc import clip_gradient, unit_axes
 from ga_tfx.transforms import AdaptiveClipping
 
 import numpy as np
@@ -150,34 +150,6 @@ def test_bad_agc_settings(kwargs, error, match):
         AdaptiveClipping(**kwargs)
     with pytest.raises(error, match=match):
         ga_tfx.adaptive_clip_gradients([], **kwargs)
-
-
-def test_deprecated_alias_warns_and_clips_like_the_one_class():
-    """``AdaptiveGradientClipping`` (deprecated) keeps its constructor and its call's list, with
-    the gradients of :class:`AdaptiveClipping`; training with either applies the same weights."""
-    with pytest.warns(DeprecationWarning, match="ga_tfx.transforms.AdaptiveClipping") as caught:
-        old = ga_tfx.AdaptiveGradientClipping(0.02, 1e-3, "*logits/bias*")
-    assert len(caught) == 1
-    assert isinstance(old, AdaptiveGradientClipping)
-    new = AdaptiveClipping(0.02, 1e-3, "*logits/bias*")
-    assert (old.clip_factor, old.eps, old.exclude) == (0.02, 1e-3, ("*logits/bias*",))
-    assert old.get_config() == new.get_config()
-    x, y = classification_data(n=24)
-    models = {}
-    clips = {"old": old, "new": lambda pairs: new(pairs)[0], "plain": lambda pairs: pairs}
-    for label, clip in clips.items():  # 4 SGD steps of 6 samples, AGC on each step's gradient
-        model = mlp()
-        optimizer = keras.optimizers.SGD(0.5)
-        for i in range(0, 24, 6):
-            with tf.GradientTape() as tape:
-                loss = sparse_ce()(y[i : i + 6], model(x[i : i + 6], training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(clip(list(zip(grads, model.trainable_variables))))
-        models[label] = model
-    assert max_weight_diff(models["old"], models["new"]) == 0.0
-    assert max_weight_diff(models["old"], models["plain"]) > 1e-3  # AGC really acted
-    with pytest.raises(TypeError, match="GradientTransform or a"):  # as before: not a member
-        ga_tfx.transforms.GradientChain([old])
 
 
 class _Rank6(keras.layers.Layer):

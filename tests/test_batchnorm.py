@@ -245,13 +245,13 @@ def _custom_loop(model, opt, x, micro, epochs):
         opt.flush()
 
 
-@pytest.mark.parametrize("attached", [True, False], ids=["window_layers", "own_clock"])
+@pytest.mark.parametrize("attached", [True, False], ids=["window_layers", "found"])
 def test_the_optimizer_wrapper_ends_accum_batchnorm_windows_flush_included(attached):
     """K=4, micro-batches of 4, 10 per epoch (windows of 4, 4 and a partial 2 that flush()
-    applies), two epochs: with ``window_layers=model`` the moving statistics are those of one
-    Keras BatchNormalization update per window, partial windows included (6 updates). Without
-    it the layer counts its own calls: it agrees while the windows are full, and here (the
-    case of issue 35) it does not."""
+    applies), two epochs: the moving statistics are those of one Keras BatchNormalization
+    update per window, partial windows included (6 updates), whether the model is given as
+    ``window_layers`` or the wrapper finds the layer by its variables (issue 45; before, the
+    layer counted its own calls and ran into the next epoch)."""
     k, micro = 4, 4
     x = _data(10 * micro, (3,), offset_step=10.0, micro=micro)
     model = _bn_model((3,), k)
@@ -262,12 +262,132 @@ def test_the_optimizer_wrapper_ends_accum_batchnorm_windows_flush_included(attac
     bn = model.get_layer("bn")
     windows = [x[: 4 * micro], x[4 * micro : 8 * micro], x[8 * micro :]] * 2
     mean, var = _keras_window_updates(windows)
-    errors = _rel_err(bn.moving_mean.numpy(), mean), _rel_err(bn.moving_variance.numpy(), var)
-    if attached:
-        assert max(errors) <= TOLERANCE
-        assert int(bn.window_moments.micro_steps.numpy()) == 0  # nothing left pending
-    else:
-        assert max(errors) > 100 * TOLERANCE  # the layer's own clock ran into the next epoch
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+    assert int(bn.window_moments.micro_steps.numpy()) == 0  # nothing left pending
+
+
+def _dense_bn_relu_dense(bn_steps):
+    keras.utils.set_random_seed(3)
+    return keras.Sequential(
+        [
+            keras.Input((5,)),
+            keras.layers.Dense(4, name="dense"),
+            ga_tfx.AccumBatchNormalization(bn_steps, momentum=0.5, name="bn"),
+            keras.layers.ReLU(),
+            keras.layers.Dense(1, name="head"),
+        ]
+    )
+
+
+def _issue_45_loop(model, opt, x, strategy=None, traced=True):
+    """The case of issue 45: a plain custom loop, one apply_gradients per micro-batch of 8
+    (split over the replicas), opt.flush() at each epoch's end, two epochs."""
+    micro = 8
+
+    def step(xb):
+        with tf.GradientTape() as tape:
+            out = model(xb, training=True)
+            loss = tf.nn.compute_average_loss(
+                tf.reduce_sum(tf.square(out), -1), global_batch_size=micro
+            )
+        opt.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
+
+    step = tf.function(step) if traced else step
+    for _ in range(2):
+        for i in range(0, len(x), micro):
+            xb = x[i : i + micro]
+            if strategy is None:
+                step(tf.constant(xb))
+                continue
+            per_replica = strategy.experimental_distribute_values_from_function(
+                lambda ctx, xb=xb, n=micro // strategy.num_replicas_in_sync: tf.constant(
+                    xb[ctx.replica_id_in_sync_group * n :][:n]
+                )
+            )
+            strategy.run(step, args=(per_replica,))
+        if strategy is None:
+            opt.flush()
+        else:
+            strategy.run(opt.flush)
+
+
+def _big_batch_statistics(model, x):
+    """Keras BatchNormalization updated once per window of 4 micro-batches of 8 (136 rows:
+    four windows of 32 and a flushed one of 8 per epoch), two epochs, on the Dense output."""
+    dense = model.get_layer("dense")
+    h = x @ dense.kernel.numpy() + dense.bias.numpy()
+    windows = [h[i : i + 32] for i in range(0, 128, 32)] + [h[128:]]
+    return _keras_window_updates(windows * 2)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_optimizer_wrapper_finds_accum_batchnorm_without_window_layers(replicas, strategy):
+    """Issue 45's case without ``window_layers``: the moving statistics are big-batch
+    BatchNormalization's, on one device and on two replicas."""
+    x = _data(136, (5,), offset_step=0.5, micro=8)
+    with strategy.scope() if replicas == 2 else contextlib.nullcontext():
+        model = _dense_bn_relu_dense(4)
+        opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
+    _issue_45_loop(model, opt, x, strategy if replicas == 2 else None)
+    mean, var = _big_batch_statistics(model, x)
+    bn = model.get_layer("bn")
+    means = bn.moving_mean.values if replicas == 2 else [bn.moving_mean]
+    variances = bn.moving_variance.values if replicas == 2 else [bn.moving_variance]
+    for replica_mean, replica_var in zip(means, variances):
+        assert _rel_err(replica_mean.numpy(), mean) <= TOLERANCE
+        assert _rel_err(replica_var.numpy(), var) <= TOLERANCE
+
+
+def test_optimizer_wrapper_finds_accum_batchnorm_in_an_eager_loop():
+    """Eagerly, the layer's first micro-batch ran before the wrapper found it; accumulated on
+    one replica it is the start of the wrapper's first window: still exact."""
+    x = _data(136, (5,), offset_step=0.5, micro=8)
+    model = _dense_bn_relu_dense(4)
+    opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
+    _issue_45_loop(model, opt, x, traced=False)
+    mean, var = _big_batch_statistics(model, x)
+    bn = model.get_layer("bn")
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_an_eager_first_call_that_cannot_be_a_window_start_is_refused(replicas, strategy):
+    """AccumBatchNormalization(accum_steps=1) is Keras' layer until the wrapper finds it: its
+    eager first call already updated the moving statistics (one device); on two replicas the
+    first call's statistics are global on each replica. Either: an error naming
+    ``window_layers`` at the wrapper's first update, not wrong statistics."""
+    x = _data(136, (5,), offset_step=0.5, micro=8)
+    with strategy.scope() if replicas == 2 else contextlib.nullcontext():
+        model = _dense_bn_relu_dense(1 if replicas == 1 else 4)
+        opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
+    with pytest.raises(RuntimeError, match=r"'bn'.*window_layers=model"):
+        _issue_45_loop(model, opt, x, strategy if replicas == 2 else None, traced=False)
+
+
+def test_a_step_traced_before_the_wrapper_found_the_layer_refuses_to_run():
+    """A forward traced in its own tf.function before the wrapper's first update (gradients
+    computed in one function, applied outside it) keeps the layer's own clock: once the
+    wrapper found the layer, running it again is an error naming ``window_layers``."""
+    x = _data(16, (5,), micro=8)
+    model = _dense_bn_relu_dense(4)
+    opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
+
+    @tf.function
+    def gradients(xb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(xb, training=True)))
+        return tape.gradient(loss, model.trainable_variables)
+
+    def step(xb):
+        opt.apply_gradients(zip(gradients(tf.constant(xb)), model.trainable_variables))
+
+    step(x[:8])  # traced on the layer's own clock, then the wrapper finds the layer
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"bn.*window_layers=model"):
+        step(x[8:])
 
 
 def test_window_layers_must_be_layers():

@@ -225,7 +225,7 @@ def interrupted_at(code, log):
     assert code == 143, log[-3000:]
     last = log.strip().splitlines()[-1]
     found = re.fullmatch(
-        r"interrupted at update (\d+) of 600; checkpoint saved; re-run the same command to resume",
+        r"interrupted at window (\d+) of 600; checkpoint saved; re-run the same command to resume",
         last,
     )
     assert found, f"last line: {last!r}\n{log[-3000:]}"

@@ -7,6 +7,9 @@ naming it, and no other library or component module touches those internals.
 
 import ga_tfx  # noqa: I001  (first import: selects Keras 2)
 
+import ast
+import functools
+import importlib
 import pathlib
 import re
 import warnings
@@ -43,6 +46,172 @@ def test_missing_internal_is_an_error_naming_it():
 
     with pytest.raises(internals.TfKerasInternalsError, match=r"Owner\._gone"):
         internals.check_internals(((Owner, "present"), (Owner, "_gone")))
+
+
+def test_missing_instance_internal_is_an_error_naming_it():
+    import tf_keras
+
+    class Shadowed:  # a property in place of the instance attribute Keras used to set
+        @property
+        def optimizer(self):
+            return None
+
+    with pytest.raises(internals.TfKerasInternalsError) as raised:
+        internals.check_internals(
+            (),
+            (
+                (tf_keras.Model, "_steps_per_execution"),  # present: not named
+                (tf_keras.Model, "_renamed_train_counter"),
+                (Shadowed, "optimizer"),
+            ),
+        )
+    message = str(raised.value)
+    assert "Model._renamed_train_counter" in message and "Shadowed.optimizer" in message
+    assert "_steps_per_execution" not in message
+
+
+def _shim_private_names():
+    """Every private name the shim's code reads, overrides or looks up by string."""
+    tree = ast.parse((ROOT / "ga_tfx" / "_tf_keras_internals.py").read_text())
+    private = re.compile(r"^_[A-Za-z]\w*$")
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private.match(node.attr):
+            used.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            used |= {
+                item.name
+                for item in node.body
+                if isinstance(item, ast.FunctionDef) and private.match(item.name)
+            }
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if private.match(node.value):
+                used.add(node.value)
+    return used
+
+
+def test_every_private_name_the_shim_uses_is_in_its_import_time_check():
+    checked = {name for _, name in internals._REQUIRED + internals._REQUIRED_INSTANCE}
+    used = _shim_private_names()
+    assert {"_steps_per_execution", "_distribution_strategy", "_iterations"} <= used
+    assert sorted(used - checked) == []
+
+
+def test_every_instance_internal_is_on_a_real_object():
+    model = _dense_model()
+    model.compile(optimizer="sgd", loss="mse")
+    layer = keras.layers.BatchNormalization()
+    layer.build((None, 3))
+    objects = {
+        keras.Model: model,
+        keras.layers.BatchNormalization: layer,
+        keras.optimizers.Optimizer: keras.optimizers.SGD(0.1),
+    }
+    absent = [
+        f"{owner.__name__}.{name}"
+        for owner, name in internals._REQUIRED_INSTANCE
+        if name not in vars(objects[owner])
+    ]
+    assert absent == []
+
+
+@functools.lru_cache(maxsize=None)
+def _tf_keras_private_names(base):
+    """Private names (``_x``, not dunder) of ``base``'s class and of real instances of it."""
+    model = _dense_model()
+    model.compile(optimizer="sgd", loss="mse")
+    layer = keras.layers.BatchNormalization()
+    layer.build((None, 3))
+    strategy = tf.distribute.get_strategy()
+    instances = [
+        model,
+        layer,
+        model.optimizer,
+        keras.optimizers.legacy.SGD(),
+        keras.callbacks.Callback(),
+        strategy,
+        strategy.extended,
+        tf.Variable(1.0),
+    ]
+    names = set()
+    for obj in [base, *(o for o in instances if isinstance(o, base))]:
+        names |= {n for n in dir(obj) if re.match(r"^_[A-Za-z]", n)}
+        names |= {n for n in getattr(obj, "__dict__", {}) if re.match(r"^_[A-Za-z]", n)}
+    return names
+
+
+_KERAS_BASES = (
+    keras.layers.Layer,
+    keras.optimizers.Optimizer,
+    keras.optimizers.legacy.Optimizer,
+    keras.callbacks.Callback,
+    tf.distribute.Strategy,
+    tf.distribute.StrategyExtended,
+    tf.Variable,
+)
+
+
+def _private_tf_keras_uses(path, every_name):
+    """``"path:line: name"`` for each private tf-keras name ``path`` touches: an attribute of
+    that name on any object, a method of that name defined in a subclass of a Keras class, or
+    the name as a string; ``self.<name>`` counts in such a subclass only (elsewhere ``self`` is
+    ga-tfx's own object)."""
+    relative = path.relative_to(ROOT)
+    module_name = ".".join(relative.with_suffix("").parts)
+    module_name = module_name.replace("components.", "ga_tfx.components.", 1)
+    module_name = module_name.replace("pipelines.", "ga_tfx.pipelines.", 1)
+    module_name = module_name.removesuffix(".__init__")
+    tree = ast.parse(path.read_text())
+    found = []
+
+    def private_names_of(class_name):
+        """The private names of the Keras classes ``class_name`` derives from (all of them
+        where the module does not import here)."""
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name, None)
+        except ImportError:
+            return every_name
+        bases = [b for b in _KERAS_BASES if isinstance(cls, type) and issubclass(cls, b)]
+        return set().union(*(_tf_keras_private_names(b) for b in bases))
+
+    def visit(node, names_of_self):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                defined = {item.name for item in child.body if isinstance(item, ast.FunctionDef)}
+                read = {a.attr for a in ast.walk(child) if isinstance(a, ast.Attribute)}
+                # Imported only when it could matter: a private tf-keras name in the class.
+                names = private_names_of(child.name) if (defined | read) & every_name else set()
+                for item in child.body:
+                    if isinstance(item, ast.FunctionDef) and item.name in names:
+                        found.append(f"{relative}:{item.lineno}: def {item.name}")
+                visit(child, names)
+                continue
+            name = None
+            if isinstance(child, ast.Attribute):
+                receiver = child.value
+                is_self = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls")
+                if child.attr in (names_of_self if is_self else every_name):
+                    name = child.attr
+            elif isinstance(child, ast.Constant) and child.value in every_name:
+                name = child.value
+            if name:
+                found.append(f"{relative}:{child.lineno}: {name}")
+            visit(child, names_of_self)
+
+    visit(tree, set())
+    return found
+
+
+def test_no_private_tf_keras_attribute_outside_the_shim():
+    every_name = set().union(*(_tf_keras_private_names(b) for b in _KERAS_BASES))
+    assert {"_distribution_strategy", "_train_counter", "_trackable_children"} <= every_name
+    shim = ROOT / "ga_tfx" / "_tf_keras_internals.py"
+    offenders = []
+    for tree in ("ga_tfx", "components", "pipelines"):
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            if path != shim:  # the allow-list: the shim only
+                offenders += _private_tf_keras_uses(path, every_name)
+    assert offenders == []
 
 
 def _dense_model():
@@ -175,7 +344,7 @@ _PRIVATE = re.compile(
     r"tf_keras\.src|\._steps_per_execution|\._train_counter|\._flatten_layers|"
     r"\._track_trackable|\._get_compile_args|\._validate_target_and_loss|_cluster_coordinator|"
     r"_is_graph_network|\._param_shape|\._param_dtype|\._assign_moving_average|"
-    r"\._get_training_value|_get_on_device_or_primary|autograph\.core|tf\.__internal__"
+    r"\._get_training_value|_get_on_device_or_primary|autograph\.core|tf\.__internal__|\bvars\("
 )
 
 

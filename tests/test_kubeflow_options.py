@@ -117,5 +117,5 @@ def test_the_entry_point_ends_a_lost_peer_and_a_preemption_with_one_line(monkeyp
     code, last = _entry_point_exit(monkeypatch, capsys, TrainingInterrupted(317, 4000, 15))
     assert code == 143
     assert last == (
-        "interrupted at update 317 of 4000; checkpoint saved; re-run the same command to resume"
+        "interrupted at window 317 of 4000; checkpoint saved; re-run the same command to resume"
     )

@@ -145,7 +145,7 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     stopping = _checkpoint(model, tmp_path / "stopped", stop=stop)
     stopping.restore()
     request = _Before(lambda call: call == 2 and stop.request(signal.SIGTERM))
-    with pytest.raises(preemption.TrainingInterrupted, match="interrupted at update 4 of 7"):
+    with pytest.raises(preemption.TrainingInterrupted, match="interrupted at window 4 of 7"):
         _fit(model, request, stopping)
     resumed = _model(steps_per_execution=2 * K)
     again = _checkpoint(resumed, tmp_path / "stopped")
@@ -204,7 +204,7 @@ def test_sigterm_finishes_the_window_saves_and_raises_the_one_line(tmp_path):
             _fit(model, kill, saves)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
     assert str(raised.value) == (
-        "interrupted at update 4 of 7; checkpoint saved; re-run the same command to resume"
+        "interrupted at window 4 of 7; checkpoint saved; re-run the same command to resume"
     )
     assert raised.value.exit_code == 128 + signal.SIGTERM
     assert saves.saved == [4]
@@ -256,7 +256,7 @@ def test_interruption_is_found_through_wrapping_errors(capsys):
     except RuntimeError as wrapped:
         assert preemption.report_interruption(wrapped) == 130
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume"
+        "interrupted at window 5 of 8; checkpoint saved; re-run the same command to resume"
     )
     with pytest.raises(ValueError, match="other"):
         preemption.report_interruption(ValueError("other"))
@@ -304,12 +304,37 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
         np.testing.assert_array_equal(got.numpy(), want)
 
 
-def test_the_interruption_counts_windows_and_keeps_its_old_name_deprecated():
+def test_the_interruption_counts_windows():
     error = preemption.TrainingInterrupted(4, 7, signal.SIGTERM)
     assert error.windows_done == 4 and error.exit_code == 128 + signal.SIGTERM
-    assert str(error).startswith("interrupted at update 4 of 7;")
-    with pytest.warns(DeprecationWarning, match="use windows_done"):
-        assert error.updates_done == 4
+    assert str(error).startswith("interrupted at window 4 of 7;")
+    assert not hasattr(error, "updates_done")  # the 0.1.0 alias, removed in 0.2.0
+
+
+def test_the_trainers_interruption_counts_windows_a_skipped_one_included(tmp_path):
+    """The Trainer's message counts windows (its ``num_steps`` unit), not updates: a stop after
+    4 windows, the first skipped as non-finite (a NaN target), says window 4 of 7, with 3
+    updates applied."""
+    x = np.random.default_rng(0).normal(size=(UPDATES * K * MICRO, 3)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    y[0] = np.nan  # window 1's loss and gradient: skipped
+    model, stop = _model(), preemption.StopRequest()
+    stopping = _checkpoint(model, tmp_path, stop=stop)
+    stopping.restore()
+    request = _Before(lambda call: call == 4 and stop.request(signal.SIGTERM))
+    with pytest.raises(preemption.TrainingInterrupted) as raised:
+        model.fit(
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO),
+            epochs=1,
+            steps_per_epoch=UPDATES * K,
+            verbose=0,
+            callbacks=[request, stopping],
+        )
+    assert str(raised.value) == (
+        "interrupted at window 4 of 7; checkpoint saved; re-run the same command to resume"
+    )
+    assert raised.value.windows_done == 4 and raised.value.total_windows == UPDATES
+    assert (model.window_core.windows, model.window_core.updates) == (4, 3)
 
 
 def _weights_diff(a, b):
@@ -352,7 +377,7 @@ def test_the_counts_are_the_window_cores_and_stored_once(tmp_path):
     assert (saves.windows_done, saves.micro_batches_done, saves.saved_at) == (3, 3 * K, 3)
     latest = tf.train.latest_checkpoint(str(tmp_path))
     stored = dict(tf.train.list_variables(latest))
-    assert not any(key + "/.ATTRIBUTES/VARIABLE_VALUE" in stored for key in checkpoints.LEGACY_KEYS)
+    assert not any(name.startswith(("updates_done/", "micro_batches_done/")) for name in stored)
     assert [
         tf.train.load_variable(latest, k + "/.ATTRIBUTES/VARIABLE_VALUE")
         for k in checkpoints.CORE_KEYS
@@ -365,45 +390,6 @@ def test_the_counts_are_the_window_cores_and_stored_once(tmp_path):
     _fit(resumed, again, done=3)
     assert (again.windows_done, again.micro_batches_done) == (UPDATES, UPDATES * K)
     assert _weights_diff(resumed, uninterrupted) <= 1e-6
-
-
-@pytest.mark.parametrize("core_counted", [True, False], ids=["core_counted", "core_did_not"])
-def test_a_checkpoint_written_with_the_old_keys_resumes_exactly(tmp_path, core_counted):
-    """Checkpoints written up to b21667f hold the counts as top-level ``updates_done`` and
-    ``micro_batches_done`` beside the model (the old layout, written here as the old code
-    did). ``core_counted``: the model's core holds the same counts (code since 6be6e04);
-    otherwise its counters are 0 in the file (older code, the old keys the only record): the
-    old keys give the counts and are written into the core when it exists."""
-    uninterrupted = _model()
-    _fit(uninterrupted)
-    model = _model()
-    model.fit(_data(), epochs=1, steps_per_epoch=3 * K, verbose=0)
-    state = model.window_core.state
-    if not core_counted:
-        state.windows.assign(0)
-        state.micro_batches_done.assign(0)
-    old = tf.train.Checkpoint(
-        model=model,
-        updates_done=tf.Variable(3, dtype=tf.int64, name="windows_done"),
-        micro_batches_done=tf.Variable(3 * K, dtype=tf.int64, name="micro_batches_done"),
-    )
-    tf.train.CheckpointManager(old, str(tmp_path), max_to_keep=2).save(checkpoint_number=3)
-    names = {name for name, _ in tf.train.list_variables(str(tmp_path / "ckpt-3"))}
-    assert {
-        "updates_done/.ATTRIBUTES/VARIABLE_VALUE",
-        "micro_batches_done/.ATTRIBUTES/VARIABLE_VALUE",
-    } <= names
-
-    resumed = _model()
-    again = _checkpoint(resumed, tmp_path)
-    assert again.restore() == 3 and again.micro_batches_done == 3 * K
-    _fit(resumed, again, done=3)
-    assert (again.windows_done, again.micro_batches_done) == (UPDATES, UPDATES * K)
-    assert int(resumed.window_core.state.windows.numpy()) == UPDATES
-    assert _weights_diff(resumed, uninterrupted) <= 1e-6
-    again.finish()  # written in the new layout: the core's counters only
-    names = {name for name, _ in tf.train.list_variables(again.latest)}
-    assert "updates_done/.ATTRIBUTES/VARIABLE_VALUE" not in names
 
 
 def test_the_resume_directory_is_under_resume_root_when_one_is_set():

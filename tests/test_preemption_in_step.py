@@ -16,6 +16,7 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 from tests.helpers import classification_data, max_weight_diff
@@ -78,13 +79,37 @@ def test_training_loop_stops_after_the_running_step_and_resumes_exactly(tmp_path
 
     hook = SignalDuringStep(at_call=7)  # the 7th micro-batch: window 2, mid-window
     first = _loop(_model(hook), str(tmp_path))
-    with pytest.raises(TrainingInterrupted, match=r"interrupted at update 2; checkpoint saved"):
+    with pytest.raises(TrainingInterrupted, match=r"interrupted at window 2; checkpoint saved"):
         first.run(epochs=2)
     assert hook.sent and first.windows == 2  # the running window finished, then it stopped
     second = _loop(_model(), str(tmp_path))
     second.run(epochs=2)
     assert second.windows == whole.windows == 6
     assert max_weight_diff(second.model, whole.model) == 0.0
+
+
+def test_training_loops_interruption_counts_windows_a_skipped_one_included(tmp_path):
+    """TrainingLoop's message counts windows, as the Trainer's: a signal during window 3, the
+    first window skipped as non-finite (a NaN input), says window 3 (2 updates applied)."""
+    x, y = classification_data(n=96, seed=3)
+    x[0] = np.nan  # window 1's gradient: skipped
+    hook = SignalDuringStep(at_call=9)  # window 3's first micro-batch
+    loop = ga_tfx.TrainingLoop(
+        _model(hook),
+        keras.optimizers.SGD(0.3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(8),
+        4,
+        checkpoint_dir=str(tmp_path),
+        verbose=False,
+    )
+    with pytest.raises(TrainingInterrupted) as raised:
+        loop.run(epochs=2)
+    assert str(raised.value) == (
+        "interrupted at window 3; checkpoint saved; re-run the same command to resume"
+    )
+    assert raised.value.windows_done == 3 and raised.value.total_windows is None
+    assert (loop.windows, loop.updates) == (3, 2)
 
 
 @pytest.mark.tfx
@@ -148,7 +173,7 @@ def build_model(hparams):
     stopped = interruption(raised.value)
     assert stopped is not None, raised.value
     assert str(stopped) == (
-        "interrupted at update 3 of 4; checkpoint saved; re-run the same command to resume"
+        "interrupted at window 3 of 4; checkpoint saved; re-run the same command to resume"
     )
     # The re-run (no more signals) resumes from update 3.
     serving_dir, _ = _run(tmp_path, "signal", module_file=str(module), **settings)

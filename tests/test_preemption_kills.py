@@ -150,7 +150,7 @@ def test_killed_at_five_points_the_reruns_end_with_the_uninterrupted_weights(tmp
         assert _latest(tmp_path) == latest, (point, output)
         if point == "sigterm_mid_window":
             assert attempt.stdout.strip().splitlines()[-1] == (
-                "interrupted at update 5 of 8; checkpoint saved; re-run the same command to resume"
+                "interrupted at window 5 of 8; checkpoint saved; re-run the same command to resume"
             ), output
         assert not os.path.exists(
             tmp_path / f"attempt{number}" / "model_run" / run_record.FILE_NAME

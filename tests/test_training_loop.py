@@ -625,8 +625,8 @@ def test_epochs_over_in_memory_data_do_not_copy_it_again():
 
 
 class _OldLoopState(WindowState):
-    """``LoopState`` as checkpoints written up to b21667f hold it: the epoch's data position
-    as a variable of its own (``position``), no ``epoch_start``."""
+    """``LoopState`` as checkpoints written before 0.1.0 (up to b21667f) hold it: the epoch's
+    data position as a variable of its own (``position``), no ``epoch_start``."""
 
     def __init__(self):
         super().__init__(name="training_loop_state")
@@ -634,12 +634,13 @@ class _OldLoopState(WindowState):
         self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
 
 
-def test_the_data_position_is_the_cores_count_and_old_checkpoints_resume(tmp_path):
+def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(tmp_path):
     """One count of the data consumed, the window core's: after 13 micro-batches (epoch 0's 9,
     a window and one micro-batch of epoch 1) the core counts 12 in finished windows and 1
-    pending, the epoch's position (4) is derived from them, and checkpoints hold no position
-    of their own. A checkpoint in the old layout (``loop_state/position``, written here as
-    the old code wrote it) resumes to the uninterrupted run's weights."""
+    pending, the epoch's position (4) is derived from them, checkpoints hold no position of
+    their own, and a resume reaches the uninterrupted run's weights. A checkpoint in the
+    layout before 0.1.0 (``loop_state/position``, written here as that code wrote it) has no
+    reader since 0.2.0: restoring it fails, rather than resume at a wrong position."""
     x, y = classification_data(n=63)  # 9 micro-batches per epoch
     data = _shuffled(x, y)
     whole = make_loop(None, adam, data)
@@ -657,6 +658,13 @@ def test_the_data_position_is_the_cores_count_and_old_checkpoints_resume(tmp_pat
     assert "loop_state/position/.ATTRIBUTES/VARIABLE_VALUE" not in names
     assert "loop_state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE" in names
 
+    resumed = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "new"))
+    assert resumed.restore()
+    assert (resumed.epoch, int(resumed.state.position.numpy())) == (1, 4)
+    resumed.run(epochs=2)
+    assert max_diff(resumed.model.get_weights(), whole.model.get_weights()) == 0.0
+    assert resumed.updates == whole.updates == 6
+
     old_state = _OldLoopState()
     for name, variable in vars(old_state).items():
         if isinstance(variable, tf.Variable) and name != "position":
@@ -671,11 +679,6 @@ def test_the_data_position_is_the_cores_count_and_old_checkpoints_resume(tmp_pat
         noise_sums=core.noise_sums,
     )
     tf.train.CheckpointManager(old, str(tmp_path / "old"), max_to_keep=1).save()
-
-    for directory in ("new", "old"):
-        resumed = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / directory))
-        assert resumed.restore()
-        assert (resumed.epoch, int(resumed.state.position.numpy())) == (1, 4), directory
-        resumed.run(epochs=2)
-        assert max_diff(resumed.model.get_weights(), whole.model.get_weights()) == 0.0, directory
-        assert resumed.updates == whole.updates == 6
+    refused = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "old"))
+    with pytest.raises(AssertionError, match="epoch_start"):
+        refused.restore()

@@ -104,9 +104,6 @@ SLOW = (
     "test_pacing.py::test_an_explicit_steps_per_execution_is_honoured_exactly[8]",
     "test_pacing.py::test_several_workers_run_the_compiled_windows",
     "test_preemption.py::test_checkpoints_by_wall_time_whichever_comes_first",
-    # the old checkpoint layout whose core also counted: [core_did_not] (the old keys the only
-    # record) stays fast and kills the mutations on that path
-    "test_preemption.py::test_a_checkpoint_written_with_the_old_keys_resumes_exactly[core_counted]",
     "test_optimizer_compile.py::*[*-mirrored]",
     "test_optimizer_distributed.py::*[sgd_nesterov_built_first]",
     "test_optimizer_saving.py::*[adam-one_device]",

@@ -16,12 +16,6 @@ moving ones -- which may be mid-epoch. The data order is a function of ``shuffle
 resumed run skips ``micro_batches_done`` micro-batches and continues as the uninterrupted run
 would.
 
-Checkpoints written up to b21667f (before the counters were read from the core) also hold them
-as top-level ``updates_done`` (windows) and ``micro_batches_done`` (:data:`LEGACY_KEYS`): where
-these are present they are the counts, written into the core's state once it exists
-(:meth:`UpdateCheckpoint.restore`, or the next ``fit``'s start): a checkpoint older than the
-core's own counters (6be6e04) holds them only there.
-
 Writes are atomic: ``tf.train.CheckpointManager.save`` writes the new checkpoint's files, then
 replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoints beyond
 ``max_to_keep``. A kill at any point leaves the index naming a complete checkpoint, and
@@ -40,9 +34,6 @@ import os
 import time
 from typing import Callable, Optional, Tuple
 
-# The top-level keys under which checkpoints written up to b21667f hold the windows done and
-# the data position (the Trainer's copies of the core's counters, no longer written).
-LEGACY_KEYS = ("updates_done", "micro_batches_done")
 # The core's counters in a checkpoint of ``tf.train.Checkpoint(model=...)``.
 CORE_KEYS = tuple(
     f"model/{engine.CORE_KEY}/state/{name}" for name in ("windows", "micro_batches_done")
@@ -136,9 +127,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._clock = clock
         self.saved_at = 0
         # (windows, micro-batches) the restored checkpoint holds, read while the core does not
-        # exist yet; and those of an old checkpoint's LEGACY_KEYS, until the core takes them.
+        # exist yet.
         self._stored: Tuple[int, int] = (0, 0)
-        self._legacy: Optional[Tuple[int, int]] = None
         # Updates (applied windows) since the latest checkpoint.
         self._updates_since_save = 0
         self._has_checkpoint = False  # (not read from the index: the same on every worker)
@@ -161,17 +151,6 @@ class UpdateCheckpoint(keras.callbacks.Callback):
             return self._stored
         return int(core.state.windows.numpy()), int(core.state.micro_batches_done.numpy())
 
-    def _adopt_legacy(self) -> None:
-        """Writes an old checkpoint's counts (:data:`LEGACY_KEYS`) into the core's state, once
-        the core exists (its own values there may be missing: checkpoints written before it
-        had them)."""
-        core = self._ga_model.window_core
-        if self._legacy is None or core is None:
-            return
-        core.state.windows.assign(self._legacy[0])
-        core.state.micro_batches_done.assign(self._legacy[1])
-        self._legacy = None
-
     @property
     def latest(self) -> Optional[str]:
         """The checkpoint the index file names (``None``: none yet)."""
@@ -185,8 +164,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
             # restored when they are created (deferred restoration).
             self._checkpoint.restore(self.latest).expect_partial()
             self._has_checkpoint = True
-            self._stored, self._legacy = stored_counts(self.latest)
-            self._adopt_legacy()
+            self._stored = stored_counts(self.latest)
         self.saved_at = self.windows_done
         self._updates_since_save = 0
         self._saved_time = self._clock()
@@ -220,9 +198,6 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self.save()
         raise TrainingInterrupted(self.windows_done, self._total, self._stop.signum or 0)
 
-    def on_train_begin(self, logs=None):
-        self._adopt_legacy()  # fit has made the core (its values restored from the checkpoint)
-
     def on_window_end(self, event):
         """The window core's event: one more window trained (the core counts it); an update
         unless skipped, for the periodic checkpoints' cadence."""
@@ -252,13 +227,9 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         remove_worker_dir(self._write_dir, self._directory)
 
 
-def stored_counts(path: str) -> Tuple[Tuple[int, int], Optional[Tuple[int, int]]]:
-    """The (windows, micro-batches) the checkpoint ``path`` holds, and the same again where
-    they come from an old checkpoint's :data:`LEGACY_KEYS` (else ``None``). A checkpoint
-    without a window core (nothing trained) holds (0, 0)."""
-    values = stored_values(path, LEGACY_KEYS + CORE_KEYS)
-    if LEGACY_KEYS[0] in values:
-        legacy = (values[LEGACY_KEYS[0]], values.get(LEGACY_KEYS[1], 0))
-        return legacy, legacy
+def stored_counts(path: str) -> Tuple[int, int]:
+    """The (windows, micro-batches) the checkpoint ``path`` holds: the window core's counters
+    (:data:`CORE_KEYS`). A checkpoint without a window core (nothing trained) holds (0, 0)."""
+    values = stored_values(path, CORE_KEYS)
     windows, micro_batches = (values.get(key, 0) for key in CORE_KEYS)
-    return (windows, micro_batches), None
+    return windows, micro_batches

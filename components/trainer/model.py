@@ -47,7 +47,7 @@ def accumulation_model(build_model, hparams, settings, base_model_dir=None, tran
     wrapped = ga_tfx.wrap_model(model, config=accumulation_config(settings))
     # Through the window core also at accum_steps=1: checkpoints, logs and the run record
     # count its window events.
-    wrapped._use_engine_always()
+    wrapped.use_engine_always()
     wrapped.compile(**compile_args)
     return wrapped
 

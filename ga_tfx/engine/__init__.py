@@ -91,7 +91,7 @@ class AccumulationEngine(WindowStep):
         self._accumulation_config = config
         self._transforms = Untracked(tuple(transforms))
         # accum_steps=1 without a gradient transform steps aside for plain Keras, unless
-        # _use_engine_always().
+        # use_engine_always().
         self._always_use_engine = False
         # Micro-batches per call of the train function: one window until compile says more;
         # with steps_per_execution unset, fit may pace them (ga_tfx.engine.pacing).
@@ -341,16 +341,19 @@ class AccumulationEngine(WindowStep):
         return self.train_function
 
     # ------------------------------------------------------------------ the engine
-    def _use_engine_always(self) -> None:
-        """Train through the engine also with ``accum_steps=1`` and no AGC (where it would
-        step aside for plain Keras): for callers inside ga_tfx that compare models by what the
-        engine counts (the tuner plugin's trials, ``samples_seen``). Call before ``fit``."""
+    def use_engine_always(self) -> None:
+        """Train through the engine also with ``accum_steps=1`` and no gradient transform, where
+        the model would otherwise step aside for plain Keras ``fit``: then every update is a
+        window of the core, with its events, its non-finite guard, its checkpointed counters
+        and ``samples_seen``, as at ``accum_steps > 1`` (the Trainer component and the tuner's
+        trials use it so that runs at K=1 and K>1 count alike). Call before ``compile``/``fit``;
+        it cannot be undone."""
         self._always_use_engine = True
 
     def _engine_active(self) -> bool:
         # accum_steps=1 without a gradient transform (clipping, AGC, noise, the user's) or the
         # noise scale is plain Keras training (no non-finite guard either), unless
-        # _use_engine_always().
+        # use_engine_always().
         config = self._accumulation_config
         return (
             config.accum_steps > 1

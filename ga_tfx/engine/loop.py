@@ -109,7 +109,7 @@ class WindowLoop:
         self.pacer: Optional[CallPacer] = None
         self.listeners: Sequence[Any] = ()
         if not model.run_eagerly:
-            model.train_tf_function = self._run_execution
+            internals.set_train_tf_function(model, self._run_execution)
 
     def _trace(self, function: Callable, autograph: bool = True, inline: bool = True) -> Callable:
         """The host-side pieces: traced, unless the model runs eagerly (``run_eagerly``).

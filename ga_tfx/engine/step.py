@@ -153,15 +153,10 @@ class _WindowGradientSink:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["_WindowGradientSink"]:
-        owner_dict = vars(self._owner)
-        previous = owner_dict.get("optimizer")
-        # Set in the instance dict directly: a plain attribute swap, no Keras tracking of the
-        # stand-in (it must never become a checkpoint dependency).
-        owner_dict["optimizer"] = self
-        try:
+        # A plain attribute swap, no Keras tracking of the stand-in (it must never become a
+        # checkpoint dependency).
+        with internals.untracked_attribute(self._owner, "optimizer", self):
             yield self
-        finally:
-            owner_dict["optimizer"] = previous
 
     def apply_gradients(
         self, grads_and_vars: Iterable[Tuple[Any, tf.Variable]], *args: Any, **kwargs: Any

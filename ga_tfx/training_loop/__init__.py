@@ -58,7 +58,6 @@ from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
 from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
 
-import warnings
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 __all__ = [
@@ -89,9 +88,7 @@ class LoopState(WindowState):
     window's micro-steps (the accumulator's ``micro_steps``, checkpointed with it). The epoch's
     data position is derived from it, so that a discarded window (``partial_window="drop"``, an
     out-of-memory recovery, which takes its micro-batches back) moves it without a second
-    counter to keep in step. A checkpoint written before (up to b21667f) holds the position
-    itself under ``position``: :func:`~ga_tfx.training_loop.checkpoints.adopt_position` turns it
-    into ``epoch_start`` on restore.
+    counter to keep in step.
     """
 
     def __init__(self, name: str = "training_loop_state") -> None:
@@ -212,9 +209,10 @@ class TrainingLoop(LoopSteps):
       stop_on_signals: with ``checkpoint_dir``, SIGTERM (what Kubernetes sends before an
         eviction) and SIGINT (Ctrl-C) stop :meth:`run` at the next window end -- a signal
         that arrives while a step runs is handled when it returns --: it saves a checkpoint
-        and raises :class:`ga_tfx.preemption.TrainingInterrupted` ("interrupted at update N;
-        checkpoint saved; ..."); a new ``run`` resumes exactly. A second signal is not held
-        back. Only from the main thread. Default ``True``.
+        and raises :class:`ga_tfx.preemption.TrainingInterrupted` ("interrupted at window N;
+        checkpoint saved; ...", N counting windows, a skipped one included); a new ``run``
+        resumes exactly. A second signal is not held back. Only from the main thread. Default
+        ``True``.
     """
 
     def __init__(
@@ -308,7 +306,6 @@ class TrainingLoop(LoopSteps):
             checkpoint_dir,
             self.strategy,
             _validation.CHECKPOINTS_KEPT.check("max_checkpoints_to_keep", max_checkpoints_to_keep),
-            self.state,
         )
         self._log = LoopLog(
             log_dir,
@@ -319,14 +316,6 @@ class TrainingLoop(LoopSteps):
         )
 
     # ------------------------------------------------------------------ public state
-    @property
-    def core(self) -> WindowCore:
-        """Deprecated: :attr:`window_core` (the loop's :class:`~ga_tfx.window.WindowCore`)."""
-        warnings.warn(
-            "TrainingLoop.core is deprecated: use window_core", DeprecationWarning, stacklevel=2
-        )
-        return self.window_core
-
     @property
     def updates(self) -> int:
         """Optimizer updates applied by this loop (restored from checkpoints)."""

@@ -1,7 +1,6 @@
 """``TrainingLoop``'s checkpoints: one ``tf.train.CheckpointManager``, written by the chief."""
 
 from ga_tfx._keras import tf
-from ga_tfx._state import stored_values
 from ga_tfx.distribution import is_chief
 
 import shutil
@@ -23,9 +22,6 @@ class LoopCheckpoints:
         worker must take part). Every worker restores from ``directory``: under a
         multi-worker strategy it must be shared storage.
       max_to_keep: checkpoints kept (>= 1).
-      state: the loop's :class:`~ga_tfx.training_loop.LoopState`, the checkpoint's
-        ``loop_state``: an old checkpoint's data position becomes its ``epoch_start``
-        (:func:`adopt_position`).
     """
 
     def __init__(
@@ -34,10 +30,8 @@ class LoopCheckpoints:
         directory: Optional[str],
         strategy: Any,
         max_to_keep: int,
-        state: Any,
     ) -> None:
         self._checkpoint = checkpoint
-        self._state = state
         self.directory = directory
         self._manager = None
         if directory is not None and is_chief(strategy):
@@ -63,27 +57,5 @@ class LoopCheckpoints:
         latest = tf.train.latest_checkpoint(self.directory) if self.directory else None
         if latest is None:
             return False
-        status = self._checkpoint.restore(latest)
-        if adopt_position(latest, self._state):  # the old layout: all but epoch_start matched
-            status.assert_nontrivial_match()
-        else:
-            status.assert_existing_objects_matched()
+        self._checkpoint.restore(latest).assert_existing_objects_matched()
         return True
-
-
-# ``loop_state``'s key in checkpoints written up to b21667f for the epoch's data position
-# (``LoopState.position`` was a variable then), and the key of what replaced it.
-LEGACY_POSITION, EPOCH_START = "loop_state/position", "loop_state/epoch_start"
-
-
-def adopt_position(path: str, state: Any) -> bool:
-    """After ``state`` was restored from the checkpoint ``path``: where ``path`` holds the old
-    ``position`` (micro-batches of the epoch consumed) instead of ``epoch_start``, sets
-    ``epoch_start`` so that ``state.position`` reads that value again (``consumed -
-    position``; the core's counters, restored from the same checkpoint, give ``consumed``) and
-    returns ``True``; otherwise ``False``."""
-    values = stored_values(path, (LEGACY_POSITION, EPOCH_START))
-    if LEGACY_POSITION not in values or EPOCH_START in values:
-        return False
-    state.epoch_start.assign(state.consumed() - values[LEGACY_POSITION])
-    return True

@@ -126,7 +126,8 @@ class LoopRun:
         if requested:
             loop.save()
             signum = loop._stop.signum or 0
-            raise preemption.TrainingInterrupted(loop.updates, self.max_updates, signum)
+            # Windows, as from every front-end (its limit, max_updates, counts updates).
+            raise preemption.TrainingInterrupted(loop.windows, None, signum)
 
     def _window_ends(self) -> dict:
         """Host side: logs, checkpoints and callbacks for each window finished since the last

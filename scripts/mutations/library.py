@@ -155,9 +155,31 @@ MUTATIONS = [
     Mutation(
         "optimizer.window_layers_ignored",
         "ga_tfx/optimizer.py",
-        "                window_layers=self._window_layers.value,\n",
-        "                window_layers=[],\n",
+        "variables, self._accumulation, self._transforms, window_layers=given + found",
+        "variables, self._accumulation, self._transforms, window_layers=found",
         ("tests/test_batchnorm.py", "-k", "optimizer_wrapper"),
+    ),
+    # issue 45: the wrapper finds the AccumBN layers it trains, or refuses naming window_layers
+    Mutation(
+        "optimizer.found_window_layers_ignored",
+        "ga_tfx/optimizer.py",
+        "window_layers=given + found",
+        "window_layers=given",
+        ("tests/test_batchnorm.py", "-k", "optimizer_wrapper"),
+    ),
+    Mutation(
+        "batchnorm.eager_first_call_not_refused",
+        "ga_tfx/batchnorm.py",
+        "if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):",
+        "if layer._last_eager_call > since and not layer._accumulates():",
+        ("tests/test_batchnorm.py", "-k", "refused"),
+    ),
+    Mutation(
+        "batchnorm.stale_standalone_graph_runs",
+        "ga_tfx/batchnorm.py",
+        "            checks.append(self._refuse_if_driven())\n",
+        "",
+        ("tests/test_batchnorm.py", "-k", "traced_before"),
     ),
     Mutation(
         "optimizer.all_reduce_per_buffer",

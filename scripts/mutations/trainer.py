@@ -15,20 +15,6 @@ MUTATIONS = [
         ("tests/test_preemption.py",),
     ),
     Mutation(
-        "checkpoints.old_keys_ignored",
-        "components/trainer/checkpoints.py",
-        "    if LEGACY_KEYS[0] in values:\n",
-        "    if False:\n",
-        ("tests/test_preemption.py", "-k", "old_keys"),
-    ),
-    Mutation(
-        "checkpoints.old_counts_not_given_to_the_core",
-        "components/trainer/checkpoints.py",
-        "        self._adopt_legacy()  # fit has made the core",
-        "        pass  # fit has made the core",
-        ("tests/test_preemption.py", "-k", "old_keys"),
-    ),
-    Mutation(
         "trainer.resume_does_not_skip_trained_data",
         "components/trainer/run_fn.py",
         ".skip(_data_position(checkpoint, settings, skip))",

@@ -54,13 +54,6 @@ MUTATIONS = [
         ("tests/test_training_loop.py", "-k", "resume_mid_window"),
     ),
     Mutation(
-        "training_loop.old_position_ignored",
-        "ga_tfx/training_loop/checkpoints.py",
-        "    state.epoch_start.assign(state.consumed() - values[LEGACY_POSITION])\n",
-        "    state.epoch_start.assign(state.consumed())\n",
-        ("tests/test_training_loop.py", "-k", "old_checkpoints"),
-    ),
-    Mutation(
         "training_loop.resume_from_the_start_of_the_epoch",
         "ga_tfx/training_loop/data.py",
         "        dataset = dataset.skip(position) if position else dataset\n",
@@ -73,5 +66,13 @@ MUTATIONS = [
         "            terms = model.losses\n",
         "            terms = []\n",
         ("tests/test_training_loop.py", "-k", "regularization_counted"),
+    ),
+    # issue 45: TrainingInterrupted counts windows from every front-end (a skip included)
+    Mutation(
+        "training_loop.interrupted_at_updates",
+        "ga_tfx/training_loop/run.py",
+        "raise preemption.TrainingInterrupted(loop.windows, None, signum)",
+        "raise preemption.TrainingInterrupted(loop.updates, None, signum)",
+        ("tests/test_preemption_in_step.py", "-k", "skipped_one_included"),
     ),
 ]
