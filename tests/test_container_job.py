@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.container]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from ga_tfx.pipelines.pipeline import TUNER_OBJECTIVE  # noqa: E402
+from ga_tfx.pipelines.parts.training import TUNER_OBJECTIVE  # noqa: E402
 
 import kfp_harness  # noqa: E402
 from keras_tuner.src.engine.objective import create_objective  # noqa: E402

@@ -191,10 +191,10 @@ def test_a_transform_setting_reaches_the_trainers_model():
     assert model.window_core.chain.order == ("nonfinite_guard", "gradient_noise")
 
 
-def test_every_front_end_calls_its_core_window_core_and_old_checkpoints_keep_their_key(tmp_path):
+def test_every_front_end_calls_its_core_window_core_and_the_wrapper_keeps_its_key(tmp_path):
     """One name for the core: fit's model, the optimizer wrapper and TrainingLoop each expose
-    their :class:`~ga_tfx.window.WindowCore` as ``window_core``; the wrapper's and the loop's
-    old ``core`` is a deprecated alias of the same object. The wrapper's checkpoint key stays
+    their :class:`~ga_tfx.window.WindowCore` as ``window_core`` (0.1.0's ``core`` alias is
+    gone, CHANGELOG.md). The wrapper's checkpoint key stays
     ``core`` (checkpoints written before the rename hold ``optimizer/core/...``), and such a
     checkpoint restores the window in progress."""
     x, y = classification_data(n=N, seed=3)
@@ -210,8 +210,8 @@ def test_every_front_end_calls_its_core_window_core_and_old_checkpoints_keep_the
     optimizer.apply_gradients(
         zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
     )
-    with pytest.warns(DeprecationWarning, match="use window_core"):
-        assert optimizer.core is optimizer.window_core
+    assert isinstance(optimizer.window_core, ga_tfx.window.WindowCore)
+    assert not hasattr(optimizer, "core")
     loop = ga_tfx.TrainingLoop(
         mlp(seed=5),
         keras.optimizers.SGD(LR),
@@ -220,8 +220,8 @@ def test_every_front_end_calls_its_core_window_core_and_old_checkpoints_keep_the
         K,
         verbose=False,
     )
-    with pytest.warns(DeprecationWarning, match="use window_core"):
-        assert loop.core is loop.window_core
+    assert isinstance(loop.window_core, ga_tfx.window.WindowCore)
+    assert not hasattr(loop, "core")
 
     path = tf.train.Checkpoint(model=model, optimizer=optimizer).save(str(tmp_path / "ckpt"))
     names = [name for name, _ in tf.train.list_variables(path)]
