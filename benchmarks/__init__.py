@@ -17,6 +17,7 @@ Modules, one concern each:
 * :mod:`benchmarks.workers`: launching and running the subprocess workers.
 * :mod:`benchmarks.machine`: machine and source facts for the report.
 * :mod:`benchmarks.report`: the Markdown report writer.
+* :mod:`benchmarks.results`: the JSON results (``--json``): summary figures, one line per record.
 * :mod:`benchmarks.__main__`: the command line.
 
 This package imports nothing at import time: modules that need TensorFlow import ``ga_tfx``

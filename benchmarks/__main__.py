@@ -3,21 +3,20 @@
 Runs the phases (the XLA probes, and the correctness and BatchNormalization checks, in
 subprocesses; then the paired throughput rounds, which also measure peak tensor memory, driven
 from this process),
-prints the report and optionally writes it (and the raw results as JSON).
+prints the report and optionally writes it (and its figures as JSON: :mod:`benchmarks.results`).
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow is imported)
 
 import argparse
 import datetime
-import json
 import os
 import shlex
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks import anchor
+from benchmarks import anchor, results
 from benchmarks.configs import CONFIGS, DEFAULT_CONFIGS
 from benchmarks.machine import ga_tfx_source, machine_facts
 from benchmarks.report import render
@@ -49,7 +48,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--output", default=None, help="write the Markdown report here")
     parser.add_argument(
-        "--json", default=None, help="write the raw results (every round's timings) here"
+        "--json",
+        default=None,
+        help="write the results here: summary figures, one line per record (benchmarks.results)",
     )
     parser.add_argument(
         "--jobs",
@@ -128,21 +129,16 @@ def main(argv=None):
     facts["ga_tfx_source_end"] = ga_tfx_source()
 
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "command": command,
-                    "facts": facts,
-                    "throughput": throughput,
-                    "checks": checks,
-                    "xla_probes": probes,
-                    "phases": phases,
-                    "args": vars(args),
-                },
-                f,
-                indent=1,
-                default=str,
-            )
+        record = {
+            "command": command,
+            "facts": facts,
+            "throughput": throughput,
+            "checks": checks,
+            "xla_probes": probes,
+            "phases": phases,
+            "args": vars(args),
+        }
+        results.write(record, args.json)
         print(f"wrote {args.json}")
     report = render(
         args,

@@ -16,8 +16,6 @@ import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING, Any, List
 
-__version__ = "0.1.0"
-
 # name -> module defining it (loaded on first access, PEP 562).
 _PUBLIC = {
     "AccumBatchNormalization": "ga_tfx.batchnorm",
@@ -51,6 +49,13 @@ else:  # TensorFlow is loaded already: decide (and check) now, not at first use.
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # declared once, in setup.py: the installed distribution's
+        from importlib import metadata
+
+        try:
+            return metadata.version("ga-tfx")
+        except metadata.PackageNotFoundError:  # imported from a source tree, not installed
+            return "unknown (not installed)"
     if name in _PUBLIC:
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
         globals()[name] = value
@@ -59,10 +64,11 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | {"__version__"})
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports
+    __version__: str
     from ga_tfx._keras import KerasVersionError, keras, tf  # noqa: F401
     from ga_tfx.accumulator import GradientAccumulator  # noqa: F401
     from ga_tfx.agc import adaptive_clip_gradients  # noqa: F401

@@ -16,9 +16,13 @@
 #          containers of the image (scripts/build_image.sh, built in the background from the
 #          start: Docker installed and started where missing, as root), one test at a time.
 #          The tfx run leaves these tests out (-m "not container").
+#   wheel  the built wheel in a new venv outside the clone (scripts/wheel_check.sh: Python 3.12
+#          and uv of .venv-lib/, requirements/lock-lib.txt's versions): `ga-tfx --version` and
+#          -m "not tfx and not slow and not source_tree" against the installed package, from a
+#          copy of the clone without its source packages.
 # A -m expression given here is combined with each tier's own ("not tfx" for lib, the other
-# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib other container" by default; e.g.
-# GA_TFX_TEST_ENVS=tfx for a TFX-only file).
+# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib wheel other container" by
+# default; e.g. GA_TFX_TEST_ENVS=tfx for a TFX-only file).
 # Exit status: 0 only when every run passed; a run that collects no test (pytest's 5) fails, and
 # so does a run that collects fewer tests than the committed floor (tests/collection_floor.json:
 # per environment, in all and per marker; checked when no -m, -k or test path is given here).
@@ -41,7 +45,7 @@ workers="${GA_TFX_TEST_WORKERS:-2}"
 xdist=()
 [ "$workers" = 1 ] || xdist=(-n "$workers")
 
-read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib other container}"
+read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib wheel other container}"
 wants() { [[ " ${envs[*]} " == *" $1 "* ]]; }
 reports="$(mktemp -d)"
 setup_pid=""
@@ -86,6 +90,7 @@ for name in "${envs[@]}"; do
   case "$name" in
     other) ;;
     container) [[ " ${this_envs[*]} " == *" tfx "* ]] || this_envs+=(tfx) ;;  # the harness's kfp
+    wheel) [[ " ${this_envs[*]} " == *" lib "* ]] || this_envs+=(lib) ;;  # its uv and Python
     *) [[ " ${this_envs[*]} " == *" $name "* ]] || this_envs+=("$name") ;;
   esac
 done
@@ -128,6 +133,7 @@ done
 status=0
 for name in "${envs[@]}"; do
   run_env=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
+  runner=()  # the command that runs pytest: "$python" -m pytest unless the case says
   case "$name" in
     tfx) python="$root/.venv/bin/python"
          args=("${xdist[@]}" -m "$(tier_marker "not container")" "${plain_args[@]}") ;;
@@ -142,8 +148,15 @@ for name in "${envs[@]}"; do
          run_env+=(TF_ENABLE_ONEDNN_OPTS=1) ;;
     other) args=("${xdist[@]}" -m "$(tier_marker "$OTHER_MARKER")" "${plain_args[@]}")
          python="$root/.venv-tfx-$other_stack/bin/python" ;;
-    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, other, container)" >&2; exit 2 ;;
+    # The wheel in a new venv (its Python is .venv-lib/'s); without -m here the script's own
+    # selection, the library's fast tier less the tests that read the source files.
+    wheel) python="$root/.venv-lib/bin/python"
+         runner=(bash "$root/scripts/wheel_check.sh")
+         args=("${xdist[@]}" "${plain_args[@]}")
+         [ -z "$user_marker" ] || args+=(-m "$(tier_marker "not tfx and not source_tree")") ;;
+    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, wheel, other, container)" >&2; exit 2 ;;
   esac
+  [ "${#runner[@]}" -gt 0 ] || runner=("$python" -m pytest)
   if [ "$name" = container ]; then
     rc=0; wait "$image_pid" || rc=$?
     image_pid=""
@@ -176,7 +189,7 @@ for name in "${envs[@]}"; do
     cp "$rootdir"/srv/ga-tfx-reports/other.* "$reports/" 2>/dev/null || true
   else
     echo "== [$name] $("$python" -c 'import platform; print("Python", platform.python_version())') =="
-    env "${run_env[@]}" "$python" -m pytest --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
+    env "${run_env[@]}" "${runner[@]}" --junitxml="$reports/$name.xml" "${args[@]}" || rc=$?
   fi
   echo "== [$name] pytest exit status $rc$([ "$rc" = 5 ] && echo ' (no test collected)') =="
   [ "$rc" = 0 ] || status=1

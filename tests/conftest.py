@@ -30,6 +30,17 @@ tempfile.tempdir = _SCRATCH
 atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 
 import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before TensorFlow)
+
+# scripts/wheel_check.sh runs the suite against the installed wheel: GA_TFX_EXPECT_INSTALLED_IN
+# names the site-packages ga_tfx must come from (not a source tree on the path).
+_INSTALLED_IN = os.environ.get("GA_TFX_EXPECT_INSTALLED_IN")
+if _INSTALLED_IN and not os.path.realpath(ga_tfx.__file__).startswith(
+    os.path.join(os.path.realpath(_INSTALLED_IN), "")
+):
+    raise RuntimeError(
+        f"ga_tfx was imported from {ga_tfx.__file__}, not from the installed wheel in "
+        f"{_INSTALLED_IN} (GA_TFX_EXPECT_INSTALLED_IN): a source tree is on the path"
+    )
 from ga_tfx._keras import tf  # noqa: E402
 
 import gc  # noqa: E402

@@ -35,6 +35,7 @@ def test_the_list_has_unique_names_and_no_bug_twice():
     assert len(mutants.MUTATIONS) >= 50  # the list does not shrink unnoticed
 
 
+@pytest.mark.source_tree
 @pytest.mark.parametrize("mutation", mutants.MUTATIONS, ids=lambda m: m.name)
 def test_every_mutation_finds_its_site_where_it_is_listed(mutation):
     assert mutants.anchor_problems(ROOT, mutation) == []

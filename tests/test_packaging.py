@@ -21,6 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads; the repository's folder -> where its packages land in the wheel.
 SOURCES = {"ga_tfx": "ga_tfx", "components": "ga_tfx/components", "pipelines": "ga_tfx/pipelines"}
 SHIPPED_CSV = "ga_tfx/pipelines/data/digits/digits.csv"
+# Every test builds the wheel from the source files: the wheel environment (scripts/wheel_check.sh,
+# no source tree) leaves the module out.
+pytestmark = [pytest.mark.source_tree]
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +202,16 @@ def test_the_installed_wheel_imports_without_the_work_tree(wheel, tmp_path):
     assert len(lines) == 4, lines
     assert all(line.startswith(str(target) + os.sep) for line in lines[:3]), lines
     assert lines[3] == "None None"
+
+
+def test_the_changelog_opens_with_the_declared_version():
+    """CHANGELOG.md's newest section (its first "## " heading) is the version setup.py declares,
+    the one place it is declared (``ga_tfx.__version__`` and ``ga-tfx --version`` read it)."""
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        [declared] = re.findall(r'^\s*version="([^"]+)"', f.read(), re.M)
+    with open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8") as f:
+        text = f.read()
+    releases = re.findall(r"^## (\S+)", text, re.M)
+    assert releases and releases[0] == declared, (releases, declared)
+    newest = text.split(f"## {declared}", 1)[1].split("\n## ", 1)[0]
+    assert {"Added", "Changed", "Removed"} <= set(re.findall(r"^### (.*)$", newest, re.M))

@@ -1,0 +1,92 @@
+"""``python -m benchmarks --json``'s results (``benchmarks/results.py``): summary figures, one
+line per record, and the committed JSON reports agree with their Markdown reports.
+
+Reads files and small dicts only: no TensorFlow, fast, in every environment.
+"""
+
+import json
+import os
+
+import pytest
+
+from benchmarks import results
+from benchmarks.report import fmt_spread
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The reports `python -m benchmarks --output X.md --json X.json` wrote (their Markdown's command
+# says so).
+REPORTS = ["REPORT", "GOAL", "NOISE_SCALE"]
+
+
+def _spread(median):
+    return {"median": median, "q1": median - 0.01, "q3": median + 0.01, "min": 0.5, "max": 2.0}
+
+
+def _record():
+    """A run's record as ``benchmarks.__main__`` assembles it: two configurations of three
+    rounds, one pair."""
+    rounds = [{"wall": 0.123456789, "cpu": 0.2, "tensor_peak_mib": 12.375}] * 3
+    return {
+        "command": "python -m benchmarks",
+        "facts": {"ga_tfx_source": {"commit": "abc1234", "dirty": False}},
+        "throughput": {
+            "configs": {
+                name: {"status": "ok", "rounds": list(rounds), "cpu_rate": _spread(1234.56789)}
+                for name in ("ga_tfx", "bound_fit_data")
+            },
+            "pairs": [
+                {"num": "ga_tfx", "den": "bound_fit_data", "what": "x", "cpu": _spread(0.98765)}
+            ],
+            "repeats": 3,
+        },
+        "checks": {"correctness": [{"max_dw": 1.8328428268432617e-06}], "status": "ok"},
+        "xla_probes": {},
+    }
+
+
+def test_compact_leaves_out_the_rounds_and_keeps_the_summaries():
+    record = _record()
+    out = results.compact(record)
+    configs = out["throughput"]["configs"]
+    assert all("rounds" not in config for config in configs.values())
+    assert configs["ga_tfx"]["cpu_rate"]["median"] == 1234.57  # 6 significant digits
+    assert out["throughput"]["pairs"][0]["cpu"]["median"] == 0.98765
+    assert out["checks"]["correctness"][0]["max_dw"] == 1.83284e-06
+    assert out["throughput"]["repeats"] == 3 and out["command"] == record["command"]
+    assert "rounds" in record["throughput"]["configs"]["ga_tfx"]  # the input is not changed
+    assert results.compact(out) == out
+
+
+def test_write_puts_one_record_per_line(tmp_path):
+    path = tmp_path / "r.json"
+    results.write(_record(), str(path))
+    text = path.read_text()
+    assert json.loads(text) == results.compact(_record())
+    lines = text.splitlines()
+    # each configuration and the pair on a line of its own, whole
+    for name in ("ga_tfx", "bound_fit_data"):
+        [line] = [line for line in lines if line.strip().startswith(f'"{name}": {{')]
+        assert json.loads("{" + line.strip().rstrip(",") + "}")[name]["status"] == "ok"
+    assert sum('"num": "ga_tfx"' in line for line in lines) == 1
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_committed_results_are_compact_and_match_their_report(name):
+    """The committed JSON is what ``results.write`` writes (no rounds), and each pair's wall and
+    CPU ratios in it print as its Markdown report's headline table does."""
+    with open(os.path.join(ROOT, "benchmarks", f"{name}.json"), encoding="utf-8") as f:
+        text = f.read()
+    record = json.loads(text)
+    assert results.compact(record) == record
+    assert text.count("\n") < 200, f"{name}.json: {text.count(chr(10))} lines"
+    with open(os.path.join(ROOT, "benchmarks", f"{name}.md"), encoding="utf-8") as f:
+        report = f.read()
+    assert f"--json benchmarks/{name}.json" in report and record["command"] in report
+    pairs = [pair for pair in record["throughput"]["pairs"] if "wall" in pair]
+    assert pairs
+    for pair in pairs:
+        row = (
+            f"| `{pair['num']}` / `{pair['den']}` | {fmt_spread(pair['wall'])} | "
+            f"{fmt_spread(pair['cpu'])} | {pair['wall']['n']} |"
+        )
+        assert row in report, f"{name}: {row}"
