@@ -3,7 +3,9 @@
 # when it is on, then pytest once per environment; extra arguments go to every pytest run:
 #   tfx    .venv/       the TFX stack this machine runs natively (TFX 1.16 on glibc < 2.39,
 #                       TFX 1.21 on glibc >= 2.39; GA_TFX_STACK overrides): the whole suite
-#   lib    .venv-lib/   Python 3.12, TF 2.21, no TFX: the library tier, -m "not tfx and not slow"
+#   lib    .venv-lib/   Python 3.12, TF 2.21, no TFX: the library tier's tests that read the
+#                       source files, -m "not tfx and not slow and source_tree" (its other fast
+#                       tests run in the wheel environment)
 #   other  the other TFX stack: -m "tfx and (not slow or stack)", the TFX-marked fast tests and
 #          the slow tests whose code differs between stacks (marker `stack`: the main job, the
 #          pipeline end to end, the Kubeflow compile). Where glibc < 2.39 it is TFX 1.21 in a
@@ -19,7 +21,8 @@
 #   wheel  the built wheel in a new venv outside the clone (scripts/wheel_check.sh: Python 3.12
 #          and uv of .venv-lib/, requirements/lock-lib.txt's versions): `ga-tfx --version` and
 #          -m "not tfx and not slow and not source_tree" against the installed package, from a
-#          copy of the clone without its source packages.
+#          copy of the clone without its source packages; oneDNN's kernels on (the tfx run
+#          covers Eigen's).
 # A -m expression given here is combined with each tier's own ("not tfx" for lib, the other
 # stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib wheel other container" by
 # default; e.g. GA_TFX_TEST_ENVS=tfx for a TFX-only file).
@@ -117,8 +120,12 @@ done
 tier_marker() {
   if [ -n "$user_marker" ]; then echo "($user_marker) and ($1)"; else echo "$1"; fi
 }
+# The library tier's own run is the tests that read the source files (marker source_tree); the
+# rest of its fast tier runs in the wheel environment, against the installed package on the
+# same stack (Python 3.12, TF 2.21), so CI runs those tests once, not twice. A -m given here
+# selects from the whole library tier.
 lib_marker="$(tier_marker "not tfx")"
-[ -n "$user_marker" ] || lib_marker="not tfx and not slow"
+[ -n "$user_marker" ] || lib_marker="not tfx and not slow and source_tree"
 
 # A selection given here (a -m or -k expression, a test path or node id) runs a part of the
 # suite: the floor is then not checked, the counts are still printed.
@@ -153,6 +160,7 @@ for name in "${envs[@]}"; do
     wheel) python="$root/.venv-lib/bin/python"
          runner=(bash "$root/scripts/wheel_check.sh")
          args=("${xdist[@]}" "${plain_args[@]}")
+         run_env+=(TF_ENABLE_ONEDNN_OPTS=1)  # oneDNN's kernels, as the library tier had them
          [ -z "$user_marker" ] || args+=(-m "$(tier_marker "not tfx and not source_tree")") ;;
     *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, wheel, other, container)" >&2; exit 2 ;;
   esac
