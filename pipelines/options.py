@@ -28,7 +28,8 @@ import argparse
 import dataclasses
 from typing import Any, Optional, Tuple
 
-# The shipped digits' training length, and the least a --label run trains (optimizer updates).
+# The shipped digits' training length, and the least a --label run trains (in windows: an
+# update each, unless skipped).
 DIGITS_TRAIN_UPDATES, DIGITS_UPDATES_PER_EPOCH = 60, 20
 MIN_TRAIN_UPDATES = 1000
 # A --label run's shuffle buffer (training examples): the whole training split up to this many
@@ -44,7 +45,8 @@ TUNE_STRATEGIES = ("search", "noise_scale")
 class AccumulationOptions(Settings):
     """How the Trainer trains: accumulation, length, checkpoints, strategy, seed.
 
-    ``train_updates`` counts optimizer updates of ``accum_steps * micro_batch_size`` examples;
+    ``train_updates`` counts windows of ``accum_steps * micro_batch_size`` examples (an update
+    each, unless skipped as non-finite: the Trainer's ``train_args.num_steps``);
     ``eval_steps`` counts evaluation micro-batches. ``seed`` seeds the data order of the Trainer
     (and the Tuner's search and trials). Defaults suit the shipped data.
     """
@@ -56,22 +58,23 @@ class AccumulationOptions(Settings):
         kind=int,
         minimum=1,
         optional=True,
-        help="optimizer updates (effective batches) to train (None: 60 for the shipped digits; "
-        "for --label data, epochs passes over the training rows and at least "
-        f"{MIN_TRAIN_UPDATES} updates)",
+        help="windows (effective batches; an update each, unless skipped) to train (None: 60 "
+        "for the shipped digits; for --label data, epochs passes over the training rows and at "
+        f"least {MIN_TRAIN_UPDATES} windows)",
     )
     epochs: int = setting(
         20,
         kind=int,
         minimum=1,
         help="--label data without --train-updates: passes over the training rows (2/3 of the "
-        f"rows with a label) to train, at least {MIN_TRAIN_UPDATES} updates in all",
+        f"rows with a label) to train, at least {MIN_TRAIN_UPDATES} windows in all",
     )
     updates_per_epoch: Optional[int] = like(
         AccumulationSettings,
         "updates_per_epoch",
         None,
-        help="optimizer updates between two evaluations; must divide the train updates (None: "
+        help="windows (an update each, unless skipped) between two evaluations; must divide "
+        "--train-updates (None: "
         f"{DIGITS_UPDATES_PER_EPOCH} for the shipped digits; for --label data one pass over "
         f"the training rows, at least {MIN_TRAIN_UPDATES} // epochs, or one evaluation at the "
         "end when --train-updates is given)",

@@ -77,13 +77,13 @@ def _fit(model, *callbacks, done=0):
 def _checkpoint(model, directory, kind=checkpoints.UpdateCheckpoint, **kwargs):
     """``kind(model, directory, ...)`` for this module's training: no periodic checkpoint
     unless ``kwargs`` ask for one."""
-    kwargs = dict(dict(total_updates=UPDATES, every_updates=100, every_seconds=1e9), **kwargs)
+    kwargs = dict(dict(total_windows=UPDATES, every_updates=100, every_seconds=1e9), **kwargs)
     return kind(model, str(directory), **kwargs)
 
 
 def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     model = _model(steps_per_execution=K)  # one window per call: the cadence, window by window
-    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3, every_seconds=1e9)
+    saves = _Saves(model, str(tmp_path), total_windows=UPDATES, every_updates=3, every_seconds=1e9)
     assert saves.restore() == 0
     _fit(model, saves)
     saves.finish()
@@ -114,7 +114,7 @@ def test_the_trainers_checkpoints_leave_fit_pacing_and_count_every_window(tmp_pa
     one_per_call = _model(steps_per_execution=K)
     _fit(one_per_call)
     model, calls = _model(), _Calls()
-    saves = _Saves(model, str(tmp_path), total_updates=UPDATES, every_updates=3, every_seconds=1e9)
+    saves = _Saves(model, str(tmp_path), total_windows=UPDATES, every_updates=3, every_seconds=1e9)
     saves.restore()
     _fit(model, calls, saves)
     saves.finish()
@@ -166,7 +166,7 @@ def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
     saves = _Saves(
         model,
         str(tmp_path),
-        total_updates=UPDATES,
+        total_windows=UPDATES,
         every_updates=5,
         every_seconds=25.0,
         clock=lambda: now[0],
@@ -183,7 +183,7 @@ def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
     saves = _Saves(
         model,
         str(tmp_path / "updates_first"),
-        total_updates=UPDATES,
+        total_windows=UPDATES,
         every_updates=2,
         every_seconds=25.0,
         clock=lambda: now[0],
@@ -267,7 +267,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
     a torn write of checkpoint 4 (files half written, index not yet updated) restores 2."""
     model = _model()
     saves = checkpoints.UpdateCheckpoint(
-        model, str(tmp_path), total_updates=UPDATES, every_updates=2, every_seconds=1e9
+        model, str(tmp_path), total_windows=UPDATES, every_updates=2, every_seconds=1e9
     )
     saves.restore()
     at_two = []
@@ -297,7 +297,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
 
     resumed = _model()
     again = checkpoints.UpdateCheckpoint(
-        resumed, str(tmp_path), total_updates=UPDATES, every_updates=2, every_seconds=1e9
+        resumed, str(tmp_path), total_windows=UPDATES, every_updates=2, every_seconds=1e9
     )
     assert again.restore() == 2
     for got, want in zip(resumed.weights, at_two[0]):

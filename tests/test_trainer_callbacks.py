@@ -42,7 +42,7 @@ def test_every_callback_the_trainer_installs_leaves_fit_pacing(tmp_path):
     checkpoint = checkpoints.UpdateCheckpoint(
         model,
         str(tmp_path / "resume"),
-        total_updates=WINDOWS,
+        total_windows=WINDOWS,
         every_updates=WINDOWS,
         every_seconds=1e9,
     )

@@ -39,7 +39,7 @@ def test_settings_step_applies_the_tuners_values_and_the_length(tmp_path):
     assert run.settings.accum_steps == 8  # the Tuner's value wins
     assert run.settings.agc_clip_factor is None  # a search that turned AGC off
     assert run.hparams == tuned["values"]  # what build_model gets
-    assert (run.updates, run.per_epoch) == (20, 5)
+    assert (run.windows, run.per_epoch) == (20, 5)
     with pytest.raises(SettingError, match=r"updates_per_epoch=5 must divide .*=12"):
         run_fn.run_settings(_fn_args(tmp_path, train_steps=12), settings)
 

@@ -75,7 +75,8 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     Args:
       model: the (compiled) accumulation model.
       directory: the resume directory (:func:`resume_directory`), shared by all attempts.
-      total_updates: windows the whole training makes (``train_args.num_steps``).
+      total_windows: windows the whole training makes (``train_args.num_steps``; an update
+        each, unless skipped), the total :class:`TrainingInterrupted` reports.
       every_updates: optimizer updates between two periodic checkpoints (>= 1).
       every_seconds: seconds between two periodic checkpoints (> 0), measured with ``clock``.
       stop: the :class:`~ga_tfx.components.trainer.preemption.StopRequest` of the run; when it
@@ -102,7 +103,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         model,
         directory: str,
         *,
-        total_updates: int,
+        total_windows: int,
         every_updates: int,
         every_seconds: float,
         stop: Optional[StopRequest] = None,
@@ -122,7 +123,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         )
         self._strategy = model.distribute_strategy
         self._multi_worker = isinstance(self._strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        self._total, self._every, self._seconds = total_updates, every_updates, every_seconds
+        self._total, self._every, self._seconds = total_windows, every_updates, every_seconds
         self._stop = stop or StopRequest()
         self._clock = clock
         self.saved_at = 0

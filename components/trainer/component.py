@@ -63,9 +63,9 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
 
     The effective batch is ``accum_steps`` micro-batches of ``micro_batch_size``; give either
     ``accum_steps`` or ``effective_batch_size`` (a multiple of ``micro_batch_size``, from which
-    ``accum_steps`` is derived). ``train_args.num_steps`` counts optimizer updates of
-    ``accum_steps * micro_batch_size`` samples. Settings are checked here: a bad value raises
-    ``ValueError`` naming the field.
+    ``accum_steps`` is derived). ``train_args.num_steps`` counts windows of
+    ``accum_steps * micro_batch_size`` samples (an update each, unless skipped as non-finite).
+    Settings are checked here: a bad value raises ``ValueError`` naming the field.
     """
 
     SPEC_CLASS = GradientAccumulationTrainerSpec

@@ -10,7 +10,8 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
    copied from ``base_model`` by layer name when the Trainer has one (warm start), then
    ``ga_tfx.wrap_model(accum_steps=K)``, built under the chosen strategy and dtype policy;
 3. ``fit`` with ``steps_per_epoch = updates_per_epoch * K`` micro-batches, so that
-   ``train_args.num_steps`` counts **optimizer updates** (of ``K * micro_batch_size`` samples);
+   ``train_args.num_steps`` counts **windows** (of ``K * micro_batch_size`` samples; an update
+   each, unless skipped as non-finite);
    ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
    datasets repeat endlessly);
 4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and
@@ -106,7 +107,7 @@ def train_and_export(
     :func:`train`, :func:`export_model`, :func:`record`.
     """
     run = run_settings(fn_args, settings)
-    strategy = run_strategy(run.settings, run.updates)
+    strategy = run_strategy(run.settings, run.windows)
     schema, transform_output = data.schema_and_transform(fn_args)
     run, choice = fit_memory_budget(fn_args, run, schema, build_model, transform_output, strategy)
     settings = run.settings
@@ -117,13 +118,13 @@ def train_and_export(
         checkpoint = checkpoints.UpdateCheckpoint(
             model,
             resume_dir,
-            total_updates=run.updates,
+            total_windows=run.windows,
             every_updates=settings.checkpoint_every_updates,
             every_seconds=settings.checkpoint_every_seconds,
             stop=stop,
         )
         logger = run_log.AccumulationLogger(
-            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_updates=run.updates
+            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_updates=run.windows
         )
         try:
             resumed, metrics = train(model, fn_args, run, schema, checkpoint, logger)
@@ -141,12 +142,13 @@ def train_and_export(
 @dataclasses.dataclass(frozen=True)
 class Run:
     """What one Trainer run trains: its ``settings`` (the Tuner's hyperparameters applied),
-    the ``hparams`` dict ``build_model`` gets, ``updates`` (``train_args.num_steps``: windows)
-    and ``per_epoch`` (windows between two evaluations)."""
+    the ``hparams`` dict ``build_model`` gets, ``windows`` (``train_args.num_steps``: the run's
+    length in windows, an update each unless skipped) and ``per_epoch`` (windows between two
+    evaluations)."""
 
     settings: settings_lib.AccumulationSettings
     hparams: dict
-    updates: int
+    windows: int
     per_epoch: int
 
 
@@ -155,16 +157,16 @@ def run_settings(fn_args, settings) -> Run:
     module docstring) and the run's length from ``fn_args.train_steps``; ``SettingError`` when
     ``updates_per_epoch`` does not divide it."""
     settings = settings.with_hyperparameters(fn_args.hyperparameters)
-    updates = fn_args.train_steps
+    windows = fn_args.train_steps
     return Run(
         settings=settings,
         hparams=settings_lib.hyperparameter_values(fn_args.hyperparameters),
-        updates=updates,
-        per_epoch=settings_lib.check_updates(updates, settings.updates_per_epoch),
+        windows=windows,
+        per_epoch=settings_lib.check_updates(windows, settings.updates_per_epoch),
     )
 
 
-def run_strategy(settings, updates: int):
+def run_strategy(settings, windows: int):
     """Step 2, strategy: the ``tf.distribute`` strategy of ``settings.strategy``; ``ValueError``
     when a micro-batch would leave a replica without an example."""
     strategy = distribution.make_strategy(settings.strategy)
@@ -175,10 +177,10 @@ def run_strategy(settings, updates: int):
             "replica needs at least one example per micro-batch."
         )
     logging.info(
-        "ga_tfx: %s, %d replicas, %d updates of %d samples",
+        "ga_tfx: %s, %d replicas, %d windows of %d samples",
         settings,
         strategy.num_replicas_in_sync,
-        updates,
+        windows,
         settings.effective_batch_size,
     )
     return strategy
@@ -199,7 +201,7 @@ def resume_directory_of(fn_args, run: Run, model_identity: str) -> str:
             transform_graph=fn_args.transform_graph_path,
             schema=fn_args.schema_path,
             base_model=fn_args.base_model,
-            updates=run.updates,
+            updates=run.windows,  # the key of existing resume directories
             eval_steps=fn_args.eval_steps,
         ),
         run.settings.resume_root,
@@ -222,13 +224,13 @@ def build_model_in(strategy, build_model, run: Run, base_model_dir, transform_ou
 
 def train(model, fn_args, run: Run, schema, checkpoint, logger):
     """Step 5, train: restores the latest checkpoint, then ``fit`` of the windows not done
-    (:func:`_train`, again after an out-of-memory recovery); returns (the update resumed from,
-    0 for none; the last epoch's logs)."""
+    (:func:`_train`, again after an out-of-memory recovery); returns (the windows the resumed
+    checkpoint holds, 0 for none; the last epoch's logs)."""
     settings = run.settings
     evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
     resumed = checkpoint.restore()
     if resumed:
-        logging.info("ga_tfx: resuming from update %d of %d", resumed, run.updates)
+        logging.info("ga_tfx: resuming after window %d of %d", resumed, run.windows)
     callbacks = _callbacks(fn_args.model_run_dir, logger, checkpoint)
     # After an out-of-memory recovery (the window discarded, the micro-batch halved: same
     # samples per update) fit cannot read the window again: the plan again, from the first
@@ -241,7 +243,7 @@ def train(model, fn_args, run: Run, schema, checkpoint, logger):
             schema,
             evaluation,
             checkpoint,
-            run.updates,
+            run.windows,
             run.per_epoch,
             callbacks,
         ),
@@ -269,7 +271,8 @@ def record(fn_args, run: Run, strategy, resume_dir, model, logger, resumed, metr
     """Step 7, record: on the chief (multi-worker: the other workers never wrote there), the
     checkpoints deleted (exported: a later run of the same training starts over) and the run
     record written to ``fn_args.model_run_dir`` (:mod:`~ga_tfx.components.trainer.run_record`).
-    ``resumed``: the update the run resumed from (0: none); ``metrics``: the last epoch's logs;
+    ``resumed``: the windows the resumed checkpoint held (0: none; the record's
+    ``resumed_from_update``); ``metrics``: the last epoch's logs;
     ``choice``: the memory budget's (None: no budget)."""
     settings, core = run.settings, model.window_core
     if distribution.is_chief(strategy):
@@ -277,8 +280,8 @@ def record(fn_args, run: Run, strategy, resume_dir, model, logger, resumed, metr
         run_record.write(
             fn_args.model_run_dir,
             run_record.RunRecord(
-                updates=run.updates,
-                updates_this_run=run.updates - resumed,
+                updates=run.windows,  # the record's keys are unchanged: readers depend on them
+                updates_this_run=run.windows - resumed,
                 resumed_from_update=resumed or None,
                 effective_batch_size=settings.effective_batch_size,
                 micro_batch_size=settings.micro_batch_size,
@@ -343,11 +346,15 @@ def _callbacks(model_run_dir, logger, checkpoint):
     ]
 
 
-def _train(model, fn_args, settings, schema, evaluation, checkpoint, updates, per_epoch, callbacks):
-    """The ``fit`` calls of windows ``checkpoint.windows_done + 1 .. updates`` (:func:`_fit_plan`);
-    returns the last epoch's logs."""
+def _train(
+    model, fn_args, settings, schema, evaluation, checkpoint, total_windows, per_epoch, callbacks
+):
+    """The ``fit`` calls of windows ``checkpoint.windows_done + 1 .. total_windows``
+    (:func:`_fit_plan`); returns the last epoch's logs."""
     metrics = {}
-    plan = _fit_plan(checkpoint.windows_done, updates, per_epoch, bool(settings.accum_schedule))
+    plan = _fit_plan(
+        checkpoint.windows_done, total_windows, per_epoch, bool(settings.accum_schedule)
+    )
     adaptive = settings.adaptive_range is not None
     for initial_epoch, epochs, windows, skip in plan:
         history = model.fit(
@@ -394,8 +401,8 @@ class _StopAfterWindows(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def _fit_plan(done, updates, per_epoch, one_fit_per_epoch=False):
-    """The ``fit`` calls that train windows ``done+1 .. updates``: tuples (initial_epoch,
+def _fit_plan(done, total_windows, per_epoch, one_fit_per_epoch=False):
+    """The ``fit`` calls that train windows ``done+1 .. total_windows``: tuples (initial_epoch,
     epochs, windows per epoch, windows to skip in the data).
 
     Epochs have ``per_epoch`` windows (evaluation at each epoch end). A resume mid-epoch first
@@ -408,7 +415,7 @@ def _fit_plan(done, updates, per_epoch, one_fit_per_epoch=False):
     if into:
         plan.append((epoch, epoch + 1, per_epoch - into, done))
         epoch += 1
-    last = updates // per_epoch
+    last = total_windows // per_epoch
     if one_fit_per_epoch:
         plan += [(e, e + 1, per_epoch, e * per_epoch) for e in range(epoch, last)]
     elif epoch < last:

@@ -4,9 +4,10 @@
 model is exported; the pipeline summary and tests read it with :func:`read` rather than parsing
 TensorBoard logs. Fields:
 
-- ``updates``: optimizer updates (windows) of the whole training, ``train_args.num_steps``;
+- ``updates``: windows of the whole training, ``train_args.num_steps`` (an update each, unless
+  skipped: ``skipped_windows``; the key keeps its name, readers depend on it);
 - ``updates_this_run``: windows this attempt trained (``updates`` minus the resumed ones);
-- ``resumed_from_update``: the update the latest checkpoint of an earlier attempt held
+- ``resumed_from_update``: the windows the latest checkpoint of an earlier attempt held
   (``None``: this attempt started from scratch);
 - ``effective_batch_size``, ``micro_batch_size``, ``accum_steps``, ``replicas``;
 - ``skipped_windows``: windows not applied (non-finite gradients), over the whole training;

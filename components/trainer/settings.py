@@ -102,8 +102,8 @@ class AccumulationSettings(Settings):
         kind=int,
         minimum=1,
         optional=True,
-        help="optimizer updates between two evaluations; must divide the train updates "
-        "(None: one epoch)",
+        help="windows (an update each, unless skipped) between two evaluations; must divide "
+        "train_args.num_steps (None: one epoch)",
     )
     memory_budget: Optional[str] = setting(
         None,
@@ -260,16 +260,17 @@ def accum_steps_for(effective_batch_size: Any, micro_batch_size: Any) -> int:
 
 def check_updates(train_updates: int, updates_per_epoch: Optional[int]) -> int:
     """Updates per epoch (``updates_per_epoch`` or all of them); ``ValueError`` unless it
-    divides ``train_updates`` (``train_args.num_steps``, optimizer updates)."""
+    divides ``train_updates`` (``train_args.num_steps``: windows, an update each unless
+    skipped)."""
     if not train_updates:
         raise SettingError(
-            f"train_args.num_steps (optimizer updates) must be set and > 0, got {train_updates!r}."
+            f"train_args.num_steps (windows) must be set and > 0, got {train_updates!r}."
         )
     per_epoch = updates_per_epoch or train_updates
     if train_updates % per_epoch:
         raise SettingError(
             f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
-            f"{train_updates} (optimizer updates)."
+            f"{train_updates} (windows)."
         )
     return per_epoch
 
