@@ -90,6 +90,7 @@ def _shim_private_names():
     return used
 
 
+@pytest.mark.source_tree  # reads the shim's source file
 def test_every_private_name_the_shim_uses_is_in_its_import_time_check():
     checked = {name for _, name in internals._REQUIRED + internals._REQUIRED_INSTANCE}
     used = _shim_private_names()
