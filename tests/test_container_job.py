@@ -271,7 +271,7 @@ def test_a_preempted_trainer_resumes_on_a_retry_and_on_a_resubmitted_job(image, 
     assert 0 < n1 < 600
     # ... stopped again on its retry, (b) then the job submitted again: a new job id, new URIs.
     code, log = preempt_trainer(first, work, "a-retry")
-    assert f"ga_tfx: resuming from update {n1} of 600" in log, log[-3000:]
+    assert f"ga_tfx: resuming after window {n1} of 600" in log, log[-3000:]
     n2 = interrupted_at(code, log)
     assert n2 > n1
     resubmitted = submission()
