@@ -86,7 +86,7 @@ def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     saves = _Saves(model, str(tmp_path), total_windows=UPDATES, every_updates=3, every_seconds=1e9)
     assert saves.restore() == 0
     _fit(model, saves)
-    saves.finish()
+    saves.save_final()
     assert saves.saved == [3, 6, 7]  # mid-epoch (one epoch of 7), then the final state
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-6", "ckpt-7"]
@@ -117,7 +117,7 @@ def test_the_trainers_checkpoints_leave_fit_pacing_and_count_every_window(tmp_pa
     saves = _Saves(model, str(tmp_path), total_windows=UPDATES, every_updates=3, every_seconds=1e9)
     saves.restore()
     _fit(model, calls, saves)
-    saves.finish()
+    saves.save_final()
     assert calls.calls < UPDATES  # paced: the first call one window, the next ones more
     assert saves.windows_done == UPDATES == int(model.optimizer.iterations.numpy())
     assert saves.saved[-1] == UPDATES and all(n >= 3 for n in saves.saved)
@@ -136,7 +136,7 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     saves = _checkpoint(uninterrupted, tmp_path / "whole", _Saves, every_updates=3)
     saves.restore()
     _fit(uninterrupted, saves)
-    saves.finish()
+    saves.save_final()
     assert saves.windows_done == UPDATES == int(uninterrupted.optimizer.iterations.numpy())
     assert saves.saved == [4, 7]  # the first call end at or past 3 updates; the end
 
@@ -372,7 +372,7 @@ def test_the_counts_are_the_window_cores_and_stored_once(tmp_path):
     assert saves.restore() == 2  # no checkpoint: the model's core counted 2 windows
     counts = _Counts(saves)
     model.fit(_data(2), epochs=1, steps_per_epoch=K, verbose=0, callbacks=[saves, counts])
-    saves.finish()
+    saves.save_final()
     assert [mine for mine, core in counts.pairs] == [core for mine, core in counts.pairs]
     assert (saves.windows_done, saves.micro_batches_done, saves.saved_at) == (3, 3 * K, 3)
     latest = tf.train.latest_checkpoint(str(tmp_path))

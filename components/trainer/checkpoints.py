@@ -66,7 +66,7 @@ def resume_directory(model_run_dir, identity, resume_root=None):
 class UpdateCheckpoint(keras.callbacks.Callback):
     """Saves the training state every ``every_updates`` optimizer updates (windows applied; a
     window skipped as non-finite is not an update) or ``every_seconds`` seconds (whichever
-    comes first), on a stop request, and at the end (:meth:`finish`). Counts are the window
+    comes first), on a stop request, and at the end (:meth:`save_final`). Counts are the window
     core's (its state; the events of :meth:`on_window_end` pace the periodic checkpoints); the
     decision to save is taken at the end of each call of the train function, where the state
     is whole windows: where a call runs several windows, a periodic checkpoint comes at the
@@ -216,7 +216,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         if self._poll(periodic=False)[0]:  # evaluation changes no state: save, stop
             self._interrupt()
 
-    def finish(self) -> None:
+    def save_final(self) -> None:
         """After the last window: saves the final state (an export killed later re-runs from
         here without training); raises ``TrainingInterrupted`` if a stop was requested."""
         self.save()

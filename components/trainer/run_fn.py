@@ -128,11 +128,11 @@ def train_and_export(
         )
         try:
             resumed, metrics = train(model, fn_args, run, schema, checkpoint, logger)
-            checkpoint.finish()  # the final state: an export killed later re-runs from here
+            checkpoint.save_final()  # the final state: an export killed later re-runs from here
             plain = export_model(
                 model, fn_args, settings, schema, transform_output, make_serving_fn
             )
-            checkpoint.finish()  # a stop requested during the export: keep the checkpoints
+            checkpoint.save_final()  # a stop requested during the export: keep the checkpoints
         finally:
             checkpoint.close()
     record(fn_args, run, strategy, resume_dir, model, logger, resumed, metrics, choice)
