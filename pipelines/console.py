@@ -9,7 +9,7 @@ it moves to ``<output-dir>/logs/<pipeline>-<time>.log``.
 Progress comes from the Trainer and the Tuner through
 :mod:`ga_tfx.components.trainer.progress` (a listener this console installs). On a terminal the
 progress line redraws in place; otherwise (CI, a file) it prints a few plain lines: at 25 %,
-50 %, 75 % and 100 % of the updates.
+50 %, 75 % and 100 % of the windows.
 
 Standard library only.
 """
@@ -171,18 +171,18 @@ class RunConsole:
 
     # ------------------------------------------------------------------ progress
     def _on_progress(self, event: Dict[str, Any]) -> None:
-        update, total = event["update"], event["total"]
+        window, total = event["window"], event["total"]
         label = event.get("label", "Trainer")
         state = self._progress
         if state.get("label") != label:
             state.clear()
             state.update(
-                label=label, start=time.monotonic(), start_update=update - 1, printed=set()
+                label=label, start=time.monotonic(), start_window=window - 1, printed=set()
             )
-        done = update - state["start_update"]
+        done = window - state["start_window"]
         elapsed = time.monotonic() - state["start"]
-        remaining = (total - update) * elapsed / done if done > 0 else 0.0
-        parts = [f"  {label:<18} update {update}/{total}"]
+        remaining = (total - window) * elapsed / done if done > 0 else 0.0
+        parts = [f"  {label:<18} window {window}/{total}"]
         if event.get("loss") is not None:
             parts.append(f"loss {event['loss']:.4g}")
         if event.get("samples_per_second"):
@@ -193,7 +193,7 @@ class RunConsole:
             self._redraw(text)
             return
         for milestone in _MILESTONES:
-            if update >= milestone * total and milestone not in state["printed"]:
+            if window >= milestone * total and milestone not in state["printed"]:
                 state["printed"].add(milestone)
                 self.line(text)
                 break

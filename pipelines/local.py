@@ -43,14 +43,16 @@ class RunSummary:
     """What a finished run produced (read from ML Metadata)."""
 
     effective_batch_size: Optional[int]
-    updates: Optional[int]
+    windows: Optional[int]  # the Trainer's length (its run record's "updates" key)
     hyperparameters: Dict[str, Any]
     metrics: Dict[str, float]
     blessed: bool
     pushed_model: Optional[str]
     serving_model: Optional[str]
     cached_components: List[str]
-    resumed_from_update: Optional[int] = None  # the Trainer's run record (None: not resumed)
+    # The windows of the checkpoint the Trainer resumed from (the run record's
+    # "resumed_from_update"; None: not resumed).
+    resumed_after_window: Optional[int] = None
     baseline_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
     blessed_text: str = ""  # why blessed (or "no")
     not_pushed_reason: str = ""  # one line when nothing was pushed
@@ -66,8 +68,8 @@ class RunSummary:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(self.metrics.items()))
         lines = [
             f"effective batch size: {self.effective_batch_size}",
-            f"optimizer updates:    {self.updates}",
-            _resumed_line(self.resumed_from_update),
+            f"windows:              {self.windows}",
+            _resumed_line(self.resumed_after_window),
             f"tuned:                {tuned or 'no (Tuner off)'}",
         ]
         if self.accum_schedule_used and len(self.accum_schedule_used) > 1:
@@ -120,7 +122,7 @@ def run(
     rows = user_code.for_options(options.csv).check_data(data_root)
     data_check.warn_before_run(rows, options)
     # CsvExampleGen's hash split puts about 2/3 of the rows in train: the length of a --label run
-    # follows from it (TrainingOptions.updates_plan).
+    # follows from it (TrainingOptions.windows_plan).
     train_rows = round(rows * digits.TRAIN_FRACTION) if options.csv.label else None
     metadata_path = metadata_path or os.path.join(pipeline_root, "metadata.db")
     config = metadata_store_pb2.ConnectionConfig()  # (TFX's helper creates the directory)
@@ -223,8 +225,8 @@ def summarize(connection_config) -> RunSummary:
     )
     return RunSummary(
         effective_batch_size=record and record.effective_batch_size,
-        updates=record and record.updates,
-        resumed_from_update=record and record.resumed_from_update,
+        windows=record and record.updates,
+        resumed_after_window=record and record.resumed_from_update,
         accum_schedule_used=record and record.accum_schedule_used,
         noise_scale=record and record.noise_scale,
         micro_batch_choice=record and record.micro_batch_choice,
@@ -244,8 +246,8 @@ def summarize(connection_config) -> RunSummary:
     )
 
 
-def _resumed_line(update):
-    return "resumed: no" if update is None else f"resumed: from update {update}"
+def _resumed_line(window):
+    return "resumed: no" if window is None else f"resumed: after window {window}"
 
 
 def _hyperparameters(artifact):

@@ -120,9 +120,9 @@ class TuningOptions(Settings):
 
     The Tuner searches ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
     ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
-    ``tuning_updates`` updates, and its best values override ``accum_steps`` and
+    ``tuning_updates`` windows, and its best values override ``accum_steps`` and
     ``agc_clip_factor`` in the Trainer. With ``tune_strategy="noise_scale"`` one probe run of
-    ``tuning_updates`` updates at ``accum_steps`` measures the gradient noise scale instead,
+    ``tuning_updates`` windows at ``accum_steps`` measures the gradient noise scale instead,
     and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`); with
     ``tuning_target_loss`` the probe ends at the first evaluation at or below that loss,
     ``tuning_updates`` being the cap (:class:`ga_tfx.tuning.StopAtLoss`).
@@ -143,8 +143,9 @@ class TuningOptions(Settings):
         10,
         kind=int,
         minimum=1,
-        help="updates of the trial with the largest effective batch; every trial sees as "
-        "many examples (noise_scale: updates of the probe run)",
+        help="windows (an update each, unless skipped) of the trial with the largest "
+        "effective batch; every trial sees as many examples (noise_scale: windows of the "
+        "probe run)",
     )
     tuning_target_loss: Optional[float] = like(
         TunerOptions,
@@ -152,14 +153,14 @@ class TuningOptions(Settings):
         None,
         help="noise_scale: end the probe at the first evaluation whose eval loss is at or "
         "below this (the loss you aim at), --tuning-updates being the cap, evaluated about "
-        "10 times over it; None: the probe runs --tuning-updates updates",
+        "10 times over it; None: the probe runs --tuning-updates windows",
     )
     tune_strategy: str = setting(
         "search",
         kind=str,
         choices=TUNE_STRATEGIES,
         help="with --tune: search (a random search of --tuning-trials trials) or noise_scale (no "
-        "search: one probe run of --tuning-updates updates at --accum-steps measures the "
+        "search: one probe run of --tuning-updates windows at --accum-steps measures the "
         "gradient noise scale of its path, B_path, and accum_steps becomes the "
         "--search-accum-steps value nearest to B_path / micro-batch)",
     )
@@ -304,7 +305,7 @@ class TrainingOptions:
 
     def __post_init__(self):
         accumulation, tuning, csv = self.accumulation, self.tuning, self.csv
-        if accumulation.train_updates is not None:  # the digits evaluate every 20 updates
+        if accumulation.train_updates is not None:  # the digits evaluate every 20 windows
             check_updates(
                 accumulation.train_updates,
                 accumulation.updates_per_epoch
@@ -344,23 +345,25 @@ class TrainingOptions:
             }
         )
 
-    def updates_plan(self, train_rows: Optional[int] = None) -> Tuple[int, int]:
-        """(train updates, updates per epoch) of the run.
+    def windows_plan(self, train_rows: Optional[int] = None) -> Tuple[int, int]:
+        """(windows to train, windows per epoch) of the run: the Trainer's
+        ``train_args.num_steps`` and ``updates_per_epoch``, both in windows (an update each,
+        unless skipped).
 
         The shipped digits: ``train_updates`` (default ``DIGITS_TRAIN_UPDATES``) and
         ``updates_per_epoch`` (default ``DIGITS_UPDATES_PER_EPOCH``). ``--label`` data with
         ``train_updates`` given: that, and ``updates_per_epoch`` (default: one evaluation at
         the end). Otherwise from ``train_rows`` (the training split's rows): ``epochs`` passes
-        of ``ceil(train_rows / effective batch)`` updates, at least ``MIN_TRAIN_UPDATES``,
-        evaluated every pass (or every ``MIN_TRAIN_UPDATES // epochs`` updates when a pass is
+        of ``ceil(train_rows / effective batch)`` windows, at least ``MIN_TRAIN_UPDATES``,
+        evaluated every pass (or every ``MIN_TRAIN_UPDATES // epochs`` windows when a pass is
         shorter), rounded up to whole epochs. ``ValueError`` when the rows are needed and not
         known (e.g. compiling for Kubeflow: give ``train_updates``).
         """
         run = self.accumulation
         if self.csv.label is None:
-            updates = run.train_updates or DIGITS_TRAIN_UPDATES
+            windows = run.train_updates or DIGITS_TRAIN_UPDATES
             per_epoch = run.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
-            return updates, check_updates(updates, per_epoch)
+            return windows, check_updates(windows, per_epoch)
         if run.train_updates is not None:
             return run.train_updates, check_updates(run.train_updates, run.updates_per_epoch)
         if not train_rows:

@@ -53,10 +53,10 @@ def create_pipeline(
         (default: the file beside this package; the Kubeflow image's path when compiled).
       train_rows: the training split's rows (about 2/3 of the rows with a label), from which a
         ``--label`` run without ``train_updates`` derives its length
-        (:meth:`TrainingOptions.updates_plan`); None: not counted.
+        (:meth:`TrainingOptions.windows_plan`); None: not counted.
     """
     code = user_code.for_options(options.csv)
-    updates, updates_per_epoch = options.updates_plan(train_rows)
+    windows, windows_per_epoch = options.windows_plan(train_rows)
 
     example_gen = data.example_gen(code, data_root)
     examples = example_gen.outputs["examples"]
@@ -73,7 +73,7 @@ def create_pipeline(
     transform = data.transform(code, examples, checked.outputs["checked_schema"])
 
     run, tuning = options.accumulation, options.tuning
-    settings = training.trainer_settings(code, run, updates_per_epoch)
+    settings = training.trainer_settings(code, run, windows_per_epoch)
     tuner = (
         training.tuner(code, run, tuning, settings, transform, pipeline_root)
         if tuning.tune
@@ -82,7 +82,7 @@ def create_pipeline(
     # Keyed by the pipeline, not by the run: a Kubeflow job submitted again gets a new job id
     # and new output URIs (on Vertex, <root>/<project>/<job id>/<task>_<uuid>/...).
     resume_root = os.path.join(pipeline_root, RESUME_DIR, pipeline_name)
-    trainer = training.trainer(code, run, settings, transform, tuner, updates, resume_root)
+    trainer = training.trainer(code, run, settings, transform, tuner, windows, resume_root)
 
     baseline = evaluation.baseline(code, transform)  # the generic model must beat it
     evaluator = evaluation.evaluator(code, options.blessing, examples, trainer, baseline)

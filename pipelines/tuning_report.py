@@ -155,7 +155,7 @@ def probe_lines(probe: Dict[str, Any]) -> List[str]:
     if half:
         lines.append(
             f"  over the probe's second half: {min(half):.4g} to {max(half):.4g} samples "
-            f"({len(half)} updates); a wide range means a longer probe (--tuning-updates) "
+            f"({len(half)} windows); a wide range means a longer probe (--tuning-updates) "
             "would measure it better"
         )
     lines += stop_lines(probe)

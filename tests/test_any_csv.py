@@ -78,22 +78,22 @@ def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
 
 def test_the_training_length_rule():
     # The shipped digits keep their 60 updates, evaluated every 20.
-    assert TrainingOptions().updates_plan() == (60, 20)
-    assert TrainingOptions.of(train_updates=40).updates_plan() == (40, 20)
+    assert TrainingOptions().windows_plan() == (60, 20)
+    assert TrainingOptions.of(train_updates=40).windows_plan() == (40, 20)
     # --label: 20 passes over the training rows (10001 rows / 128 per update: 79 a pass) ...
-    assert TrainingOptions.of(label="y").updates_plan(train_rows=10001) == (20 * 79, 79)
+    assert TrainingOptions.of(label="y").windows_plan(train_rows=10001) == (20 * 79, 79)
     three = TrainingOptions.of(label="y", epochs=3)
-    assert three.updates_plan(train_rows=100_000) == (3 * 782, 782)
+    assert three.windows_plan(train_rows=100_000) == (3 * 782, 782)
     # ... and at least MIN_TRAIN_UPDATES, evaluated 20 times, on small data.
-    assert TrainingOptions.of(label="y").updates_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
+    assert TrainingOptions.of(label="y").windows_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
     # Given updates win; one evaluation at the end unless updates_per_epoch says otherwise.
-    assert TrainingOptions.of(label="y", train_updates=30).updates_plan(None) == (30, 30)
-    assert TrainingOptions.of(label="y", train_updates=30, updates_per_epoch=10).updates_plan() == (
+    assert TrainingOptions.of(label="y", train_updates=30).windows_plan(None) == (30, 30)
+    assert TrainingOptions.of(label="y", train_updates=30, updates_per_epoch=10).windows_plan() == (
         30,
         10,
     )
     with pytest.raises(ValueError, match=r"train_updates \(--train-updates N\) is needed here"):
-        TrainingOptions.of(label="y").updates_plan(train_rows=None)
+        TrainingOptions.of(label="y").windows_plan(train_rows=None)
 
 
 def test_a_module_file_regression_needs_an_explicit_threshold(tmp_path):

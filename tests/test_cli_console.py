@@ -30,12 +30,12 @@ def test_component_lines_and_plain_progress_milestones():
         _absl("A cached execution %d is used.", 7)
         _absl("Component %s is finished.", "Transform")
         _absl("Component %s is running.", "Trainer")
-        for update in range(1, 101):
+        for window in range(1, 101):
             progress.report(
                 label="Trainer",
-                update=update,
+                window=window,
                 total=100,
-                loss=1.0 / update,
+                loss=1.0 / window,
                 samples_per_second=512.0,
             )
         _absl("Component %s is finished.", "Trainer")
@@ -43,12 +43,12 @@ def test_component_lines_and_plain_progress_milestones():
     assert lines[0].split() == ["CsvExampleGen", "running"]
     assert lines[1].startswith("  CsvExampleGen      done in ")
     assert lines[3].startswith("  Transform          cached in ")
-    updates = [line for line in lines if "update " in line]
-    # Not a terminal: one plain line at 25, 50, 75 and 100 %, not one per update.
-    assert [line.split()[2] for line in updates] == ["25/100", "50/100", "75/100", "100/100"]
-    assert "512 samples/s" in updates[0] and "ETA" in updates[0]
+    windows = [line for line in lines if "window " in line]
+    # Not a terminal: one plain line at 25, 50, 75 and 100 %, not one per window.
+    assert [line.split()[2] for line in windows] == ["25/100", "50/100", "75/100", "100/100"]
+    assert "512 samples/s" in windows[0] and "ETA" in windows[0]
     assert lines[-1].startswith("  Trainer            done in ")
-    progress.report(label="Trainer", update=1, total=1)  # no listener once the console closed
+    progress.report(label="Trainer", window=1, total=1)  # no listener once the console closed
 
 
 def test_everything_else_goes_to_the_log_file(tmp_path):

@@ -165,7 +165,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     assert sources == expected_sources
 
     params = trainer_parameters(spec)
-    updates, updates_per_epoch = options.updates_plan()  # (None: the digits' defaults)
+    updates, updates_per_epoch = options.windows_plan()  # (None: the digits' defaults)
     run = options.accumulation
     expected_params = dict(
         accum_steps=run.accum_steps,

@@ -78,7 +78,7 @@ def test_rerun_resumes_the_trainer_and_pushes_a_blessed_model(runs):
     # The Tuner chose accum_steps among (1, 2); the Trainer trained with it.
     assert summary.hyperparameters["accum_steps"] in (1, 2)
     assert summary.effective_batch_size == 32 * summary.hyperparameters["accum_steps"]
-    assert summary.updates == 8
+    assert summary.windows == 8
     (run_dir,) = glob.glob(str(root / "root" / "GradientAccumulationTrainer" / "model_run" / "*"))
     # Only the re-run's execution reached export; it made updates 5..8 (resumed after 4).
     steps = sorted(

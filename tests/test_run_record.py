@@ -33,18 +33,18 @@ def test_record_round_trips_as_plain_json(tmp_path):
     assert run_record.read(str(tmp_path / "nothing_here")) is None
 
 
-@pytest.mark.parametrize("update,line", [(4, "resumed: from update 4"), (None, "resumed: no")])
-def test_summary_says_whether_the_trainer_resumed(update, line):
+@pytest.mark.parametrize("window,line", [(4, "resumed: after window 4"), (None, "resumed: no")])
+def test_summary_says_whether_the_trainer_resumed(window, line):
     summary = local.RunSummary(
         effective_batch_size=64,
-        updates=8,
+        windows=8,
         hyperparameters={},
         metrics={},
         blessed=True,
         pushed_model=None,
         serving_model=None,
         cached_components=[],
-        resumed_from_update=update,
+        resumed_after_window=window,
     )
     assert line in summary.lines()
 
@@ -52,7 +52,7 @@ def test_summary_says_whether_the_trainer_resumed(update, line):
 def test_summary_shows_the_schedule_used_and_the_noise_scale():
     summary = local.RunSummary(
         effective_batch_size=64,
-        updates=8,
+        windows=8,
         hyperparameters={},
         metrics={},
         blessed=True,

@@ -154,7 +154,7 @@ def test_options_of_flat_names_hand_each_to_its_concern():
     )
     assert parsed.blessing.min_accuracy == 0.5 and parsed.csv.label == "y"
     # Without --label the digits evaluate every 20 updates; with it, 30 updates in one epoch pass.
-    assert options.TrainingOptions.of(label="y", train_updates=30).updates_plan() == (30, 30)
+    assert options.TrainingOptions.of(label="y", train_updates=30).windows_plan() == (30, 30)
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ def test_every_callback_the_trainer_installs_leaves_fit_pacing(tmp_path):
     model.compile(keras.optimizers.SGD(0.01), "mse")  # steps_per_execution unset: fit may pace
     x = np.random.default_rng(0).normal(size=(WINDOWS * K * MICRO, 3)).astype("float32")
     data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(MICRO)
-    logger = run_log.AccumulationLogger(str(tmp_path / "run" / "ga_tfx"), total_updates=WINDOWS)
+    logger = run_log.AccumulationLogger(str(tmp_path / "run" / "ga_tfx"), total_windows=WINDOWS)
     checkpoint = checkpoints.UpdateCheckpoint(
         model,
         str(tmp_path / "resume"),

@@ -1,10 +1,12 @@
-"""An optional listener of training progress, one event per optimizer update (stdlib only).
+"""An optional listener of training progress, by windows (stdlib only).
 
 The ``ga-tfx`` console installs one (:func:`set_listener`) to draw its progress line; under
 Kubeflow or in a user's own pipeline there is none and :func:`report` does nothing. Events are
-dicts: ``label`` (``"Trainer"``, ``"Tuner trial 2/3"``), ``update`` (1-based), ``total``
-(updates of the run), ``loss`` (mean loss of the update's window, or None) and
-``samples_per_second``. A listener must not raise: progress never stops training.
+dicts: ``label`` (``"Trainer"``, ``"Tuner trial 2/3"``), ``window`` (the latest window
+finished, 1-based; applied or skipped), ``total`` (windows of the run), ``loss`` (mean loss of
+that window, or None) and ``samples_per_second``. The Trainer and the Tuner report after each
+call of the train function (one window, or several). A listener must not raise: progress
+never stops training.
 """
 
 from typing import Any, Callable, Dict, Optional

@@ -124,7 +124,7 @@ def train_and_export(
             stop=stop,
         )
         logger = run_log.AccumulationLogger(
-            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_updates=run.windows
+            os.path.join(fn_args.model_run_dir, "ga_tfx"), total_windows=run.windows
         )
         try:
             resumed, metrics = train(model, fn_args, run, schema, checkpoint, logger)

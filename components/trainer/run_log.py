@@ -18,7 +18,8 @@ class AccumulationLogger(keras.callbacks.Callback):
     ``samples_per_second`` (host wall time of the call of the train function that ran the
     window, over its samples) and, with ``log_noise_scale``, ``noise_scale``, ``noise_trace``
     and ``noise_grad_sq`` (:mod:`ga_tfx.window`). The console's progress line gets one event
-    per call. ``noise_scale`` keeps the latest estimate for the run record, ``schedule_used``
+    per call (``total_windows``: the run's length in windows; None: no progress events).
+    ``noise_scale`` keeps the latest estimate for the run record, ``schedule_used``
     the windows' K as ``[from_window, K]`` at each change (micro-batches per replica).
     """
 
@@ -26,9 +27,9 @@ class AccumulationLogger(keras.callbacks.Callback):
     # (ga_tfx.engine.pacing).
     follows_pacing = True
 
-    def __init__(self, log_dir, total_updates=None, label="Trainer"):
+    def __init__(self, log_dir, total_windows=None, label="Trainer"):
         super().__init__()
-        self._total, self._label = total_updates, label
+        self._total, self._label = total_windows, label
         self._log_dir = log_dir
         self._writer = None
         self.samples, self.train_seconds = 0, 0.0  # over all fits of this process
@@ -71,7 +72,7 @@ class AccumulationLogger(keras.callbacks.Callback):
         if self._total:  # the console's progress line (ga_tfx.components.trainer.progress)
             progress.report(
                 label=self._label,
-                update=last.window,
+                window=last.window,
                 total=self._total,
                 loss=last.loss,
                 samples_per_second=rate,
@@ -80,7 +81,7 @@ class AccumulationLogger(keras.callbacks.Callback):
     def _write(self, events, rate):
         """One point per window of ``events`` (one call of the train function), in one call of
         a traced writer: eager summary ops cost about 1 ms a window, as much as a small
-        model's window (TFX's taxi example: 2.5 s of a 1000-update Trainer, profiled)."""
+        model's window (TFX's taxi example: 2.5 s of a 1000-window Trainer, profiled)."""
         rows = []
         for event in events:
             if not math.isnan(event.noise_scale):

@@ -65,8 +65,8 @@ class TunerOptions(Settings):
         above=0,
         optional=True,
         help="noise_scale: end the probe at the first evaluation whose val_loss is at or below "
-        "this (the loss you aim at; train_args.num_steps updates are then the cap, evaluated "
-        "every few updates); None: the probe runs train_args.num_steps updates",
+        "this (the loss you aim at; train_args.num_steps windows are then the cap, evaluated "
+        "every few windows); None: the probe runs train_args.num_steps windows",
     )
     stale_trial_seconds: float = setting(
         DEFAULT_STALE_TRIAL_SECONDS,

@@ -9,8 +9,8 @@ Hyperband) three extra duties, none of which changes what a trial computes beyon
   (``crc32("<seed>:<trial_id>")``), so a repeated search tries the same hyperparameters,
   initialises each trial's model the same way and ranks its trials the same (the data order is
   fixed by ``shuffle_seed``);
-* **progress**: one :mod:`ga_tfx.components.trainer.progress` event per optimizer update,
-  labelled ``Tuner trial i/N`` (the ``ga-tfx`` console draws it);
+* **progress**: one :mod:`ga_tfx.components.trainer.progress` event per call of the train
+  function, by windows, labelled ``Tuner trial i/N`` (the ``ga-tfx`` console draws it);
 * **record**: when ``trials_file`` is given, one JSON line per finished trial (failed ones
   included): ``trial_id``, ``status``, ``score``, the trial's hyperparameter ``values`` and its
   last ``metrics`` (``effective_batch_size``, ``updates``, ``noise_scale``: the gradient noise
@@ -66,7 +66,7 @@ def oracle_seed(search_seed: Optional[int]) -> Optional[int]:
     return None if search_seed is None else _OracleSeed(search_seed)
 
 
-class _UpdateProgress(keras.callbacks.Callback):
+class _WindowProgress(keras.callbacks.Callback):
     """Reports a trial's progress after each call of the train function (one window, or
     several where the model's ``steps_per_execution`` says so), by windows: the window core's
     events (``on_window_end``) count them and give each window's mean loss."""
@@ -75,9 +75,9 @@ class _UpdateProgress(keras.callbacks.Callback):
     # (ga_tfx.engine.pacing).
     follows_pacing = True
 
-    def __init__(self, label: str, total_updates: int):
+    def __init__(self, label: str, total_windows: int):
         super().__init__()
-        self._label, self._total = label, total_updates
+        self._label, self._total = label, total_windows
         self._last = None
 
     def on_window_end(self, event):
@@ -87,7 +87,7 @@ class _UpdateProgress(keras.callbacks.Callback):
         if self._last is None:
             return
         progress.report(
-            label=self._label, update=self._last.window, total=self._total, loss=self._last.loss
+            label=self._label, window=self._last.window, total=self._total, loss=self._last.loss
         )
 
 
@@ -143,9 +143,9 @@ def recording_tuner(base: type) -> type:
             effective = values.get("accum_steps", 1) * self._ga_micro_batch(values)
             if self._ga_samples:
                 label = f"Tuner trial {self._ga_count}/{self.oracle.max_trials or '?'}"
-                updates = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
+                windows = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
                 kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [
-                    _UpdateProgress(label, updates)
+                    _WindowProgress(label, windows)
                 ]
             return super().run_trial(trial, *args, **kwargs)
 

@@ -6,7 +6,7 @@ Use it with TFX's own Tuner component (no custom component needed)::
         tuner_fn="ga_tfx.components.tuner.tuner_fn.tuner_fn",   # or a module_file re-exporting it
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
-        train_args=tfx.proto.TrainArgs(num_steps=100),   # optimizer updates, see below
+        train_args=tfx.proto.TrainArgs(num_steps=100),   # windows, see below
         eval_args=tfx.proto.EvalArgs(num_steps=10),      # evaluation batches
         custom_config={
             "model_fn": "my_pkg.my_model",               # same module as the ga-tfx Trainer's
@@ -49,28 +49,29 @@ score in ``trials_file``.
 ``kind: "noise_scale"`` replaces the trials by one probe run
 (:class:`ga_tfx.tuning.NoiseScaleProbe`): the Trainer's settings (``ga_tfx``: its
 ``accum_steps``, >= 2, default the largest searched, ``micro_batch_size`` and
-``agc_clip_factor``) train for ``train_args.num_steps`` updates while the noise scale is
+``agc_clip_factor``) train for ``train_args.num_steps`` windows while the noise scale is
 measured, and the best hyperparameters are ``accum_steps`` = the ``ga_tfx_search`` value
 nearest (log2 scale) to ``B_simple / micro_batch_size``. The search space may then list
 ``accum_steps`` and one ``micro_batch_size`` only. ``trials_file`` gets the probe's curve and
 the recommendation with its reason (``"probe"``). With ``target_loss`` the probe ends at
 the first evaluation whose ``val_loss`` is at or below it (:class:`ga_tfx.tuning.StopAtLoss`),
-``train_args.num_steps`` updates being the cap: it is evaluated about
-:data:`PROBE_TARGET_CHECKS` times, every :func:`probe_check_updates` updates (short epochs),
+``train_args.num_steps`` windows being the cap: it is evaluated about
+:data:`PROBE_TARGET_CHECKS` times, every :func:`probe_check_updates` windows (short epochs),
 and its record says whether it reached the target.
 
 The budget rule (``train_args.num_steps``)
 ------------------------------------------
-As for the Trainer, ``train_args.num_steps`` counts **optimizer updates**; here they are the
-updates of the trial with the *largest* effective batch of the search space,
+As for the Trainer, ``train_args.num_steps`` counts **windows** (an update each, unless
+skipped as non-finite); here they are the windows of the trial with the *largest* effective
+batch of the search space,
 ``B_max = max(accum_steps) * max(micro_batch_size)``. Every trial gets the same budget in
 samples, ``S = num_steps * B_max`` per epoch (one epoch, or Hyperband's epochs): a trial with
 micro-batch ``b`` trains ``S / b`` micro-batches and so makes ``S / (accum_steps * b)``
-updates (``num_steps`` for the largest effective batch, ``4 * num_steps`` for one four times
+windows (``num_steps`` for the largest effective batch, ``4 * num_steps`` for one four times
 smaller). ``S`` must be a whole number of micro-batches for every micro-batch size searched, a
 ``ValueError`` otherwise; when ``accum_steps`` does not divide ``S / b`` the trial's last
 window is partial and follows ``partial_window``. Trials record ``effective_batch_size``,
-``samples_seen`` and ``updates`` in their metrics.
+``samples_seen`` and ``updates`` (applied windows) in their metrics.
 
 ``eval_args.num_steps`` counts evaluation batches of the largest micro-batch size searched
 (the Trainer's evaluation micro-batches when one size is searched), the same examples for
@@ -252,7 +253,7 @@ def _check_probe(space: AccumulationSearchSpace, settings) -> None:
 def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace) -> int:
     """Samples per epoch of every trial: ``num_steps * max effective batch`` (module docstring).
 
-    ``num_steps`` (``train_args.num_steps``) is the number of updates of the trial with the
+    ``num_steps`` (``train_args.num_steps``) is the number of windows of the trial with the
     largest effective batch. Raises ``ValueError`` when it is unset or the budget is not a
     whole number of micro-batches for every micro-batch size searched.
     """
@@ -262,8 +263,8 @@ def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace
         or (num_steps < 1)
     ):
         raise ValueError(
-            "train_args.num_steps (optimizer updates of the trial with the "
-            f"largest effective batch) must be set and > 0, got {num_steps!r}."
+            "train_args.num_steps (windows of the trial with the largest "
+            f"effective batch) must be set and > 0, got {num_steps!r}."
         )
     samples = int(num_steps) * search_space.max_effective_batch_size
     uneven = [b for b in search_space.micro_batch_size if samples % b]
@@ -279,7 +280,7 @@ def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace
 
 
 def probe_check_updates(num_steps: int) -> int:
-    """Updates between two evaluations of a probe with a ``target_loss``: the largest divisor
+    """Windows between two evaluations of a probe with a ``target_loss``: the largest divisor
     of ``num_steps`` (the cap) not above ``num_steps / PROBE_TARGET_CHECKS`` (rounded up), so
     that the probe is evaluated about ``PROBE_TARGET_CHECKS`` times and its epochs add up to
     the cap exactly."""
@@ -315,7 +316,7 @@ def tuner_fn(fn_args) -> TunerFnResult:
     config = parse_config(fn_args.custom_config, fn_args.eval_steps)
     space, settings = config.search_space, config.settings
     probe = config.kind == "noise_scale"
-    # The probe's budget: num_steps updates of the Trainer's effective batch; with a target
+    # The probe's budget: num_steps windows of the Trainer's effective batch; with a target
     # loss, the cap, in short epochs read by StopAtLoss.
     samples = trial_budget(
         fn_args.train_steps,
