@@ -91,6 +91,8 @@ class _Version(argparse.Action):
 
 
 def build_parser():
+    """The ``ga-tfx`` argument parser: ``--version`` and the ``run``, ``compile`` and ``demo``
+    commands (one required)."""
     parser = argparse.ArgumentParser(
         prog="ga-tfx", description="Gradient accumulation for Keras 2 and TFX pipelines."
     )
@@ -100,7 +102,14 @@ def build_parser():
         help="print the versions of ga-tfx, TFX, TensorFlow, Keras and Python, and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_command(sub)
+    _add_compile_command(sub)
+    _add_demo_command(sub)
+    return parser
 
+
+def _add_run_command(sub):
+    """``ga-tfx run``: where the local run reads and writes, its console, Beam, training."""
     run = sub.add_parser(
         "run",
         help="run the digits pipeline on this machine (LocalDagRunner, Beam)",
@@ -143,6 +152,9 @@ def build_parser():
     )
     _add_training_flags(run)
 
+
+def _add_compile_command(sub):
+    """``ga-tfx compile``: the image, the cluster's paths, the Kubeflow job's form, training."""
     compile_ = sub.add_parser(
         "compile",
         help="compile the pipeline for Kubeflow Pipelines v2 (PipelineJob JSON)",
@@ -167,6 +179,9 @@ def build_parser():
     _add_kubeflow_flags(compile_.add_argument_group("Kubeflow (the job's form, Beam, resources)"))
     _add_training_flags(compile_)
 
+
+def _add_demo_command(sub):
+    """``ga-tfx demo``: its own K, micro-batch and epochs (not pipeline options)."""
     demo = sub.add_parser(
         "demo",
         help="train on the digits data with accumulation and as big batches; compare",
@@ -178,7 +193,7 @@ def build_parser():
         "--accum-steps",
         type=options.flag_type("accum_steps", ACCUM_STEPS),
         default=8,
-        help="micro-batches per optimizer update (default 8)",
+        help="micro-batches per window (an update each; default 8)",
     )
     demo.add_argument(
         "--micro-batch",
@@ -192,7 +207,6 @@ def build_parser():
         default=3,
         help="epochs (default 3)",
     )
-    return parser
 
 
 def training_options(args):
