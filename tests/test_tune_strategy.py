@@ -465,7 +465,7 @@ def test_the_probe_report_shows_the_curve_the_choice_and_why(tmp_path):
     assert "accum_steps 4 x micro-batch 32 (effective batch 128), 8 updates, 1024 samples" in text
     assert "measured B_path:      100 samples (the noise scale of the probe's path" in text
     assert "B_simple at the probe's last update: 100 samples" in text
-    assert "second half: 70 to 100 samples (4 updates)" in text  # windows 5..8: 70, 80, 90, 100
+    assert "second half: 70 to 100 samples (4 windows)" in text  # windows 5..8: 70, 80, 90, 100
     assert (
         "recommended:          accum_steps 4: B_path / micro-batch = 100 / 32 = 3.12 "
         "micro-batches per update: the nearest allowed accum_steps on a log2 scale is 4"
