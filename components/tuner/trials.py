@@ -91,8 +91,102 @@ class _WindowProgress(keras.callbacks.Callback):
         )
 
 
+class _Recording:
+    """The duties of :func:`recording_tuner` (module docstring), mixed in before a Keras
+    Tuner class: every method hands on to the Tuner's own (``super()``)."""
+
+    def __init__(
+        self,
+        *args,
+        search_seed=None,
+        samples_per_trial=None,
+        trials_file=None,
+        run_id="",
+        stale_trial_seconds=DEFAULT_STALE_TRIAL_SECONDS,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        self._ga_stale_seconds = stale_trial_seconds
+        self._ga_heartbeat = None
+        self._ga_seed = search_seed
+        self._ga_samples = samples_per_trial
+        self._ga_trials_file = trials_file
+        self._ga_run = run_id
+        self._ga_count = 0
+
+    def search(self, *fit_args, **fit_kwargs):
+        if not dist_utils.is_chief_oracle():
+            return super().search(*fit_args, **fit_kwargs)
+        # The chief serves the oracle, ending the trials of dead workers (heartbeat).
+        if "verbose" in fit_kwargs:
+            self.oracle.verbose = fit_kwargs["verbose"]
+        heartbeat.serve_oracle(self.oracle, self._ga_stale_seconds, on_failed=self._ga_record)
+
+    def on_trial_begin(self, trial):
+        super().on_trial_begin(trial)
+        if dist_utils.has_chief_oracle():  # a worker (the chief runs no trial)
+            self._ga_heartbeat = heartbeat.Heartbeat(
+                self.oracle, trial.trial_id, heartbeat.heartbeat_seconds(self._ga_stale_seconds)
+            )
+
+    def run_trial(self, trial, *args, **kwargs):
+        keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))
+        self._ga_count += 1
+        values = trial.hyperparameters.values
+        effective = values.get("accum_steps", 1) * self._ga_micro_batch(values)
+        if self._ga_samples:
+            label = f"Tuner trial {self._ga_count}/{self.oracle.max_trials or '?'}"
+            windows = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
+            kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [
+                _WindowProgress(label, windows)
+            ]
+        return super().run_trial(trial, *args, **kwargs)
+
+    def _ga_micro_batch(self, values):
+        """The trial's micro-batch: its hyperparameter, or the one size searched."""
+        if "micro_batch_size" in values:
+            return values["micro_batch_size"]
+        return self.hypermodel.search_space.micro_batch_size[0]
+
+    def on_trial_end(self, trial):
+        if self._ga_heartbeat is not None:
+            self._ga_heartbeat.stop()
+            self._ga_heartbeat = None
+        super().on_trial_end(trial)
+        if self._ga_trials_file:  # the oracle's view: distributed, the chief's status/score
+            view = self.oracle.get_trial(trial.trial_id)
+            view.message = view.message or trial.message  # gRPC does not carry it
+            self._ga_record(view)
+
+    def _ga_record(self, trial):
+        """Appends ``trial`` to the trials file and writes its HParams (if recording)."""
+        if self._ga_trials_file:
+            record = trial_record(trial, self._ga_run)
+            extra = getattr(self, "ga_extra_record", None)  # e.g. the noise-scale probe's
+            if extra is not None:
+                record.update(extra(trial))
+            record["values"].setdefault(
+                "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values)
+            )
+            # Its folder exists where TFX lays outputs under <root>/<component>/ (local
+            # runs), not under a Kubeflow job's <root>/<project>/<job id>/<task>_<uuid>/.
+            tf.io.gfile.makedirs(os.path.dirname(self._ga_trials_file))
+            with tf.io.gfile.GFile(self._ga_trials_file, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            _write_hparams(
+                os.path.join(
+                    os.path.dirname(self._ga_trials_file),
+                    "hparams",
+                    self._ga_run or "run",
+                    trial.trial_id,
+                ),
+                record,
+            )
+
+
 def recording_tuner(base: type) -> type:
-    """``base`` (a ``keras_tuner`` Tuner class) with the duties in the module docstring.
+    """``base`` (a ``keras_tuner`` Tuner class) with the duties in the module docstring: the
+    class ``Recording<base name>``, a subclass of ``base``.
 
     Extra constructor arguments: ``search_seed`` (the seed trials derive theirs from),
     ``samples_per_trial`` (samples of one trial's epoch, for the progress total),
@@ -100,98 +194,7 @@ def recording_tuner(base: type) -> type:
     ``stale_trial_seconds`` (distributed search: a trial whose worker is silent this long is
     ended as failed).
     """
-
-    class Recording(base):
-        def __init__(
-            self,
-            *args,
-            search_seed=None,
-            samples_per_trial=None,
-            trials_file=None,
-            run_id="",
-            stale_trial_seconds=DEFAULT_STALE_TRIAL_SECONDS,
-            **kwargs,
-        ):
-            super().__init__(*args, **kwargs)
-            self._ga_stale_seconds = stale_trial_seconds
-            self._ga_heartbeat = None
-            self._ga_seed = search_seed
-            self._ga_samples = samples_per_trial
-            self._ga_trials_file = trials_file
-            self._ga_run = run_id
-            self._ga_count = 0
-
-        def search(self, *fit_args, **fit_kwargs):
-            if not dist_utils.is_chief_oracle():
-                return super().search(*fit_args, **fit_kwargs)
-            # The chief serves the oracle, ending the trials of dead workers (heartbeat).
-            if "verbose" in fit_kwargs:
-                self.oracle.verbose = fit_kwargs["verbose"]
-            heartbeat.serve_oracle(self.oracle, self._ga_stale_seconds, on_failed=self._ga_record)
-
-        def on_trial_begin(self, trial):
-            super().on_trial_begin(trial)
-            if dist_utils.has_chief_oracle():  # a worker (the chief runs no trial)
-                self._ga_heartbeat = heartbeat.Heartbeat(
-                    self.oracle, trial.trial_id, heartbeat.heartbeat_seconds(self._ga_stale_seconds)
-                )
-
-        def run_trial(self, trial, *args, **kwargs):
-            keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))
-            self._ga_count += 1
-            values = trial.hyperparameters.values
-            effective = values.get("accum_steps", 1) * self._ga_micro_batch(values)
-            if self._ga_samples:
-                label = f"Tuner trial {self._ga_count}/{self.oracle.max_trials or '?'}"
-                windows = -(-self._ga_samples // effective) * int(kwargs.get("epochs", 1))
-                kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [
-                    _WindowProgress(label, windows)
-                ]
-            return super().run_trial(trial, *args, **kwargs)
-
-        def _ga_micro_batch(self, values):
-            """The trial's micro-batch: its hyperparameter, or the one size searched."""
-            if "micro_batch_size" in values:
-                return values["micro_batch_size"]
-            return self.hypermodel.search_space.micro_batch_size[0]
-
-        def on_trial_end(self, trial):
-            if self._ga_heartbeat is not None:
-                self._ga_heartbeat.stop()
-                self._ga_heartbeat = None
-            super().on_trial_end(trial)
-            if self._ga_trials_file:  # the oracle's view: distributed, the chief's status/score
-                view = self.oracle.get_trial(trial.trial_id)
-                view.message = view.message or trial.message  # gRPC does not carry it
-                self._ga_record(view)
-
-        def _ga_record(self, trial):
-            """Appends ``trial`` to the trials file and writes its HParams (if recording)."""
-            if self._ga_trials_file:
-                record = trial_record(trial, self._ga_run)
-                extra = getattr(self, "ga_extra_record", None)  # e.g. the noise-scale probe's
-                if extra is not None:
-                    record.update(extra(trial))
-                record["values"].setdefault(
-                    "micro_batch_size", self._ga_micro_batch(trial.hyperparameters.values)
-                )
-                # Its folder exists where TFX lays outputs under <root>/<component>/ (local
-                # runs), not under a Kubeflow job's <root>/<project>/<job id>/<task>_<uuid>/.
-                tf.io.gfile.makedirs(os.path.dirname(self._ga_trials_file))
-                with tf.io.gfile.GFile(self._ga_trials_file, "a") as f:
-                    f.write(json.dumps(record) + "\n")
-                _write_hparams(
-                    os.path.join(
-                        os.path.dirname(self._ga_trials_file),
-                        "hparams",
-                        self._ga_run or "run",
-                        trial.trial_id,
-                    ),
-                    record,
-                )
-
-    Recording.__name__ = Recording.__qualname__ = f"Recording{base.__name__}"
-    return Recording
+    return type(f"Recording{base.__name__}", (_Recording, base), {})
 
 
 def trial_record(trial: Any, run_id: str = "") -> Dict[str, Any]:

@@ -14,7 +14,7 @@ MUTATIONS = [
     Mutation(
         "tuner.trial_seed_not_applied",
         "components/tuner/trials.py",
-        "            keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))\n",
+        "        keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))\n",
         "",
         ("tests/test_tuner_trials.py", "-k", "seeded_before"),
     ),
