@@ -27,9 +27,10 @@ from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
 
+import contextlib
 import dataclasses
 import re
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -222,7 +223,7 @@ def fit_micro_batch(
       model: a compiled Keras model (its loss is differentiated; nothing is updated).
       x, y: at least ``effective_batch_size`` samples (arrays or nested arrays); the first
         ``micro-batch`` of them are measured at each size.
-      effective_batch_size: the samples per update to keep.
+      effective_batch_size: the samples of a complete window (one update) to keep.
       memory_budget: see :func:`parse_budget` (per device).
       candidates: micro-batch sizes to try, each a divisor of ``effective_batch_size``
         (default: the effective batch, then halved while it divides evenly).
@@ -239,28 +240,11 @@ def fit_micro_batch(
     margin = cast(float, check_positive_float(margin, "margin", allow_zero=True))  # not None
     device = device or default_device()
     budget = parse_budget(memory_budget, device)
-    sizes = list(candidates) if candidates is not None else _halvings(effective_batch_size)
-    bad = [size for size in sizes if size < 1 or effective_batch_size % size]
-    if bad:
-        raise ValueError(
-            f"micro-batch candidates {bad} do not divide effective_batch_size="
-            f"{effective_batch_size} (the effective batch must be whole micro-batches)."
-        )
-    trainable = model.trainable_variables
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and hasattr(optimizer, "build"):
-        optimizer.build(trainable)  # its slots exist during training: count them
-    optimizer_variables = list(optimizer.variables) if optimizer is not None else []
-    persistent = (
-        sum(_bytes(v) for v in model.variables + optimizer_variables)
-        + sum(int(v.shape.num_elements()) for v in trainable) * 4  # float32 accumulation
-    )
+    sizes = _candidate_sizes(candidates, effective_batch_size)
+    persistent = _persistent_bytes(model)
     peaks: Dict[int, int] = {}
     inputs: Dict[int, int] = {}
-    # The probe trains (at learning rate 0) through the engine itself: BatchNormalization
-    # statistics move, so every variable is put back afterwards.
-    kept = [(v, v.numpy()) for v in model.variables]
-    try:
+    with _variables_restored(model):
         for size in sorted(set(sizes), reverse=True):
             share = max(1, size // replicas)
             peaks[size] = _micro_step_peak(model, x, y, share, device)
@@ -278,12 +262,6 @@ def fit_micro_batch(
                     margin,
                     inputs,
                 )
-    finally:
-        for variable, value in kept:
-            variable.assign(value)
-        for layer in internals.flatten_layers(model):
-            if hasattr(layer, "ga_window_end"):  # AccumBatchNormalization's window
-                layer.ga_window_end(apply=False)
     smallest = min(peaks)
     raise ValueError(
         f"No micro-batch fits memory_budget={memory_budget!r} ({_mib(budget)} per device): the "
@@ -292,6 +270,50 @@ def fit_micro_batch(
         f"margin of {margin:.0%} and one more input micro-batch. "
         "Raise the budget or make the model smaller."
     )
+
+
+def _candidate_sizes(candidates: Optional[Sequence[int]], effective_batch_size: int) -> List[int]:
+    """The micro-batch sizes to try: ``candidates``, or the effective batch halved while it
+    divides evenly; ``ValueError`` naming those that do not divide ``effective_batch_size``."""
+    sizes = list(candidates) if candidates is not None else list(_halvings(effective_batch_size))
+    bad = [size for size in sizes if size < 1 or effective_batch_size % size]
+    if bad:
+        raise ValueError(
+            f"micro-batch candidates {bad} do not divide effective_batch_size="
+            f"{effective_batch_size} (the effective batch must be whole micro-batches)."
+        )
+    return sizes
+
+
+def _persistent_bytes(model: Any) -> int:
+    """Bytes training holds whatever the micro-batch: the model's and its optimizer's
+    variables (the optimizer built on the trainable ones, so that its slots count) and a
+    float32 accumulation buffer per trainable weight."""
+    trainable = model.trainable_variables
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and hasattr(optimizer, "build"):
+        optimizer.build(trainable)  # its slots exist during training: count them
+    optimizer_variables = list(optimizer.variables) if optimizer is not None else []
+    return (
+        sum(_bytes(v) for v in model.variables + optimizer_variables)
+        + sum(int(v.shape.num_elements()) for v in trainable) * 4  # float32 accumulation
+    )
+
+
+@contextlib.contextmanager
+def _variables_restored(model: Any) -> Iterator[None]:
+    """Puts every variable of ``model`` back as it was on exit, and clears AccumBN's window
+    statistics: the probe trains (at learning rate 0) through the engine itself, and
+    BatchNormalization statistics move."""
+    kept = [(v, v.numpy()) for v in model.variables]
+    try:
+        yield
+    finally:
+        for variable, value in kept:
+            variable.assign(value)
+        for layer in internals.flatten_layers(model):
+            if hasattr(layer, "ga_window_end"):  # AccumBatchNormalization's window
+                layer.ga_window_end(apply=False)
 
 
 def _bytes(variable: Any) -> int:
