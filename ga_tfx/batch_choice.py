@@ -99,6 +99,33 @@ def recommend_accum_steps(
     positive or infinite (no usable estimate: too few windows, or fewer than two small
     gradients per window), a bad micro-batch size or an empty or bad list of choices.
     """
+    allowed = _checked_choices(noise_scale, micro_batch_size, choices, measure)
+    ideal = float(noise_scale) / int(micro_batch_size)
+    target = math.log2(ideal)
+    # Nearest on a log2 scale; on a tie the smaller value (fewer samples per update).
+    chosen = min(allowed, key=lambda k: (abs(math.log2(k) - target), k))
+    figures = (
+        f"{measure} / micro-batch = {noise_scale:.4g} / {micro_batch_size} = {ideal:.3g} "
+        "micro-batches per update"
+    )
+    clamped, reason = _clamped_reason(target, chosen, allowed, figures)
+    return Recommendation(
+        accum_steps=chosen,
+        noise_scale=float(noise_scale),
+        micro_batch_size=int(micro_batch_size),
+        ideal_accum_steps=ideal,
+        choices=allowed,
+        clamped=clamped,
+        reason=reason + f"; effective batch {chosen * int(micro_batch_size)}.",
+        measure=measure,
+    )
+
+
+def _checked_choices(
+    noise_scale: Any, micro_batch_size: Any, choices: Sequence[Any], measure: str
+) -> Tuple[int, ...]:
+    """The allowed ``accum_steps``, sorted and without repeats, once the arguments of
+    :func:`recommend_accum_steps` are checked (``ValueError`` naming the bad one)."""
     if (
         isinstance(noise_scale, bool)
         or not isinstance(noise_scale, numbers.Real)
@@ -125,43 +152,28 @@ def recommend_accum_steps(
             "choices (the allowed accum_steps) must be a non-empty list of integers >= 1, got "
             f"{list(choices)!r}."
         )
-    allowed = tuple(sorted({int(c) for c in choices}))
-    ideal = float(noise_scale) / int(micro_batch_size)
-    target = math.log2(ideal)
-    # Nearest on a log2 scale; on a tie the smaller value (fewer samples per update).
-    chosen = min(allowed, key=lambda k: (abs(math.log2(k) - target), k))
-    figures = (
-        f"{measure} / micro-batch = {noise_scale:.4g} / {micro_batch_size} = {ideal:.3g} "
-        "micro-batches per update"
-    )
-    # Clamped: more than half an octave past an end (nearer a value outside the range).
+    return tuple(sorted({int(c) for c in choices}))
+
+
+def _clamped_reason(
+    target: float, chosen: int, allowed: Tuple[int, ...], figures: str
+) -> Tuple[str, str]:
+    """(``clamped``, reason) of a recommendation whose ideal ``accum_steps`` is ``2**target``:
+    ``"below"``/``"above"`` when it lies more than half an octave past an end of ``allowed``
+    (nearer a value outside the range), else ``""``; ``figures`` opens the reason."""
     if target < math.log2(allowed[0]) - 0.5:
-        clamped = "below"
-        reason = (
+        return "below", (
             f"{figures}, below the smallest allowed accum_steps {allowed[0]}: took "
             f"{allowed[0]} (a smaller micro-batch would follow the noise scale more closely)"
         )
-    elif target > math.log2(allowed[-1]) + 0.5:
-        clamped = "above"
-        reason = (
+    if target > math.log2(allowed[-1]) + 0.5:
+        return "above", (
             f"{figures}, above the largest allowed accum_steps {allowed[-1]}: took "
             f"{allowed[-1]} (allow larger values to follow the noise scale)"
         )
-    else:
-        clamped = ""
-        reason = (
-            f"{figures}: the nearest allowed accum_steps on a log2 scale is {chosen} "
-            f"(allowed: {', '.join(str(k) for k in allowed)})"
-        )
-    return Recommendation(
-        accum_steps=chosen,
-        noise_scale=float(noise_scale),
-        micro_batch_size=int(micro_batch_size),
-        ideal_accum_steps=ideal,
-        choices=allowed,
-        clamped=clamped,
-        reason=reason + f"; effective batch {chosen * int(micro_batch_size)}.",
-        measure=measure,
+    return "", (
+        f"{figures}: the nearest allowed accum_steps on a log2 scale is {chosen} "
+        f"(allowed: {', '.join(str(k) for k in allowed)})"
     )
 
 
