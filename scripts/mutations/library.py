@@ -197,7 +197,7 @@ MUTATIONS = [
     ),
     Mutation(
         "transforms.consecutive_never_reset",  # a finite window does not reset the count
-        "ga_tfx/transforms.py",
+        "ga_tfx/transforms/members.py",
         "self.consecutive_nonfinite.assign((self.consecutive_nonfinite + 1) * step)",
         "self.consecutive_nonfinite.assign_add(step)",
         ("tests/test_transforms.py", "-k", "guard_skip"),
