@@ -51,6 +51,41 @@ def test_component_lines_and_plain_progress_milestones():
     progress.report(label="Trainer", window=1, total=1)  # no listener once the console closed
 
 
+def test_the_trainer_and_the_tuner_report_progress_in_windows(tmp_path):
+    """The progress line counts windows, a skipped one included (window 3 of 3 after two
+    updates): the Trainer's AccumulationLogger and a Tuner trial's callback report the window
+    core's window count against a total in windows."""
+    from ga_tfx import keras
+    from ga_tfx.components.trainer import run_log
+    from ga_tfx.components.tuner import trials
+
+    from types import SimpleNamespace
+
+    nan = float("nan")
+    events = [  # window 2 skipped: 3 windows, 2 updates
+        SimpleNamespace(window=w, update=u, samples=16, micro_batches=2, loss=0.5)
+        for w, u in ((1, 1), (2, 1), (3, 2))
+    ]
+    logger = run_log.AccumulationLogger(str(tmp_path), total_windows=3)
+    logger.set_model(keras.Sequential([keras.layers.Dense(1, input_shape=(2,))]))
+    trial = trials._WindowProgress("Tuner trial 1/2", 3)
+    out = io.StringIO()
+    with RunConsole(verbose=True, stream=out):
+        logger.on_train_begin()
+        logger.on_epoch_begin(0)
+        for callback in (logger, trial):
+            for event in events:
+                event.noise_scale = event.noise_trace = event.noise_grad_sq = nan
+                callback.on_window_end(event)
+            callback.on_train_batch_end(0)  # one call of the train function: three windows
+        logger.on_train_end()
+    lines = out.getvalue().splitlines()
+    trainer = [line for line in lines if line.split()[:2] == ["Trainer", "window"]]
+    tuner = [line for line in lines if line.split()[:4] == ["Tuner", "trial", "1/2", "window"]]
+    assert [line.split()[2] for line in trainer] == ["3/3"], lines
+    assert [line.split()[4] for line in tuner] == ["3/3"], lines
+
+
 def test_everything_else_goes_to_the_log_file(tmp_path):
     script = (
         "import os, sys, logging, warnings\n"

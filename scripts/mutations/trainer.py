@@ -142,6 +142,14 @@ MUTATIONS = [
         ("tests/test_trainer_callbacks.py",),
     ),
     Mutation(
+        # The progress line in applied updates, not windows (a skipped window not counted).
+        "run_log.progress_in_updates",
+        "components/trainer/run_log.py",
+        "                window=last.window,",
+        "                window=last.update,",
+        ("tests/test_cli_console.py", "-k", "progress_in_windows"),
+    ),
+    Mutation(
         "trainer.checkpoint_stops_pacing",
         "components/trainer/checkpoints.py",
         "    follows_pacing = True\n",

@@ -12,6 +12,14 @@ MUTATIONS = [
         slow=True,
     ),
     Mutation(
+        # A trial's progress line in applied updates, not windows.
+        "tuner.progress_in_updates",
+        "components/tuner/trials.py",
+        "label=self._label, window=self._last.window,",
+        "label=self._label, window=self._last.update,",
+        ("tests/test_cli_console.py", "-k", "progress_in_windows"),
+    ),
+    Mutation(
         "tuner.trial_seed_not_applied",
         "components/tuner/trials.py",
         "        keras.utils.set_random_seed(trial_seed(self._ga_seed, trial.trial_id))\n",
