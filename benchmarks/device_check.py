@@ -129,7 +129,7 @@ def _training_peak(ga_tfx, keras, tf, device, x, y, micro, effective):
     model.fit(dataset, epochs=1, verbose=0)
     peak = tf.config.experimental.get_memory_info(device)["peak"] - before
     held = list(model.variables) + list(model.optimizer.variables)
-    held += model.gradient_accumulator.sums if model.gradient_accumulator else []
+    held += model.window_core.accumulator.sums if model.window_core else []
     return peak + sum(int(v.shape.num_elements()) * v.dtype.size for v in held)
 
 

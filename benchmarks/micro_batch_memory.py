@@ -78,7 +78,7 @@ def main(argv=None):
         tf.config.experimental.reset_memory_stats("CPU:0")
         model.fit(data[micro], epochs=1, verbose=0)
         epoch = tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
-        buffers = model.gradient_accumulator.sums if model.gradient_accumulator else []  # K=1
+        buffers = model.window_core.accumulator.sums if model.window_core else []  # K=1
         held = model.variables + list(model.optimizer.variables) + buffers
         return model, epoch + sum(int(v.shape.num_elements()) * v.dtype.size for v in held)
 

@@ -36,11 +36,10 @@ update the same way.)
 from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
-from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.transforms import Member
-from ga_tfx.window import WindowCore, WindowEnd, clock, is_loss_scale_optimizer
+from ga_tfx.window import CHECKPOINT_KEY, WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
@@ -81,13 +80,14 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
     when training under a strategy.
 
     State (checkpointed with the wrapper): the wrapped optimizer (``.optimizer``) and a
-    :class:`~ga_tfx.window.WindowCore` (``.window_core``: the accumulator, the gradient chain's
-    state, the window counters), created on the first ``apply_gradients`` (or by
-    :meth:`build`). ``model.save("model.keras")`` and ``load_model`` keep it. A SavedModel
-    (``model.save(dir)``) holds it as well, but tf-keras' ``load_model(dir)`` compiles a new
-    optimizer from the training config (as for any Keras optimizer); restore the saved state
-    into it with ``loaded.load_weights(os.path.join(dir, "variables", "variables"))``
-    (pending window included).
+    :class:`~ga_tfx.window.WindowCore` (``.window_core``: the accumulator, the chain's state,
+    the counters, the pending ``micro_steps``; under the key ``optimizer/window_core/...``),
+    made at the first ``apply_gradients`` (or by :meth:`build`). ``model.save("model.keras")``
+    and ``load_model`` keep it. A SavedModel (``model.save(dir)``) holds it as well, but
+    tf-keras' ``load_model(dir)`` compiles a new optimizer from the training config (as for any
+    Keras optimizer); restore the saved state into it with
+    ``loaded.load_weights(os.path.join(dir, "variables", "variables"))`` (pending window
+    included).
     """
 
     def __init__(
@@ -154,17 +154,6 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         """The :class:`~ga_tfx.window.WindowCore` (``None`` before the first
         ``apply_gradients``); the name fit's model and ``TrainingLoop`` use too."""
         return self._core_holder.value
-
-    @property
-    def accumulator(self) -> Optional[GradientAccumulator]:
-        """The core's :class:`~ga_tfx.accumulator.GradientAccumulator` (``None`` before the
-        first ``apply_gradients``)."""
-        return None if self.window_core is None else self.window_core.accumulator
-
-    @property
-    def micro_steps(self) -> Any:
-        """Micro-steps accumulated in the current window (``0 .. K-1`` between calls)."""
-        return self.window_core.micro_steps if self.window_core is not None else 0
 
     def window_events(self) -> List[WindowEnd]:
         """Host side: one :class:`~ga_tfx.window.WindowEnd` per window finished since the last
@@ -319,12 +308,10 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
 
     def flush(self) -> tf.Tensor:
         """Applies a partial window now (e.g. at the end of the data); no-op when it is empty.
-
         Call it where ``apply_gradients`` is called (``strategy.run(opt.flush)`` under a
-        strategy), or in cross-replica context. Returns a bool scalar tensor: whether an update
-        happened.
-        """
-        return self._cross_replica("flush", "apply")
+        strategy), or in cross-replica context. Returns a bool scalar tensor: whether an
+        update happened."""
+        return self._end_of_data_in_context("flush", "apply")
 
     def end_of_data(self) -> tf.Tensor:
         """The end of the data (an epoch's end): the window still pending, if short, is ended
@@ -333,10 +320,10 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         what is left after the last epoch). Called as :meth:`flush` is (``strategy.run`` under
         a strategy, or cross-replica); no-op without a pending window. Returns a bool scalar
         tensor: whether an update happened."""
-        return self._cross_replica("end_of_data", None)
+        return self._end_of_data_in_context("end_of_data", None)
 
-    # ------------------------------------------------------------------ cross-replica decision
-    def _cross_replica(self, method: str, policy: Optional[str]) -> tf.Tensor:
+    # ------------------------------------------------------------------ window ends
+    def _end_of_data_in_context(self, method: str, policy: Optional[str]) -> tf.Tensor:
         """The data's end, from ``method`` in replica or cross-replica context: the pending
         window ended by ``policy`` (``None``: ``partial_window``)."""
         if self.window_core is None:
@@ -348,8 +335,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
             # would sum them over replicas).
             with strategy.scope():
                 return self._end_of_data(strategy, policy)
-        end = lambda strategy: self._end_of_data(strategy, policy)  # noqa: E731
-        return self._replica_context(method).merge_call(end)
+        return self._replica_context(method).merge_call(self._end_of_data, args=(policy,))
 
     def _end_micro_step(self, strategy: Any) -> Any:
         """Cross-replica, once per micro-step: the clock counts it; a complete window ends."""
@@ -375,8 +361,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
             core = WindowCore(
                 variables, self._accumulation, self._transforms, window_layers=given + found
             )
-            # Checkpointed under "core", the key of checkpoints written before the rename.
-            attach_state(self, self._core_holder, core, "core")
+            attach_state(self, self._core_holder, core, CHECKPOINT_KEY)
             self._accumulation_strategy = tf.distribute.get_strategy()
         elif not self.window_core.matches(variables):
             raise ValueError(

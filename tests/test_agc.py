@@ -114,7 +114,7 @@ def test_agc_with_accum_steps_one_clips_every_batch_like_plain_agc_training():
     model = ga_tfx.wrap_model(mlp(), accum_steps=1, agc_clip_factor=0.02)
     model.compile(keras.optimizers.SGD(0.5), sparse_ce())
     model.fit(x, y, batch_size=6, epochs=1, shuffle=False, verbose=0)
-    assert model.gradient_accumulator is not None
+    assert model.window_core is not None
     assert int(model.optimizer.iterations.numpy()) == 8
     assert max_weight_diff(reference, model) <= 1e-5
     unclipped = mlp()

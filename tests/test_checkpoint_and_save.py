@@ -53,7 +53,7 @@ def test_crash_and_resume_with_backup_and_restore(tmp_path, policy):
             callbacks=[backup, _Crash(epoch=1, batch=0)],
         )
     if policy == "carry":  # the backup of epoch 0 holds a window of 3 pending micro-batches
-        assert int(crashed.gradient_accumulator.micro_steps.numpy()) == 3
+        assert int(crashed.window_core.micro_steps.numpy()) == 3
 
     resumed = _accumulating(policy)  # a new process: fresh model, same backup directory
     resumed.fit(x, y, batch_size=MICRO, epochs=3, shuffle=False, verbose=0, callbacks=[backup])

@@ -19,6 +19,7 @@ poisoned window, the noise and the user transform changed it).
 import ga_tfx
 from ga_tfx import keras, tf
 from ga_tfx.transforms import GradientNoise
+from ga_tfx.window import CHECKPOINT_KEY, WindowCore
 
 import numpy as np
 import pytest
@@ -191,43 +192,87 @@ def test_a_transform_setting_reaches_the_trainers_model():
     assert model.window_core.chain.order == ("nonfinite_guard", "gradient_noise")
 
 
-def test_every_front_end_calls_its_core_window_core_and_the_wrapper_keeps_its_key(tmp_path):
-    """One name for the core: fit's model, the optimizer wrapper and TrainingLoop each expose
-    their :class:`~ga_tfx.window.WindowCore` as ``window_core`` (0.1.0's ``core`` alias is
-    gone, CHANGELOG.md). The wrapper's checkpoint key stays
-    ``core`` (checkpoints written before the rename hold ``optimizer/core/...``), and such a
-    checkpoint restores the window in progress."""
-    x, y = classification_data(n=N, seed=3)
-    cores = {name: run("user_transform", x, y) for name, run in FRONT_ENDS.items()}
-    for name, (_, core) in cores.items():
-        assert isinstance(core, ga_tfx.window.WindowCore), name
-        assert core.windows == EPOCHS * N // (MICRO * K), name
+# What the front-ends stopped forwarding in 0.2.0 (CHANGELOG.md): read them on ``window_core``.
+REMOVED = {
+    "fit": ("gradient_accumulator",),
+    "optimizer_wrapper": ("core", "accumulator", "micro_steps"),
+    "training_loop": ("core", "config", "accumulator", "chain", "updates", "windows"),
+}
 
-    model = mlp(seed=5)
-    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(LR), K)
+
+def _core_paths(names, prefix):
+    """The object paths below ``prefix`` (``.../window_core/``) of a checkpoint's names."""
+    return {name[len(prefix) :] for name in names if name.startswith(prefix)}
+
+
+def test_every_front_end_checkpoints_its_window_core_under_one_key_in_one_layout(tmp_path):
+    """One core surface: fit's model, the optimizer wrapper and TrainingLoop each expose their
+    :class:`~ga_tfx.window.WindowCore` as ``window_core`` (and their config as
+    ``accumulation``, the core's), forward none of its parts, and checkpoint it under
+    :data:`ga_tfx.window.CHECKPOINT_KEY` with the same object paths below it
+    (``TrainingLoop``'s state adds its epoch); no part of the core is stored elsewhere. The
+    wrapper's checkpoint restores the window in progress."""
+    x, y = _data(False)
+    key = CHECKPOINT_KEY
+    assert key == "window_core"
+    config = dict(CASES["clip_global_norm"]["config"], accum_steps=K)
+    model = ga_tfx.wrap_model(mlp(seed=5), **config)
+    model.compile(keras.optimizers.SGD(LR), sparse_ce())
+    model.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
+    fit_path = tf.train.Checkpoint(model=model).save(str(tmp_path / "fit" / "ckpt"))
+
+    plain = mlp(seed=5)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(LR), **config)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(model(x[:MICRO]))
+        loss = tf.reduce_sum(plain(x[:MICRO]))
     optimizer.apply_gradients(
-        zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        zip(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables)
     )
-    assert isinstance(optimizer.window_core, ga_tfx.window.WindowCore)
-    assert not hasattr(optimizer, "core")
+    wrapper_path = tf.train.Checkpoint(model=plain, optimizer=optimizer).save(
+        str(tmp_path / "wrapper" / "ckpt")
+    )
+
     loop = ga_tfx.TrainingLoop(
         mlp(seed=5),
         keras.optimizers.SGD(LR),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
         tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO),
-        K,
+        checkpoint_dir=str(tmp_path / "loop"),
         verbose=False,
+        **config,
     )
-    assert isinstance(loop.window_core, ga_tfx.window.WindowCore)
-    assert not hasattr(loop, "core")
+    loop.run(epochs=1)
+    loop_path = tf.train.latest_checkpoint(str(tmp_path / "loop"))
 
-    path = tf.train.Checkpoint(model=model, optimizer=optimizer).save(str(tmp_path / "ckpt"))
-    names = [name for name, _ in tf.train.list_variables(path)]
-    assert "optimizer/core/accumulator/micro_steps/.ATTRIBUTES/VARIABLE_VALUE" in names
-    assert not [name for name in names if "window_core" in name]
-    restored = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(LR), K)
-    tf.train.Checkpoint(model=mlp(seed=6), optimizer=restored).restore(path)
-    restored.build(model.trainable_variables)  # the core is made: the deferred restore fills it
+    front_ends = {
+        "fit": (model, fit_path, f"model/{key}/"),
+        "optimizer_wrapper": (optimizer, wrapper_path, f"optimizer/{key}/"),
+        "training_loop": (loop, loop_path, f"{key}/"),
+    }
+    layouts = {}
+    for name, (front_end, path, prefix) in front_ends.items():
+        core = front_end.window_core
+        assert isinstance(core, WindowCore), name
+        assert front_end.accumulation is core.accumulation, name
+        assert not [attr for attr in REMOVED[name] if hasattr(front_end, attr)], name
+        names = [n for n, _ in tf.train.list_variables(path)]
+        layouts[name] = _core_paths(names, prefix)
+        # Nothing of the core outside its key (0.1.0's TrainingLoop flattened it into four).
+        parts = ("accumulator/", "nonfinite_guard/", "state/windows", "noise_sums")
+        assert not [n for n in names if not n.startswith(prefix) and any(p in n for p in parts)]
+    expected = {
+        "accumulator/micro_steps/.ATTRIBUTES/VARIABLE_VALUE",
+        "accumulator/sums/0/.ATTRIBUTES/VARIABLE_VALUE",
+        "chain/members/nonfinite_guard/consecutive_nonfinite/.ATTRIBUTES/VARIABLE_VALUE",
+        "state/windows/.ATTRIBUTES/VARIABLE_VALUE",
+        "state/micro_batches_done/.ATTRIBUTES/VARIABLE_VALUE",
+    }
+    assert expected <= layouts["fit"], sorted(layouts["fit"])
+    assert layouts["optimizer_wrapper"] == layouts["fit"]
+    loop_own = {f"state/{v}/.ATTRIBUTES/VARIABLE_VALUE" for v in ("epoch", "epoch_start")}
+    assert layouts["training_loop"] == layouts["fit"] | loop_own
+
+    restored = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(LR), **config)
+    tf.train.Checkpoint(model=mlp(seed=6), optimizer=restored).restore(wrapper_path)
+    restored.build(plain.trainable_variables)  # the core is made: the deferred restore fills it
     assert int(restored.window_core.micro_steps.numpy()) == 1

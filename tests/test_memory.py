@@ -71,7 +71,7 @@ def _fit_peak(micro):
     tf.config.experimental.reset_memory_stats("CPU:0")
     model.fit(dataset, epochs=1, verbose=0)
     epoch = tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
-    held = model.variables + list(model.optimizer.variables) + model.gradient_accumulator.sums
+    held = model.variables + list(model.optimizer.variables) + model.window_core.accumulator.sums
     return epoch + sum(int(v.shape.num_elements()) * v.dtype.size for v in held)
 
 

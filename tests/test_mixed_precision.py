@@ -75,7 +75,7 @@ def test_mixed_precision_accumulation_matches_float32_big_batch(policy, name, mo
     mixed = _accumulated(x, y, momentum)
     assert mixed.layers[1].compute_dtype == name.split("_")[1]
     assert all(v.dtype == tf.float32 for v in mixed.trainable_variables)
-    assert all(b.dtype == tf.float32 for b in mixed.gradient_accumulator.sums)
+    assert all(b.dtype == tf.float32 for b in mixed.window_core.accumulator.sums)
     if name == "mixed_float16":
         assert isinstance(mixed.optimizer, keras.mixed_precision.LossScaleOptimizer)
         assert float(mixed.optimizer.loss_scale.numpy()) == 2.0**15  # no window skipped
@@ -162,7 +162,7 @@ def test_a_non_finite_window_leaves_weights_and_every_slot_bitwise_unchanged(
         np.testing.assert_array_equal(value, after_slots[name], err_msg=name)
     assert iterations(optimizer) == 1
     # The buffers are empty and training goes on with the next window.
-    assert all(float(tf.reduce_max(tf.abs(b))) == 0.0 for b in model.gradient_accumulator.sums)
+    assert all(float(tf.reduce_max(tf.abs(b))) == 0.0 for b in model.window_core.accumulator.sums)
     model.fit(x[second], y[second], batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
     assert iterations(optimizer) == 2
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(weights, model.get_weights())) > 0

@@ -178,7 +178,7 @@ def test_training_loop_survives_an_out_of_memory_error_with_the_same_result():
     assert loop.window_core.micro_batch_split == 2
     assert max_weight_diff(loop.model, _loop(4, 8).model) <= 1e-6
     assert max_weight_diff(loop.model, _big_batch(32)) <= 1e-5
-    assert loop.windows == 3 * EPOCHS
+    assert loop.window_core.windows == 3 * EPOCHS
 
 
 def test_training_loop_refuses_an_out_of_memory_error_in_a_window_carried_across_epochs(
@@ -217,7 +217,8 @@ def test_training_loop_under_carry_recovers_an_out_of_memory_error_inside_an_epo
     assert loop.window_core.micro_batch_split == 2
     smaller = _loop(4, 10, partial_window="carry")
     assert max_weight_diff(loop.model, smaller.model) <= 1e-6
-    assert loop.windows == smaller.windows == 2 * 12 // 5 + 1  # the run's last window applied
+    # the run's last window applied
+    assert loop.window_core.windows == smaller.window_core.windows == 2 * 12 // 5 + 1
     assert max_weight_diff(loop.model, _model()) > MIN_MOVEMENT
 
 

@@ -143,7 +143,7 @@ def test_nothing_moves_on_a_micro_step_that_is_not_an_update():
         state = [v.numpy().copy() for v in inner.variables]
         _custom_loop(model, optimizer, x, y, MICRO, steps=1, start=MICRO * micro_step)
         assert iterations(optimizer) == 1
-        assert int(optimizer.micro_steps.numpy()) == micro_step
+        assert int(optimizer.window_core.micro_steps.numpy()) == micro_step
         for before, after in zip(weights, model.get_weights()):
             np.testing.assert_array_equal(before, after)
         for before, v in zip(state, inner.variables):  # iterations, moments

@@ -65,7 +65,7 @@ def test_compile_fit_matches_big_batch(name, distributed):
 
     assert len(history.history["loss"]) == EPOCHS
     assert iterations(model.optimizer) == iterations(big.optimizer) == UPDATES
-    assert int(optimizer.micro_steps.numpy()) == 0
+    assert int(optimizer.window_core.micro_steps.numpy()) == 0
     # The schedule was evaluated at the update count, not at the micro-step count.
     np.testing.assert_allclose(
         keras.backend.get_value(optimizer.learning_rate),
@@ -127,7 +127,7 @@ def test_flush_after_fit_applies_the_pending_window(distributed):
         model.compile(optimizer=ga_tfx.GradientAccumulateOptimizer(make(), K), loss=sparse_ce())
     model.fit(x, y, batch_size=MICRO, shuffle=False, verbose=0)
     optimizer = model.optimizer
-    assert (iterations(optimizer), int(optimizer.micro_steps.numpy())) == (3, 3)
+    assert (iterations(optimizer), int(optimizer.window_core.micro_steps.numpy())) == (3, 3)
     assert bool(optimizer.flush())
     assert not bool(optimizer.flush())  # nothing pending
     assert iterations(optimizer) == iterations(big.optimizer) == 4
@@ -151,7 +151,7 @@ def test_keras_format_save_and_load_keep_the_wrapper_and_its_pending_window(tmp_
     optimizer = loaded.optimizer
     assert isinstance(optimizer, ga_tfx.GradientAccumulateOptimizer)
     assert (optimizer.accum_steps, optimizer.get_config()["agc_clip_factor"]) == (K, 0.1)
-    assert (iterations(optimizer), int(optimizer.micro_steps.numpy())) == (1, 3)
+    assert (iterations(optimizer), int(optimizer.window_core.micro_steps.numpy())) == (1, 3)
     model.fit(x[42:], y[42:], batch_size=MICRO, shuffle=False, verbose=0)
     loaded.fit(x[42:], y[42:], batch_size=MICRO, shuffle=False, verbose=0)
     assert iterations(loaded.optimizer) == iterations(model.optimizer) == 4

@@ -159,7 +159,7 @@ def test_mirrored_custom_loop_matches_big_batch_with_one_all_reduce_per_update(n
     )
     assert applied == _expected_applied()
     assert iterations(optimizer) == UPDATES  # updates, not micro-steps
-    assert int(optimizer.micro_steps.numpy()) == 0
+    assert int(optimizer.window_core.micro_steps.numpy()) == 0
     assert int(counting.executed.numpy()) == UPDATES  # not len(SIZES) == 27
     diff = max_weight_diff(reference, model)
     print(f"max |w_mirrored - w_big_batch| = {diff:.3g}")

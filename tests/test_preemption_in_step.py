@@ -81,10 +81,11 @@ def test_training_loop_stops_after_the_running_step_and_resumes_exactly(tmp_path
     first = _loop(_model(hook), str(tmp_path))
     with pytest.raises(TrainingInterrupted, match=r"interrupted at window 2; checkpoint saved"):
         first.run(epochs=2)
-    assert hook.sent and first.windows == 2  # the running window finished, then it stopped
+    # the running window finished, then it stopped
+    assert hook.sent and first.window_core.windows == 2
     second = _loop(_model(), str(tmp_path))
     second.run(epochs=2)
-    assert second.windows == whole.windows == 6
+    assert second.window_core.windows == whole.window_core.windows == 6
     assert max_weight_diff(second.model, whole.model) == 0.0
 
 
@@ -109,7 +110,7 @@ def test_training_loops_interruption_counts_windows_a_skipped_one_included(tmp_p
         "interrupted at window 3; checkpoint saved; re-run the same command to resume"
     )
     assert raised.value.windows_done == 3 and raised.value.total_windows is None
-    assert (loop.windows, loop.updates) == (3, 2)
+    assert (loop.window_core.windows, loop.window_core.updates) == (3, 2)
 
 
 @pytest.mark.tfx

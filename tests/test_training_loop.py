@@ -124,7 +124,7 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     initial = loop.model.get_weights()
     loop.run(epochs=2)
     if strategy is not None:  # one batched all-reduce per update, none per micro-batch
-        assert int(strategy.counting.executed.numpy()) == loop.updates == 6
+        assert int(strategy.counting.executed.numpy()) == loop.window_core.updates == 6
 
     reference, ref_optimizer = mlp(seed=22, l2=1e-2), make_optimizer()
     norms, losses = big_batch(reference, ref_optimizer, windows_of(x, y) * 2)
@@ -132,7 +132,7 @@ def test_matches_big_batch_with_uneven_and_partial_windows(strategy_name, make_o
     print(f"{strategy_name} {make_optimizer.__name__}: max |dw| vs big batch = {diff:.3g}")
     assert diff <= TOLERANCE, diff
     assert max_diff(initial, reference.get_weights()) > 1e-2  # training moved the weights
-    assert loop.updates == int(loop.optimizer.iterations.numpy()) == 6
+    assert loop.window_core.updates == int(loop.optimizer.iterations.numpy()) == 6
     assert [log["samples"] for log in loop.history] == [21.0, 21.0, 8.0] * 2
     np.testing.assert_allclose([log["grad_norm"] for log in loop.history], norms, rtol=1e-5)
     np.testing.assert_allclose([log["loss"] for log in loop.history], losses, rtol=1e-5)
@@ -163,7 +163,7 @@ def test_partial_window_policies_match_their_big_batch_definition(policy):
     )
     reference = mlp(seed=22, l2=1e-2)
     big_batch(reference, sgd(), windows)
-    assert loop.updates == int(loop.optimizer.iterations.numpy()) == len(windows)
+    assert loop.window_core.updates == int(loop.optimizer.iterations.numpy()) == len(windows)
     diff = max_diff(loop.model.get_weights(), reference.get_weights())
     assert diff <= TOLERANCE, diff
 
@@ -195,7 +195,7 @@ def test_jit_compile_matches_big_batch_xla_training():
     print(f"jit_compile: max |dw| vs big-batch XLA = {diff:.3g}")
     assert diff <= TOLERANCE, diff
     assert max_diff(initial, reference.get_weights()) > 1e-2  # training moved the weights
-    assert loop.updates == int(loop.optimizer.iterations.numpy()) == 6
+    assert loop.window_core.updates == int(loop.optimizer.iterations.numpy()) == 6
 
 
 def test_jit_compile_fails_on_an_op_xla_cannot_compile():
@@ -311,8 +311,8 @@ def test_nonfinite_window_is_skipped_bitwise(strategy_name, capsys):
     clean.run(epochs=1)
     assert max_diff(loop.model.get_weights(), clean.model.get_weights()) == 0.0
     assert max_diff(optimizer_state(loop.optimizer), optimizer_state(clean.optimizer)) == 0.0
-    assert int(loop.optimizer.iterations.numpy()) == loop.updates == 2
-    assert loop.skipped_windows == 1 and loop.windows == 3
+    assert int(loop.optimizer.iterations.numpy()) == loop.window_core.updates == 2
+    assert loop.window_core.skipped_windows == 1 and loop.window_core.windows == 3
     assert fired == [1, 3]  # callbacks follow updates: none for the skipped window 2
     assert [log["applied"] for log in loop.history] == [True, False, True]
     assert np.isnan(loop.history[1]["grad_norm"])
@@ -363,8 +363,8 @@ def test_zero_policy_zeroes_only_the_nonfinite_entries():
     )
     diff = max_diff(loop.model.get_weights(), reference.get_weights())
     assert diff <= TOLERANCE, diff
-    assert loop.updates == 2 and loop.skipped_windows == 0
-    assert int(loop.chain.members["nonfinite_guard"].nonfinite_windows.numpy()) == 2
+    assert loop.window_core.updates == 2 and loop.window_core.skipped_windows == 0
+    assert int(loop.window_core.chain.members["nonfinite_guard"].nonfinite_windows.numpy()) == 2
     assert np.all(loop.model.get_layer("logits").bias.numpy() == 0.0)  # zeroed: never moved
     assert max_diff(mlp(seed=22).get_weights(), loop.model.get_weights()) > 1e-3
 
@@ -377,12 +377,13 @@ def test_stops_after_max_consecutive_skips():
     initial = loop.model.get_weights()
     with pytest.raises(ga_tfx.NonFiniteGradientError, match="2 consecutive windows"):
         loop.run(epochs=1)
-    assert loop.windows == 2 and loop.updates == 0 and loop.skipped_windows == 2
+    core = loop.window_core
+    assert (core.windows, core.updates, core.skipped_windows) == (2, 0, 2)
     assert max_diff(initial, loop.model.get_weights()) == 0.0
     # Without the limit the run goes to the end, skipping every window.
     loop = make_loop(None, sgd, dataset(x, y), l2=None, regularization=_sqrt_bias)
     loop.run(epochs=1)
-    assert loop.windows == 3 and loop.skipped_windows == 3
+    assert loop.window_core.windows == 3 and loop.window_core.skipped_windows == 3
 
 
 def test_clip_global_norm_then_transforms_once_per_update():
@@ -417,7 +418,7 @@ def test_callbacks_fire_on_updates_and_learning_rate_is_kept():
 
     callbacks = [
         ga_tfx.UpdateCallback(
-            lambda loop, logs: seen["every"].append(loop.updates), every_n_updates=2
+            lambda loop, logs: seen["every"].append(loop.window_core.updates), every_n_updates=2
         ),
         ga_tfx.UpdateCallback(lower_lr, at_update=3),
         ga_tfx.UpdateCallback(lambda loop, logs: seen["end"].append(logs["update"]), at_end=True),
@@ -473,7 +474,8 @@ def test_resume_mid_window_matches_uninterrupted(strategy_name, tmp_path):
         checkpoint_dir=str(tmp_path),
     )
     first.run(epochs=2, max_micro_batches=13)  # epoch 2: one window and 1 of 3 micro-batches
-    assert (first.epoch, first.updates, int(first.accumulator.micro_steps.numpy())) == (1, 4, 1)
+    core = first.window_core
+    assert (first.epoch, core.updates, int(core.micro_steps.numpy())) == (1, 4, 1)
     # New objects (other initial weights), restored from the checkpoint, finish the training.
     second = make_loop(
         STRATEGIES[strategy_name](),
@@ -496,7 +498,7 @@ def test_resume_mid_window_matches_uninterrupted(strategy_name, tmp_path):
         # micro-batches then add to other partial sums: float32 round-off of one window.
         assert diff <= 1e-6, diff
     assert second.learning_rate == pytest.approx(3e-3)  # set by a callback before the interrupt
-    assert second.updates == whole.updates == 6
+    assert second.window_core.updates == whole.window_core.updates == 6
     # Also under MirroredStrategy: the replica-local counter is float64, so tf.distribute's
     # SUM restore (saved / 2 per replica) keeps the odd count of the first run (91) exact.
     assert second.samples_seen == whole.samples_seen == 126
@@ -522,16 +524,17 @@ def test_crash_resumes_from_every_n_updates_checkpoint(tmp_path):
         first.run(epochs=2)
     latest = tf.train.latest_checkpoint(str(tmp_path))
     keys = {name for name, _ in tf.train.list_variables(latest)}
-    assert "loop_state/updates/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert "window_core/state/updates/.ATTRIBUTES/VARIABLE_VALUE" in keys
     assert (
-        "gradient_chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/VARIABLE_VALUE"
+        "window_core/chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/VARIABLE_VALUE"
     ) in keys
-    assert tf.train.load_variable(latest, "loop_state/updates/.ATTRIBUTES/VARIABLE_VALUE") == 4
+    updates = "window_core/state/updates/.ATTRIBUTES/VARIABLE_VALUE"
+    assert tf.train.load_variable(latest, updates) == 4
     second = make_loop(
         None, sgd, dataset(x, y), seed=5, checkpoint_dir=str(tmp_path), checkpoint_every_n_updates=2
     )
     second.run(epochs=2)
-    assert second.updates == 6 and second.epoch == 2
+    assert second.window_core.updates == 6 and second.epoch == 2
     assert max_diff(second.model.get_weights(), whole.model.get_weights()) == 0.0
     assert max_diff(optimizer_state(second.optimizer), optimizer_state(whole.optimizer)) == 0.0
 
@@ -639,8 +642,10 @@ def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(t
     a window and one micro-batch of epoch 1) the core counts 12 in finished windows and 1
     pending, the epoch's position (4) is derived from them, checkpoints hold no position of
     their own, and a resume reaches the uninterrupted run's weights. A checkpoint in the
-    layout before 0.1.0 (``loop_state/position``, written here as that code wrote it) has no
-    reader since 0.2.0: restoring it fails, rather than resume at a wrong position."""
+    layouts before 0.2.0 (the core flattened into four keys, ``loop_state`` among them, here
+    with the ``loop_state/position`` of the builds before 0.1.0, written as that code wrote
+    it) has no reader since 0.2.0: restoring it fails, rather than resume at a wrong
+    position."""
     x, y = classification_data(n=63)  # 9 micro-batches per epoch
     data = _shuffled(x, y)
     whole = make_loop(None, adam, data)
@@ -655,15 +660,15 @@ def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(t
         name
         for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(tmp_path / "new")))
     }
-    assert "loop_state/position/.ATTRIBUTES/VARIABLE_VALUE" not in names
-    assert "loop_state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE" in names
+    assert not [name for name in names if "/position/" in name]
+    assert "window_core/state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE" in names
 
     resumed = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "new"))
     assert resumed.restore()
     assert (resumed.epoch, int(resumed.state.position.numpy())) == (1, 4)
     resumed.run(epochs=2)
     assert max_diff(resumed.model.get_weights(), whole.model.get_weights()) == 0.0
-    assert resumed.updates == whole.updates == 6
+    assert resumed.window_core.updates == whole.window_core.updates == 6
 
     old_state = _OldLoopState()
     for name, variable in vars(old_state).items():
@@ -680,5 +685,5 @@ def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(t
     )
     tf.train.CheckpointManager(old, str(tmp_path / "old"), max_to_keep=1).save()
     refused = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "old"))
-    with pytest.raises(AssertionError, match="epoch_start"):
+    with pytest.raises(ValueError, match="holds no window core under 'window_core/'.*0.2.0"):
         refused.restore()

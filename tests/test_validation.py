@@ -109,4 +109,4 @@ def test_parameter_server_training_is_refused_by_name():
     model._cluster_coordinator = object()
     with pytest.raises(NotImplementedError, match="ParameterServerStrategy is not supported"):
         model.make_train_function()
-    assert model.gradient_accumulator is None  # refused before the buffers were built
+    assert model.window_core is None  # refused before the buffers were built

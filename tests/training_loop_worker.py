@@ -108,7 +108,7 @@ def main(out, checkpoint_dir):
     paths = write_files(out)
     first = make_loop(strategy, paths, checkpoint_dir, log_dir, seed=22)
     first.run(epochs=EPOCHS, max_micro_batches=INTERRUPT_AFTER)
-    pending = int(first.accumulator.micro_steps.numpy())
+    pending = int(first.window_core.micro_steps.numpy())
     second = make_loop(strategy, paths, checkpoint_dir, log_dir, seed=7)  # other initial weights
     second.run(epochs=EPOCHS)
     np.savez(os.path.join(out, "weights.npz"), *second.model.get_weights())
@@ -119,8 +119,8 @@ def main(out, checkpoint_dir):
     stats = {
         "replicas": strategy.num_replicas_in_sync,
         "pending_at_interrupt": pending,
-        "updates": second.updates,
-        "skipped_windows": second.skipped_windows,
+        "updates": second.window_core.updates,
+        "skipped_windows": second.window_core.skipped_windows,
         "iterations": int(second.optimizer.iterations.numpy()),
         "is_chief": bool(strategy.extended.should_checkpoint),
         "noise_scale": noise_scale,

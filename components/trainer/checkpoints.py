@@ -3,7 +3,7 @@
 What one checkpoint holds: the model's weights (AccumBatchNormalization's moving statistics
 included), the optimizer (slots, ``iterations``, loss scale) and the window core (accumulator,
 gradient chain state, and its state: among them the two counters a resume reads). Those
-counters are the core's, stored once (``model/ga_window/state/...``): ``windows`` (windows
+counters are the core's, stored once (``model/window_core/state/...``): ``windows`` (windows
 finished, applied as updates or skipped) and ``micro_batches_done`` (the micro-batches those
 windows consumed: the data position, the sum of their K -- ``windows x accum_steps`` without a
 schedule; an adaptive schedule's K is known only as the training goes -- counted in the data's
@@ -23,10 +23,11 @@ replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoi
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx import engine, keras, tf
+from ga_tfx import keras, tf
 from ga_tfx._state import stored_values
 from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
 from ga_tfx.distribution import remove_worker_dir, worker_write_dir
+from ga_tfx.window import CHECKPOINT_KEY
 
 import hashlib
 import json
@@ -36,7 +37,7 @@ from typing import Callable, Optional, Tuple
 
 # The core's counters in a checkpoint of ``tf.train.Checkpoint(model=...)``.
 CORE_KEYS = tuple(
-    f"model/{engine.CORE_KEY}/state/{name}" for name in ("windows", "micro_batches_done")
+    f"model/{CHECKPOINT_KEY}/state/{name}" for name in ("windows", "micro_batches_done")
 )
 
 

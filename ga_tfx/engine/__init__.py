@@ -59,21 +59,16 @@ from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
-from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.engine import pacing, recovery
 from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowFigures, WindowLoop
 from ga_tfx.engine.step import WindowStep, train_step_error
 from ga_tfx.transforms import AdaptiveClipping, Member, make_agc
-from ga_tfx.window import WindowCore
+from ga_tfx.window import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.shims import build_optimizer
 
 import inspect
 from typing import Any, Callable, Dict, Optional, Sequence
-
-# The window core's key among the model's checkpoint dependencies (``model/ga_window/...`` in
-# a ``tf.train.Checkpoint(model=...)``).
-CORE_KEY = "ga_window"
 
 
 class AccumulationEngine(WindowStep):
@@ -139,14 +134,10 @@ class AccumulationEngine(WindowStep):
 
     @property
     def window_core(self) -> Optional[WindowCore]:
-        """The :class:`~ga_tfx.window.WindowCore` (``None`` until ``fit``)."""
+        """The :class:`~ga_tfx.window.WindowCore` (``None`` until ``fit``): its
+        ``accumulator``, ``chain``, ``state`` and counters, checkpointed as the model's
+        dependency :data:`~ga_tfx.window.CHECKPOINT_KEY` (``model/window_core/...``)."""
         return self._core_holder.value
-
-    @property
-    def gradient_accumulator(self) -> Optional[GradientAccumulator]:
-        """The :class:`~ga_tfx.accumulator.GradientAccumulator` (``None`` until ``fit``)."""
-        core = self.window_core
-        return None if core is None else core.accumulator
 
     @property
     def gradient_norm_metric(self) -> Optional[Any]:
@@ -162,11 +153,11 @@ class AccumulationEngine(WindowStep):
     @property
     def samples_seen(self) -> int:
         """Training samples this model has accumulated so far (all replicas, all fits)."""
-        acc = self.gradient_accumulator
-        return 0 if acc is None else acc.samples_seen_count()
+        core = self.window_core
+        return 0 if core is None else core.accumulator.samples_seen_count()
 
     def _set_core(self, core: WindowCore) -> None:
-        attach_state(self, self._core_holder, core, CORE_KEY)
+        attach_state(self, self._core_holder, core, CHECKPOINT_KEY)
 
     def accumulation_config(self) -> Dict[str, Any]:
         """The accumulation settings as constructor keyword arguments (for ``get_config``)."""

@@ -28,7 +28,8 @@ last window (``partial_window``: applied, dropped, or completed by the next epoc
 
 Counters: an *update* is one applied optimizer step (``optimizer.iterations`` advances by one);
 a skipped window is not an update. Every "every N" and "at N" counts updates; the data position
-counts micro-batches.
+counts micro-batches. They are the window core's (``loop.window_core.updates``, ``.windows``,
+``.skipped_windows``), read there as on every front-end.
 
 Where the code is: this module is the loop (its arguments, state and checkpoints);
 :mod:`~ga_tfx.training_loop.run` the host loop of one :meth:`TrainingLoop.run` (epochs of
@@ -56,7 +57,14 @@ from ga_tfx.training_loop.logs import LOG_KEYS, NOISE_KEYS, LoopLog
 from ga_tfx.training_loop.run import LoopRun
 from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
-from ga_tfx.window import NonFiniteGradientError, WindowCore, WindowEnd, WindowState, xla_step
+from ga_tfx.window import (
+    CHECKPOINT_KEY,
+    NonFiniteGradientError,
+    WindowCore,
+    WindowEnd,
+    WindowState,
+    xla_step,
+)
 
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -154,7 +162,8 @@ class TrainingLoop(LoopSteps):
         ``agc_exclude``, ``log_noise_scale``, ``noise_scale_decay``) are keyword arguments,
         or one ``config=AccumulationConfig(...)`` (not both). ``log_grad_norm`` is implied:
         every window's logs have ``grad_norm``.
-      config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings.
+      config: an :class:`~ga_tfx.AccumulationConfig` instead of the keyword settings (read
+        back as ``loop.accumulation``, the name of every front-end and the core).
       strategy: a ``tf.distribute`` strategy (``MirroredStrategy``,
         ``MultiWorkerMirroredStrategy``) or ``None`` for the current (default) one.
       inputs_fn: ``batch -> model input``; default: ``batch[0]`` for a tuple/list batch, else
@@ -182,13 +191,14 @@ class TrainingLoop(LoopSteps):
         ``ga_tfx.transforms.AdaptiveClipping(0.01)``) or ``(name, callable)`` pairs.
       callbacks: :class:`UpdateCallback` instances (or objects with ``on_update_end(loop,
         logs)`` / ``on_train_end(loop, logs)``), called in order.
-      checkpoint_dir: directory of a ``tf.train.CheckpointManager`` (model, optimizer,
-        accumulator, gradient chain, loop state). :meth:`run` restores its latest checkpoint
-        first; a resumed run ends with the weights of an uninterrupted one. Only the chief
-        (``strategy.extended.should_checkpoint``) writes there; other workers write to a
-        temporary directory they delete. Every worker restores from it, so under a
-        multi-worker strategy it must be shared storage (as for Keras' ``BackupAndRestore``).
-        ``None``: no checkpoints.
+      checkpoint_dir: directory of a ``tf.train.CheckpointManager`` (``model``,
+        ``optimizer`` and the window core under :data:`~ga_tfx.window.CHECKPOINT_KEY`, in the
+        layout of every front-end; its state holds the loop's epoch). :meth:`run` restores
+        its latest checkpoint first; a resumed run ends with the weights of an uninterrupted
+        one. Only the chief (``strategy.extended.should_checkpoint``) writes there; other
+        workers write to a temporary directory they delete. Every worker restores from it, so
+        under a multi-worker strategy it must be shared storage (as for Keras'
+        ``BackupAndRestore``). ``None``: no checkpoints.
       checkpoint_every_n_updates: save after every N updates (and always when :meth:`run`
         returns); ``None``: only when it returns.
       max_checkpoints_to_keep: the manager's ``max_to_keep`` (default 3).
@@ -242,13 +252,13 @@ class TrainingLoop(LoopSteps):
         stop_on_signals: bool = True,
         **settings: Any,
     ) -> None:
-        self.config = resolve(
+        self.accumulation = resolve(
             "ga_tfx.TrainingLoop", config, dict(settings, accum_steps=accum_steps)
         )
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
-        self.accum_steps = self.config.accum_steps
+        self.accum_steps = self.accumulation.accum_steps
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.inputs_fn, self.targets_fn = inputs_fn, targets_fn
         self.sample_count_fn = sample_count_fn
@@ -273,7 +283,7 @@ class TrainingLoop(LoopSteps):
             self.state = LoopState()
             self.window_core = WindowCore(
                 self.variables,
-                self.config,
+                self.accumulation,
                 transforms,
                 window_layers=[
                     layer
@@ -284,8 +294,6 @@ class TrainingLoop(LoopSteps):
             )
             self.state.bind_pending(self.window_core.micro_steps)
             optimizer.build(self.variables)  # slots exist before tracing and restoring
-        self.accumulator = self.window_core.accumulator
-        self.chain = self.window_core.chain
         # The replica-context micro-batch step: one XLA computation under jit_compile.
         self._micro_step_fn = xla_step(self._micro_step) if self.jit_compile else self._micro_step
         self._split = False
@@ -296,12 +304,7 @@ class TrainingLoop(LoopSteps):
         self.checkpoint_dir = checkpoint_dir
         self._checkpoints = LoopCheckpoints(
             tf.train.Checkpoint(
-                model=model,
-                optimizer=optimizer,
-                accumulator=self.window_core.accumulator,
-                gradient_chain=self.window_core.chain,
-                loop_state=self.state,
-                noise_sums=self.window_core.noise_sums,
+                model=model, optimizer=optimizer, **{CHECKPOINT_KEY: self.window_core}
             ),
             checkpoint_dir,
             self.strategy,
@@ -312,33 +315,19 @@ class TrainingLoop(LoopSteps):
             _validation.WINDOWS.check("log_every_n_windows", log_every_n_windows),
             bool(verbose),
             is_chief(self.strategy),
-            self.config.log_noise_scale,
+            self.accumulation.log_noise_scale,
         )
 
     # ------------------------------------------------------------------ public state
     @property
-    def updates(self) -> int:
-        """Optimizer updates applied by this loop (restored from checkpoints)."""
-        return self.window_core.updates
-
-    @property
-    def windows(self) -> int:
-        """Windows finished, applied or skipped."""
-        return self.window_core.windows
-
-    @property
     def epoch(self) -> int:
+        """The current epoch (0-based; restored from checkpoints)."""
         return int(self.state.epoch.numpy())
-
-    @property
-    def skipped_windows(self) -> int:
-        """Windows skipped by the non-finite guard (0 under ``nonfinite_policy="zero"``)."""
-        return self.window_core.skipped_windows
 
     @property
     def samples_seen(self) -> int:
         """Training samples accumulated so far (all replicas, skipped windows included)."""
-        return self.accumulator.samples_seen_count()
+        return self.window_core.accumulator.samples_seen_count()
 
     @property
     def history(self) -> List[dict]:

@@ -12,7 +12,7 @@ class UpdateCallback:
     """Calls ``fn(loop, logs)`` on optimizer updates, never on micro-steps.
 
     Exactly one trigger:
-      every_n_updates: after updates N, 2N, 3N, ... (``loop.updates % N == 0``).
+      every_n_updates: after updates N, 2N, 3N, ... (``loop.window_core.updates % N == 0``).
       at_update: once, after update ``N``.
       at_end: once, when :meth:`TrainingLoop.run` returns (also when it stops early through
         ``max_updates``, ``max_micro_batches`` or ``stop_training``; not when it raises).
@@ -46,7 +46,7 @@ class UpdateCallback:
     def on_update_end(self, loop: "TrainingLoop", logs: dict) -> None:
         if self.fn is None:
             return
-        update = loop.updates
+        update = loop.window_core.updates
         if (self.every_n_updates is not None and update % self.every_n_updates == 0) or (
             self.at_update is not None and update == self.at_update
         ):

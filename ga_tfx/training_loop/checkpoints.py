@@ -2,6 +2,7 @@
 
 from ga_tfx._keras import tf
 from ga_tfx.distribution import is_chief
+from ga_tfx.window import CHECKPOINT_KEY
 
 import shutil
 import tempfile
@@ -12,8 +13,9 @@ class LoopCheckpoints:
     """Saves and restores the loop's whole state under ``directory``.
 
     Args:
-      checkpoint: the ``tf.train.Checkpoint`` of the state (model, optimizer, window core,
-        loop counters).
+      checkpoint: the ``tf.train.Checkpoint`` of the state: ``model``, ``optimizer`` and the
+        window core under :data:`~ga_tfx.window.CHECKPOINT_KEY` (the loop's counters are its
+        ``state``).
       directory: where checkpoints live, or ``None`` (no checkpoints; :meth:`save` and
         :meth:`restore` do nothing).
       strategy: the loop's strategy. Only the chief (:func:`ga_tfx.distribution.is_chief`)
@@ -53,9 +55,18 @@ class LoopCheckpoints:
         return None
 
     def restore(self) -> bool:
-        """Restores the latest checkpoint; ``False`` if there is none."""
+        """Restores the latest checkpoint; ``False`` if there is none. ``ValueError`` for one
+        without the window core's key (written before 0.2.0, which flattened the core into
+        ``accumulator``, ``gradient_chain``, ``loop_state`` and ``noise_sums``)."""
         latest = tf.train.latest_checkpoint(self.directory) if self.directory else None
         if latest is None:
             return False
+        prefix = CHECKPOINT_KEY + "/"
+        if not any(name.startswith(prefix) for name, _ in tf.train.list_variables(latest)):
+            raise ValueError(
+                f"The checkpoint {latest} holds no window core under {prefix!r}: it was "
+                "written before ga-tfx 0.2.0, whose TrainingLoop checkpoints keep the core "
+                "under that one key; start the run again with a new checkpoint_dir."
+            )
         self._checkpoint.restore(latest).assert_existing_objects_matched()
         return True

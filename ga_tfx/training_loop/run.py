@@ -44,11 +44,11 @@ class LoopRun:
         loop._log.start()
         logs: dict = {}
         while loop.epoch < epochs and not loop.stop_training:
-            if max_updates is not None and loop.updates >= max_updates:
+            if max_updates is not None and loop.window_core.updates >= max_updates:
                 break
             self.iterator = self._epoch_data()
             while not loop.stop_training:
-                if max_updates is not None and loop.updates >= max_updates:
+                if max_updates is not None and loop.window_core.updates >= max_updates:
                     break
                 # An out-of-memory error: the window again from its first micro-batch, at
                 # half the micro-batch (recovery.replay).
@@ -99,7 +99,7 @@ class LoopRun:
         pending micro-batches than this epoch's data position: some are the previous epoch's,
         carried over), which cannot be read again. A window inside one epoch is recovered."""
         loop = self.loop
-        carry = loop.config.partial_window == "carry"
+        carry = loop.accumulation.partial_window == "carry"
         spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())
         recovery.refuse_carried_window(error, spans_epochs, "TrainingLoop")
         return loop.window_core
@@ -127,7 +127,7 @@ class LoopRun:
             loop.save()
             signum = loop._stop.signum or 0
             # Windows, as from every front-end (its limit, max_updates, counts updates).
-            raise preemption.TrainingInterrupted(loop.windows, None, signum)
+            raise preemption.TrainingInterrupted(loop.window_core.windows, None, signum)
 
     def _window_ends(self) -> dict:
         """Host side: logs, checkpoints and callbacks for each window finished since the last
@@ -143,7 +143,7 @@ class LoopRun:
         logs = loop._log.window_ended(
             event,
             learning_rate=loop.learning_rate,
-            skipped_windows=loop.skipped_windows,
+            skipped_windows=loop.window_core.skipped_windows,
             nonfinite_windows=0 if guard is None else int(guard.nonfinite_windows.numpy()),
         )
         loop.window_core.check_skips()

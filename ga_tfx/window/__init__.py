@@ -51,15 +51,18 @@ micro-batch: under ``R`` replicas each window gives ``K·R`` small gradients, so
 exists from ``K = 1`` on with two replicas or more; on one device it needs ``K >= 2``.
 
 The package, one concern per file; ``core`` imports the others, none of them imports ``core``
-(the moved logic is functions of the config and the state): ``events`` (:class:`WindowEnd`,
-:data:`RECORD_FIELDS`, :class:`NonFiniteGradientError`), ``state`` (:class:`WindowState`, its
-records), ``core`` (:class:`WindowCore`), ``steps`` (a window end's gradient, layers and
-accounting), ``schedule`` (K schedules, ``lr_scaling``), ``noise`` (the noise scale), ``split``
-(the out-of-memory split), ``shims`` (loss-scale optimizers, applying summed gradients, XLA).
+(the moved logic is functions of the core, duck-typed, whose ``accumulation``, ``state``,
+``accumulator``, ``chain`` and ``noise_sums`` they read as one state, as optax's ``MultiSteps``
+keeps one ``MultiStepsState``; or of the config and the state alone): ``events``
+(:class:`WindowEnd`, :data:`RECORD_FIELDS`, :class:`NonFiniteGradientError`), ``state``
+(:class:`WindowState`, its records), ``core`` (:class:`WindowCore`, :data:`CHECKPOINT_KEY`),
+``steps`` (a window end's gradient, layers and accounting), ``schedule`` (K schedules,
+``lr_scaling``), ``noise`` (the noise scale), ``split`` (the out-of-memory split), ``shims``
+(loss-scale optimizers, applying summed gradients, XLA).
 """
 
 from ga_tfx.window import clock
-from ga_tfx.window.core import WindowCore
+from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.events import (
     RECORD_CAPACITY,
     RECORD_FIELDS,
@@ -80,6 +83,7 @@ from ga_tfx.window.state import WindowState
 __all__ = [
     "ADAPTIVE_PATIENCE",
     "ADAPTIVE_WARMUP",
+    "CHECKPOINT_KEY",
     "MAX_SPLIT",
     "RECORD_CAPACITY",
     "RECORD_FIELDS",

@@ -32,7 +32,7 @@ def end_of_data(
     it), or ``"carry"`` it into the next epoch's first window. Returns a bool scalar tensor:
     whether an update was applied. (The config validated the policy once; ``policy`` is a
     front-end's override, ``"apply"`` for ``train_on_batch``.)"""
-    policy = policy or core.config.partial_window
+    policy = policy or core.accumulation.partial_window
     pending = core.micro_steps.read_value() > 0
     none = lambda: tf.constant(False)  # noqa: E731
     if policy == "apply":

@@ -16,9 +16,15 @@ from ga_tfx.window.shims import (
     xla_step,
 )
 from ga_tfx.window.state import WindowState
-from ga_tfx.window.steps import close_window, end_window, window_gradient
+from ga_tfx.window.steps import count_window, end_window_layers, window_gradient
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+
+# The core's key in every front-end's checkpoint: the model's (``model/window_core/...`` in a
+# ``tf.train.Checkpoint(model=...)``), the optimizer wrapper's (``optimizer/window_core/...``)
+# and ``TrainingLoop``'s (``window_core/...``); below it the one layout of the core's children
+# (``accumulator``, ``chain``, ``state``, ``noise_sums``).
+CHECKPOINT_KEY = "window_core"
 
 
 class WindowCore(tf.Module):
@@ -27,21 +33,24 @@ class WindowCore(tf.Module):
     Args:
       variables: the trainable variables whose gradients are accumulated (fully defined
         shapes). Create the core under the strategy's scope, outside ``tf.function``.
-      config: the :class:`~ga_tfx.AccumulationConfig` (accumulation, chain, logging).
+      accumulation: the :class:`~ga_tfx.AccumulationConfig` (accumulation, chain, logging),
+        read back as ``accumulation`` (the name every front-end uses).
       transforms: further gradient transforms, run after the config's members
         (:class:`~ga_tfx.transforms.GradientTransform` or ``(name, callable)`` pairs).
       window_layers: layers that keep window state (``ga_window_end(apply)``, e.g.
         :class:`~ga_tfx.AccumBatchNormalization`); attached to the core's windows here.
       state: the counters' module (default a new :class:`WindowState`).
 
-    Attributes (checkpoint children): ``accumulator``, ``chain``, ``state``, ``noise_sums``
-    (the window's replica-local noise-scale sums).
+    Attributes (checkpoint children, the same layout under :data:`CHECKPOINT_KEY` in every
+    front-end): ``accumulator``, ``chain``, ``state``, ``noise_sums`` (the window's
+    replica-local noise-scale sums). The front-ends expose the core as ``window_core`` and
+    forward none of them: ``model.window_core.accumulator``, ``opt.window_core.micro_steps``.
     """
 
     def __init__(
         self,
         variables: Sequence[tf.Variable],
-        config: AccumulationConfig,
+        accumulation: AccumulationConfig,
         transforms: Sequence[Member] = (),
         window_layers: Sequence[Any] = (),
         state: Optional[WindowState] = None,
@@ -49,18 +58,18 @@ class WindowCore(tf.Module):
     ) -> None:
         super().__init__(name=name)
         variables = list(variables)
-        self._config = Untracked(config)
-        self.chain: GradientChain = chain_for(config, transforms)
+        self._accumulation = Untracked(accumulation)
+        self.chain: GradientChain = chain_for(accumulation, transforms)
         self.chain.build(variables)  # unsupported variables fail here, not while tracing
         self.accumulator = GradientAccumulator(variables)
         self.state = state if state is not None else WindowState()
         with tf.init_scope():  # once, also when the core is made while a function is traced
-            self.state.accum_steps.assign(config.accum_steps)  # a restore overrides it
+            self.state.accum_steps.assign(accumulation.accum_steps)  # a restore overrides it
         self.noise_sums = noise.noise_sums(name)
         self._layers = Untracked(list(window_layers))
         for layer in window_layers:
             if hasattr(layer, "ga_attach_to_engine"):
-                layer.ga_attach_to_engine(config.accum_steps)
+                layer.ga_attach_to_engine(accumulation.accum_steps)
         # Python state, not checkpoint dependencies: the replica steps per (optimizer,
         # jit_compile, extra gradient), and the variables the chain returned (trace time).
         self._steps = Untracked({})
@@ -69,8 +78,10 @@ class WindowCore(tf.Module):
 
     # ------------------------------------------------------------------ properties
     @property
-    def config(self) -> AccumulationConfig:
-        return self._config.value
+    def accumulation(self) -> AccumulationConfig:
+        """The :class:`~ga_tfx.AccumulationConfig` the core runs (as ``model.accumulation``,
+        ``opt.accumulation`` and ``loop.accumulation``)."""
+        return self._accumulation.value
 
     @property
     def micro_steps(self) -> tf.Variable:
@@ -136,9 +147,9 @@ class WindowCore(tf.Module):
         acc.record_connected(acc.accumulated_variables, grads)
         ops = [acc.add(grads, weight, loss)]
         samples = weight if local_samples is None else local_samples
-        if self.config.oom_recovery:
+        if self.accumulation.oom_recovery:
             ops.append(split.track_rows(self.state, samples))
-        if self.config.log_noise_scale:
+        if self.accumulation.log_noise_scale:
             ops.append(noise.add_noise_terms(self.noise_sums, grads, samples))
         return tf.group(ops)
 
@@ -164,7 +175,7 @@ class WindowCore(tf.Module):
         Returns:
           A scalar bool tensor: whether the window was applied as an update.
         """
-        check_nonfinite_policy(self.config, optimizer)
+        check_nonfinite_policy(self.accumulation, optimizer)
         gradient_fn, apply_fn, end_fn = self._replica_steps(optimizer, jit_compile, extra_gradient)
         out = strategy.run(gradient_fn)
         first = lambda value: strategy.experimental_local_results(value)[0]  # noqa: E731
@@ -183,8 +194,8 @@ class WindowCore(tf.Module):
             apply()
             applied = tf.constant(True)
         may_skip = self.chain.may_skip or skips_nonfinite_itself(optimizer)
-        end_window(strategy, end_fn, applied, may_skip)
-        close_window(self.config, self.state, optimizer, applied, self.micro_steps, out, first)
+        end_window_layers(strategy, end_fn, applied, may_skip)
+        count_window(self, optimizer, applied, out, first)
         self.state.micro_batches_done.assign_add(self.micro_steps.read_value())
         self.micro_steps.assign(0)
         return tf.identity(applied)
@@ -200,7 +211,7 @@ class WindowCore(tf.Module):
     def run_micro_batch(self, strategy: Any, step: Callable[[Any], Any], data: Any) -> Any:
         """Cross-replica context: ``strategy.run(step)`` on the micro-batch ``data``, as
         ``micro_batch_split`` slices (:func:`ga_tfx.window.split.run_micro_batch`)."""
-        return split.run_micro_batch(self.config, self.state, strategy, step, data)
+        return split.run_micro_batch(self, strategy, step, data)
 
     def recover_from_oom(self, strategy: Any, error: BaseException) -> int:
         """Host side, after ``error`` (a ``ResourceExhaustedError``) inside a window: discards
@@ -212,7 +223,7 @@ class WindowCore(tf.Module):
         Raises ``RuntimeError`` (from ``error``) when the micro-batch cannot be split further
         (a slice of one sample) or ``oom_recovery`` is off.
         """
-        split_now = split.split_to_double(self.config, self.state, error)
+        split_now = split.split_to_double(self, error)
         pending = int(self.micro_steps.numpy())
         strategy.run(self.accumulator.uncount_window)
         self.discard(strategy)
@@ -231,15 +242,13 @@ class WindowCore(tf.Module):
             steps[key] = (
                 wrap(lambda: self._window_gradient(extra_gradient)),
                 wrap(lambda grads: self._apply(optimizer, grads)),
-                self._end_step,
+                self._end_layers_and_clear,
             )
         return steps[key]
 
     def _window_gradient(self, extra_gradient: Optional[Callable]) -> Dict[str, Any]:
         """Replica context: one batched all-reduce; the window gradient; norms; the chain."""
-        out, variables = window_gradient(
-            self.config, self.state, self.accumulator, self.chain, self.noise_sums, extra_gradient
-        )
+        out, variables = window_gradient(self, extra_gradient)
         self._applied_variables.value = variables
         return out
 
@@ -248,14 +257,14 @@ class WindowCore(tf.Module):
         pairs = list(zip(grads, self._applied_variables.value))
         return tf.group(as_dependencies(apply_aggregated_gradients(optimizer, pairs)))
 
-    def _end_step(self, apply: bool) -> Any:
+    def _end_layers_and_clear(self, apply: bool) -> Any:
         """Replica context: ends the window layers' windows, clears the buffers."""
         ends = [user_code(layer, layer.ga_window_end)(apply=apply) for layer in self._layers.value]
         with tf.control_dependencies(ends):
             return self._clear()
 
     def _discard_step(self) -> Any:
-        return self._end_step(False)
+        return self._end_layers_and_clear(False)
 
     def _clear(self) -> Any:
         return tf.group([self.accumulator.reset()] + [v.assign(0.0) for v in self.noise_sums])
@@ -281,7 +290,7 @@ class WindowCore(tf.Module):
     def check_skips(self) -> None:
         """Host: raises :class:`NonFiniteGradientError` once ``max_consecutive_skips`` windows
         in a row were non-finite (the windows so far are counted and kept)."""
-        limit = self.config.max_consecutive_skips
+        limit = self.accumulation.max_consecutive_skips
         guard = self.guard
         if limit is None or guard is None:
             return

@@ -1,8 +1,8 @@
 """The out-of-memory split: a micro-batch processed as consecutive slices (``oom_recovery``),
-as functions of the config and the core's state."""
+as functions of the core (a :class:`~ga_tfx.window.WindowCore`, duck-typed: this module does
+not import it; its ``accumulation`` config and ``state`` are read) or of its state."""
 
 from ga_tfx._keras import tf
-from ga_tfx.config import AccumulationConfig
 from ga_tfx.window.state import WindowState
 
 from typing import Any, Callable
@@ -19,13 +19,7 @@ def track_rows(state: WindowState, samples: Any) -> Any:
     return state.micro_batch_rows.assign(tf.maximum(state.micro_batch_rows, rows))
 
 
-def run_micro_batch(
-    config: AccumulationConfig,
-    state: WindowState,
-    strategy: Any,
-    step: Callable[[Any], Any],
-    data: Any,
-) -> Any:
+def run_micro_batch(core: Any, strategy: Any, step: Callable[[Any], Any], data: Any) -> Any:
     """Cross-replica context: ``strategy.run(step)`` on the micro-batch ``data``, as
     ``micro_batch_split`` consecutive slices of each replica's part; returns the last
     call's outputs. With ``oom_recovery`` off, ``strategy.run(step, args=(data,))``.
@@ -37,9 +31,9 @@ def run_micro_batch(
     The loop over slices runs in cross-replica context: ``step`` (Keras' metrics, a
     ``merge_call``) never runs inside a replica-context loop.
     """
-    if not config.oom_recovery:
+    if not core.accumulation.oom_recovery:
         return strategy.run(step, args=(data,))
-    split = state.micro_batch_split.read_value()
+    split = core.state.micro_batch_split.read_value()
 
     def sliced(part: Any, i: Any) -> Any:
         samples = tf.cast(batch_size(part), tf.int64)
@@ -62,12 +56,14 @@ def run_micro_batch(
     return outputs
 
 
-def split_to_double(config: AccumulationConfig, state: WindowState, error: BaseException) -> int:
-    """Host side, after ``error`` (out of memory): the split in force, when it can double.
+def split_to_double(core: Any, error: BaseException) -> int:
+    """Host side, after ``error`` (out of memory): ``core``'s split in force, when it can
+    double.
 
     Raises ``RuntimeError`` (from ``error``) when the micro-batch cannot be split further
     (a slice of one sample) or ``oom_recovery`` is off.
     """
+    config, state = core.accumulation, core.state
     split = int(state.micro_batch_split.numpy())
     # The largest micro-batch trained so far; before the first one (an error in the very
     # first step) it is unknown: then the split doubles up to MAX_SPLIT.

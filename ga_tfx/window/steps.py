@@ -1,4 +1,6 @@
-"""The steps of a window's end, as functions of the config and the core's state: the window
+"""The steps of a window's end, as functions of the core (a :class:`~ga_tfx.window.WindowCore`,
+duck-typed: this module does not import it; its ``accumulation`` config, ``state``,
+``accumulator``, ``chain`` and ``noise_sums`` are the one state these read): the window
 gradient (replica context: the all-reduced mean, the extra gradient, norms, the noise
 estimates, the chain), the end of the window layers in the branch the update took, and the
 window's accounting (cross-replica: counters, noise-scale averages, the next K and learning
@@ -6,30 +8,28 @@ rate, the record)."""
 
 from ga_tfx._keras import tf
 from ga_tfx.accumulator import GradientAccumulator
-from ga_tfx.config import AccumulationConfig
-from ga_tfx.transforms import GradientChain, global_norm
+from ga_tfx.transforms import global_norm
 from ga_tfx.window import noise, schedule
 from ga_tfx.window.shims import all_finite
-from ga_tfx.window.state import WindowState, write_record
+from ga_tfx.window.state import write_record
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def window_gradient(
-    config: AccumulationConfig,
-    state: WindowState,
-    acc: GradientAccumulator,
-    chain: GradientChain,
-    noise_sums: Sequence[tf.Variable],
-    extra_gradient: Optional[Callable],
+    core: Any, extra_gradient: Optional[Callable]
 ) -> Tuple[Dict[str, Any], List[tf.Variable]]:
-    """Replica context: one batched all-reduce; the window gradient; norms; the chain.
+    """Replica context: one batched all-reduce of ``core``'s buffers; the window gradient
+    (their sample-weighted mean, plus ``extra_gradient()`` once when given); its norms; the
+    noise-scale estimates; ``core.chain``.
 
-    Returns the window's figures (``grads``: the chained gradient) and the variables the chain
-    returned, aligned with ``grads``.
+    Returns the window's figures (``grads``: the chained gradient, one per variable the chain
+    returned; ``apply``: the chain's vote; ``finite``; float64 scalars ``samples``, ``loss``,
+    ``grad_norm``, ``grad_norm_clipped`` and the noise estimates) and those variables, aligned
+    with ``grads``.
     """
-    noise_on = config.log_noise_scale
-    extra = [v.read_value() for v in noise_sums] if noise_on else []
+    config, state, acc = core.accumulation, core.state, core.accumulator
+    extra = [v.read_value() for v in core.noise_sums] if config.log_noise_scale else []
     pairs, samples, loss, extra_sums = acc.window_mean(extra)
     data_norm = global_norm(pairs)
     if extra_gradient is not None:
@@ -38,7 +38,7 @@ def window_gradient(
     small = acc.micro_steps.read_value() * state.micro_batch_split.read_value()
     estimates = noise.window_estimates(config, extra_sums, data_norm, small)
     finite = all_finite(pairs)
-    pairs, vote = chain(pairs)
+    pairs, vote = core.chain(pairs)
     out = {
         "grads": [g for g, _ in pairs],
         "apply": vote,
@@ -73,7 +73,7 @@ def add_extra_gradient(
     return out, loss + tf.cast(extra_loss, loss.dtype)
 
 
-def end_window(strategy: Any, end_fn: Callable, applied: Any, may_skip: bool) -> None:
+def end_window_layers(strategy: Any, end_fn: Callable, applied: Any, may_skip: bool) -> None:
     """Cross-replica: ``end_fn(apply)`` in replica context, in the branch the update took
     (``may_skip``: the window may have been skipped): it ends the window layers (statistics
     folded in if applied) and clears the buffers."""
@@ -91,20 +91,17 @@ def end_window(strategy: Any, end_fn: Callable, applied: Any, may_skip: bool) ->
     tf.cond(applied, end(True), end(False))
 
 
-def close_window(
-    config: AccumulationConfig,
-    state: WindowState,
-    optimizer: Any,
-    applied: Any,
-    micro_steps: tf.Variable,
-    out: Dict[str, Any],
-    first: Callable[[Any], Any],
+def count_window(
+    core: Any, optimizer: Any, applied: Any, out: Dict[str, Any], first: Callable[[Any], Any]
 ) -> None:
-    """Cross-replica, after the update (or skip): counts the window, folds its noise-scale
-    estimates into the averages, sets the next window's K and learning rate and writes the
-    window's record. ``out``: :func:`window_gradient`'s figures as ``strategy.run`` returned
-    them, ``first`` picks the first replica's value of one."""
-    micro = tf.cast(micro_steps.read_value(), tf.float64)
+    """Cross-replica, after the update (or skip; ``applied``: bool scalar): counts the window
+    in ``core.state`` (``windows``; ``updates`` when applied), folds its noise-scale estimates
+    into the averages, sets the next window's K and ``optimizer``'s learning rate and writes
+    the window's record. ``out``: :func:`window_gradient`'s figures as ``strategy.run``
+    returned them, ``first`` picks the first replica's value of one. The buffers are not
+    touched (the pending micro-steps are read, not reset)."""
+    config, state = core.accumulation, core.state
+    micro = tf.cast(core.micro_steps.read_value(), tf.float64)
     trace, grad_sq = first(out["noise_trace"]), first(out["noise_grad_sq"])  # S, G²: unsmoothed
     averages = noise.update_noise_averages(config, state, trace, grad_sq)
     windows = state.windows.assign_add(1)

@@ -71,8 +71,8 @@ MUTATIONS = [
     Mutation(
         "training_loop.interrupted_at_updates",
         "ga_tfx/training_loop/run.py",
-        "raise preemption.TrainingInterrupted(loop.windows, None, signum)",
-        "raise preemption.TrainingInterrupted(loop.updates, None, signum)",
+        "raise preemption.TrainingInterrupted(loop.window_core.windows, None, signum)",
+        "raise preemption.TrainingInterrupted(loop.window_core.updates, None, signum)",
         ("tests/test_preemption_in_step.py", "-k", "skipped_one_included"),
     ),
 ]

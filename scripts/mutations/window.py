@@ -72,8 +72,8 @@ MUTATIONS = [
     Mutation(
         "window.chain_result_dropped",
         STEPS,
-        "    pairs, vote = chain(pairs)\n",
-        "    _, vote = chain(pairs)\n",
+        "    pairs, vote = core.chain(pairs)\n",
+        "    _, vote = core.chain(pairs)\n",
         ("tests/test_front_ends.py", "-k", "clip_global_norm or user_transform"),
     ),
     Mutation(
