@@ -116,7 +116,7 @@ class AccumulationEngine(WindowStep):
         return self._accumulation_config.accum_steps
 
     def _scheduled(self) -> bool:
-        return self._accumulation_config.schedule_kind is not None
+        return self._accumulation_config.schedule.varies
 
     def _steps_per_call(self) -> int:
         """Micro-batches per call of the train function: the compiled ``steps_per_execution``,
