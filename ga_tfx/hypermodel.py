@@ -146,7 +146,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         compile_config = model.get_compile_config()
         learning_rate = float(keras.backend.get_value(model.optimizer.learning_rate))
         if self.replace_batchnorm:
-            model = replace_batchnorm_layers(model, accum_steps=values["accum_steps"])
+            model = replace_batchnorm_layers(model)  # windows of the wrapped model
         wrapped = wrap_model(
             model,
             accum_steps=values["accum_steps"],

@@ -162,7 +162,7 @@ def test_accum_bn_statistics_follow_the_windows_of_the_schedule():
     x = (rng.normal(size=(N, 3)) + 50.0 * (np.arange(N) // MICRO)[:, None]).astype("float32")
     keras.utils.set_random_seed(0)
     inputs = keras.Input((3,))
-    h = ga_tfx.AccumBatchNormalization(2, momentum=0.5, name="bn")(inputs)
+    h = ga_tfx.AccumBatchNormalization(momentum=0.5, name="bn")(inputs)  # no K: the schedule's
     model = ga_tfx.wrap_model(keras.Model(inputs, keras.layers.Dense(1)(h)), SCHEDULE)
     model.compile(keras.optimizers.SGD(0.01), "mse")
     model.fit(x, np.zeros((N, 1), "float32"), batch_size=MICRO, shuffle=False, verbose=0)

@@ -60,7 +60,7 @@ class WindowCore(tf.Module):
         self._layers = Untracked(list(window_layers))
         for layer in window_layers:
             if hasattr(layer, "ga_attach_to_engine"):
-                layer.ga_attach_to_engine(config.accum_steps)
+                layer.ga_attach_to_engine()
         # Python state, not checkpoint dependencies: the replica steps per (optimizer,
         # jit_compile, extra gradient), and the variables the chain returned (trace time).
         self._steps = Untracked({})

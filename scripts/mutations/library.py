@@ -54,14 +54,14 @@ MUTATIONS = [
     ),
     Mutation(
         "bn.between_micro_batch_variance_dropped",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/moments.py",
         "between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)",
         "between = 0.0 * delta",
         ("tests/test_batchnorm.py", "-k", "window_statistics"),
     ),
     Mutation(
         "bn.biased_variance",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/layer.py",
         "divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count",
         "divisor = count",
         ("tests/test_batchnorm.py", "-k", "window_statistics or keras_batchnorm"),
@@ -169,14 +169,14 @@ MUTATIONS = [
     ),
     Mutation(
         "batchnorm.eager_first_call_not_refused",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/registry.py",
         "if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):",
         "if layer._last_eager_call > since and not layer._accumulates():",
         ("tests/test_batchnorm.py", "-k", "refused"),
     ),
     Mutation(
         "batchnorm.stale_standalone_graph_runs",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/layer.py",
         "            checks.append(self._refuse_if_driven())\n",
         "",
         ("tests/test_batchnorm.py", "-k", "traced_before"),
