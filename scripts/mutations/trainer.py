@@ -128,8 +128,8 @@ MUTATIONS = [
     Mutation(
         "oom.trainer_replans_from_the_start",
         "components/trainer/run_fn.py",
-        "        checkpoint.windows_done, total_windows, per_epoch,",
-        "        0, total_windows, per_epoch,",
+        "plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)",
+        "plan = _fit_plan(0, total_windows, per_epoch, schedule.varies)",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
     ),
