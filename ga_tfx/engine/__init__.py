@@ -112,7 +112,7 @@ class AccumulationEngine(WindowStep):
     @property
     def accum_steps(self) -> int:
         """Micro-batches per optimizer update (``K``; with a schedule, the first window's:
-        ``window_core.accum_steps`` is the current one)."""
+        ``window_core.current_accum_steps`` is the current one)."""
         return self._accumulation_config.accum_steps
 
     def _scheduled(self) -> bool:
@@ -123,7 +123,7 @@ class AccumulationEngine(WindowStep):
         or with a schedule one window of the current K."""
         core = self.window_core
         if self._scheduled() and core is not None:
-            return core.accum_steps
+            return core.current_accum_steps
         return self._execution_steps
 
     @property

@@ -78,8 +78,9 @@ class WindowCore(tf.Module):
         return self.accumulator.micro_steps
 
     @property
-    def accum_steps(self) -> int:
-        """K of the current window (host): the config's, or the schedule's latest choice."""
+    def current_accum_steps(self) -> int:
+        """K of the current window (host): the schedule's first K (``config.accum_steps``), or
+        its latest choice. (``accum_steps`` everywhere else is the first K.)"""
         return int(self.state.accum_steps.numpy())
 
     @property
