@@ -180,9 +180,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         if samples_per_epoch is not None:
             if kwargs.get("steps_per_epoch") is not None:
                 raise ValueError("Give steps_per_epoch or samples_per_epoch, not both.")
-            samples_per_epoch = _validation.check_accum_steps(
-                samples_per_epoch, "samples_per_epoch"
-            )
+            samples_per_epoch = _validation.SAMPLES.check("samples_per_epoch", samples_per_epoch)
             if samples_per_epoch % micro:
                 raise ValueError(
                     f"samples_per_epoch={samples_per_epoch} is not a whole number "
