@@ -52,6 +52,21 @@ MUTATIONS = [
         "unscaled = [g for g, _ in grads_and_vars]",
         ("tests/test_optimizer_api.py", "-k", "loss_scale"),
     ),
+    # issue 45: a schedule is one value (ga_tfx/schedules.py)
+    Mutation(
+        "schedules.piecewise_first_k_is_the_last",  # K0 of "0:2,500:4" read as 4
+        "ga_tfx/schedules.py",
+        "        return self.pieces[0][1]\n",
+        "        return self.pieces[-1][1]\n",
+        ("tests/test_schedule_values.py", "-k", "every_form"),
+    ),
+    Mutation(
+        "schedules.micro_batches_ignore_the_next_piece",  # the Trainer's data position
+        "ga_tfx/schedules.py",
+        "            end = self.pieces[i + 1][0] if i + 1 < len(self.pieces) else stop\n",
+        "            end = stop\n",
+        ("tests/test_schedule_values.py", "-k", "micro_batches"),
+    ),
     Mutation(
         "bn.between_micro_batch_variance_dropped",
         "ga_tfx/batchnorm/moments.py",
