@@ -62,10 +62,17 @@ MIGRATION_HINTS = {
 class AccumulationConfig(Settings):
     """How gradients are accumulated, transformed and applied, once per window.
 
-    A *window* is ``accum_steps`` micro-batches; it ends in one optimizer *update* (the
-    sample-weighted mean gradient of the window, through the gradient chain) or, when the
-    non-finite guard vetoes it, in a *skipped window* (nothing changes). Checked when created:
-    an instance is always valid.
+    A *window* is K micro-batches; it ends in one optimizer *update* (the sample-weighted mean
+    gradient of the window, through the gradient chain) or, when the non-finite guard vetoes
+    it, in a *skipped window* (nothing changes). Checked when created: an instance is always
+    valid.
+
+    K by window is ``schedule``, one :class:`~ga_tfx.schedules.Schedule` made when the config
+    is made from ``accum_steps`` in any form users write (an int, a list of
+    ``(from_window, K)`` pairs, ``"0:2,500:4"``, ``"adaptive[:MIN-MAX]"``, a callable) or from
+    ``accum_steps`` with ``accum_schedule``. Afterwards ``accum_steps`` is the int K0, the
+    first window's K, and ``accum_schedule`` the schedule's text (``None`` for a constant K or
+    a callable).
     """
 
     accum_steps: int = setting(spec=_validation.ACCUM_STEPS)
