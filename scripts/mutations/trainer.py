@@ -65,7 +65,7 @@ MUTATIONS = [
         "trainer.adaptive_position_from_the_bound",
         "components/trainer/run_fn.py",
         "    return checkpoint.micro_batches_done\n",
-        "    return settings.micro_batches(0, windows)\n",
+        "    return settings.schedule.micro_batches(0, windows)\n",
         ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
     ),
     Mutation(
