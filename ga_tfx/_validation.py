@@ -36,6 +36,7 @@ UPDATES = Spec(int, "a number of optimizer updates", minimum=1, optional=True)
 WINDOWS = Spec(int, "a number of windows", minimum=1)
 EPOCHS = Spec(int, "the number of epochs to train, counted from the start", minimum=1)
 MICRO_BATCHES = Spec(int, "a number of micro-batches", minimum=1, optional=True)
+SAMPLES = Spec(int, "a number of samples", minimum=1)
 CHECKPOINTS_KEPT = Spec(int, "the number of checkpoints kept", minimum=1)
 _POSITIVE = Spec(float, "a positive number", above=0)
 
@@ -46,6 +47,7 @@ __all__ = [
     "CHECKPOINTS_KEPT",
     "EPOCHS",
     "MICRO_BATCHES",
+    "SAMPLES",
     "UPDATES",
     "WINDOWS",
     "LOG_GRAD_NORM",

@@ -14,75 +14,13 @@ Standard library only (no TensorFlow), like :mod:`ga_tfx._schema`.
 
 from ga_tfx import _validation
 from ga_tfx._schema import SettingError, Settings, defaults, setting, specs
+from ga_tfx.schedules import ADAPTIVE, Schedule, schedule_of, schedule_problem
 
 import dataclasses
-import operator
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 NONFINITE_POLICIES = ("skip", "zero")
 LR_SCALINGS = ("none", "linear", "sqrt")
-ADAPTIVE = "adaptive"
-# The adaptive schedule's bounds on K when its text gives none ("adaptive" = "adaptive:2-64").
-ADAPTIVE_DEFAULT_RANGE = (2, 64)
-
-
-def parse_schedule(text: str) -> Tuple[str, Tuple[Tuple[int, int], ...]]:
-    """``("piecewise", ((from_window, K), ...))`` for ``"0:2,500:4,2000:8"``, or
-    ``("adaptive", ((min, max),))`` for ``"adaptive"`` / ``"adaptive:MIN-MAX"``; ``ValueError``
-    naming the problem otherwise. A piecewise schedule starts at window 0, its windows strictly
-    increase and every K is an integer >= 1; an adaptive range has 1 <= MIN <= MAX."""
-    text = text.strip()
-    if text == ADAPTIVE or text.startswith(ADAPTIVE + ":"):
-        bounds = text[len(ADAPTIVE) + 1 :] if ":" in text else "%d-%d" % ADAPTIVE_DEFAULT_RANGE
-        low, _, high = bounds.partition("-")
-        try:
-            k_min, k_max = int(low), int(high)
-        except ValueError:
-            raise ValueError(
-                f"the adaptive range must be MIN-MAX (e.g. 2-64), got {bounds!r}"
-            ) from None
-        if not 1 <= k_min <= k_max:
-            raise ValueError(f"the adaptive range needs 1 <= MIN <= MAX, got {k_min}-{k_max}")
-        return ADAPTIVE, ((k_min, k_max),)
-    pairs = []
-    for part in text.split(","):
-        window, sep, k = part.strip().partition(":")
-        try:
-            pairs.append((int(window), int(k)))
-        except ValueError:
-            raise ValueError(
-                f"each part must be FROM_WINDOW:K (e.g. 0:2,500:4), or the whole 'adaptive' "
-                f"or 'adaptive:MIN-MAX'; got {part.strip()!r}"
-            ) from None
-        if not sep:
-            raise ValueError(f"each part must be FROM_WINDOW:K, got {part.strip()!r}")
-    if pairs[0][0] != 0:
-        raise ValueError(f"a schedule starts at window 0, got {pairs[0][0]}")
-    if any(b[0] <= a[0] for a, b in zip(pairs, pairs[1:])):
-        raise ValueError("the windows of a schedule must increase strictly")
-    if any(k < 1 for _, k in pairs):
-        raise ValueError("every K of a schedule must be >= 1")
-    return "piecewise", tuple(pairs)
-
-
-def _schedule_problem(text: str) -> Optional[str]:
-    try:
-        parse_schedule(text)
-    except ValueError as error:
-        return f"is not a schedule: {error}"
-    return None
-
-
-def schedule_text(pairs: Any) -> str:
-    """``"0:2,500:4"`` for ``[(0, 2), (500, 4)]`` (checked by :func:`parse_schedule`)."""
-    try:
-        text = ",".join(f"{int(w)}:{int(k)}" for w, k in pairs)
-    except (TypeError, ValueError):
-        raise SettingError(
-            f"accum_steps must be an integer >= 1, a list of (from_window, K) pairs, a callable "
-            f"of the window index, or 'adaptive'; got {pairs!r}."
-        ) from None
-    return text
 
 
 class _NotGiven:
@@ -124,10 +62,17 @@ MIGRATION_HINTS = {
 class AccumulationConfig(Settings):
     """How gradients are accumulated, transformed and applied, once per window.
 
-    A *window* is ``accum_steps`` micro-batches; it ends in one optimizer *update* (the
-    sample-weighted mean gradient of the window, through the gradient chain) or, when the
-    non-finite guard vetoes it, in a *skipped window* (nothing changes). Checked when created:
-    an instance is always valid.
+    A *window* is K micro-batches; it ends in one optimizer *update* (the sample-weighted mean
+    gradient of the window, through the gradient chain) or, when the non-finite guard vetoes
+    it, in a *skipped window* (nothing changes). Checked when created: an instance is always
+    valid.
+
+    K by window is ``schedule``, one :class:`~ga_tfx.schedules.Schedule` made when the config
+    is made from ``accum_steps`` in any form users write (an int, a list of
+    ``(from_window, K)`` pairs, ``"0:2,500:4"``, ``"adaptive[:MIN-MAX]"``, a callable) or from
+    ``accum_steps`` with ``accum_schedule``. Afterwards ``accum_steps`` is the int K0, the
+    first window's K, and ``accum_schedule`` the schedule's text (``None`` for a constant K or
+    a callable).
     """
 
     accum_steps: int = setting(spec=_validation.ACCUM_STEPS)
@@ -135,7 +80,7 @@ class AccumulationConfig(Settings):
         None,
         kind=str,
         optional=True,
-        rule=_schedule_problem,
+        rule=schedule_problem,
         help="K by window: 'FROM:K,...' (e.g. '0:2,500:4,2000:8': K=2 for windows 0-499, ...), "
         "or 'adaptive[:MIN-MAX]' (K follows the measured noise scale / micro-batch, powers of "
         "two in [MIN, MAX], default 2-64); None: accum_steps throughout",
@@ -198,11 +143,6 @@ class AccumulationConfig(Settings):
         "micro-batch, double K and train that window again (same samples per update); off "
         "under jit_compile",
     )
-    # A callable schedule (accum_steps=fn): fn(window index) -> K, traced with an int64 tensor.
-    # Not a declared setting: not checked by a spec, not in to_dict()/get_config().
-    accum_schedule_fn: Optional[Callable[[Any], Any]] = dataclasses.field(
-        default=None, compare=False
-    )
     log_noise_scale: bool = setting(
         False,
         kind=bool,
@@ -217,30 +157,30 @@ class AccumulationConfig(Settings):
         help="decay of the moving averages of the noise-scale estimates (0: the last window alone)",
     )
 
+    # K by window, one value (ga_tfx.schedules), made once from accum_steps and accum_schedule
+    # when the config is made; not a declared setting (to_dict() has accum_steps, its K0, and
+    # accum_schedule, its text).
+    schedule: Schedule = dataclasses.field(init=False, compare=False, repr=False)
+
     def __post_init__(self) -> None:
-        super().__post_init__()
-        kind = self.schedule_kind
-        if kind == ADAPTIVE and not self.log_noise_scale:
-            object.__setattr__(self, "log_noise_scale", True)  # adaptive K reads it
-        if kind == "piecewise" and self.schedule[0][1] != self.accum_steps:
+        given_steps = self.accum_steps
+        schedule = schedule_of(given_steps, self.accum_schedule)
+        if (
+            schedule.kind == "piecewise"
+            and self.accum_schedule is not None
+            and schedule.first_accum_steps != given_steps
+        ):
             raise SettingError(
-                f"accum_steps={self.accum_steps} is not the schedule's first K "
-                f"({self.accum_schedule!r} starts with K={self.schedule[0][1]})."
+                f"accum_steps={given_steps!r} is not the schedule's first K "
+                f"({self.accum_schedule!r} starts with K={schedule.first_accum_steps})."
             )
-        if self.accum_schedule is not None and self.accum_schedule_fn is not None:
-            raise SettingError("give accum_schedule or a callable accum_steps, not both.")
-
-    @property
-    def schedule_kind(self) -> Optional[str]:
-        """``"piecewise"``, ``"adaptive"``, ``"callable"`` or ``None`` (a constant K)."""
-        if self.accum_schedule_fn is not None:
-            return "callable"
-        return None if self.accum_schedule is None else parse_schedule(self.accum_schedule)[0]
-
-    @property
-    def schedule(self) -> Tuple[Tuple[int, int], ...]:
-        """The parsed ``accum_schedule`` (see :func:`parse_schedule`); ``()`` without one."""
-        return () if self.accum_schedule is None else parse_schedule(self.accum_schedule)[1]
+        object.__setattr__(self, "schedule", schedule)
+        object.__setattr__(self, "accum_steps", schedule.first_accum_steps)
+        text = None if schedule.kind in ("constant", "callable") else schedule.text
+        object.__setattr__(self, "accum_schedule", text)
+        super().__post_init__()
+        if schedule.kind == ADAPTIVE and not self.log_noise_scale:
+            object.__setattr__(self, "log_noise_scale", True)  # adaptive K reads it
 
     def transforms_gradients(self) -> bool:
         """Whether the gradient chain does more than the non-finite guard: clipping, AGC,
@@ -261,28 +201,6 @@ class AccumulationConfig(Settings):
 
 FIELDS = tuple(specs(AccumulationConfig))
 DEFAULTS = defaults(AccumulationConfig)
-
-
-def _schedule_from_accum_steps(given: Dict[str, Any]) -> None:
-    """``accum_steps`` given as a schedule becomes ``accum_schedule`` (or, a callable,
-    ``accum_schedule_fn``) and the first window's K."""
-    steps = given.get("accum_steps")
-    schedule_text_given = isinstance(steps, str) and (":" in steps or steps.startswith(ADAPTIVE))
-    if not (callable(steps) or isinstance(steps, (list, tuple)) or schedule_text_given):
-        return  # an integer K (or a bad value, refused by the config naming it)
-    if callable(steps):
-        given["accum_schedule_fn"] = steps
-        first = steps(0)
-        try:  # an integer tensor too (its __index__); never a float
-            first = operator.index(first)
-        except TypeError:
-            pass  # the check below names the bad value
-        given["accum_steps"] = _validation.check_accum_steps(first, "accum_steps(0)")
-        return
-    text = steps if isinstance(steps, str) else schedule_text(steps)
-    kind, values = parse_schedule(text) if not _schedule_problem(text) else ("", ((0, 0),))
-    given["accum_schedule"] = text  # checked (and refused, naming the problem) by the config
-    given["accum_steps"] = values[0][0] if kind == ADAPTIVE else max(values[0][1], 1)
 
 
 def resolve(
@@ -318,7 +236,6 @@ def resolve(
             f"{where} got unexpected keyword argument(s) {unknown}; the accumulation "
             f"settings are {list(FIELDS)} (ga_tfx.AccumulationConfig)."
         )
-    _schedule_from_accum_steps(given)
     if config is not None:
         if not isinstance(config, AccumulationConfig):
             raise TypeError(f"{where}: config must be a ga_tfx.AccumulationConfig, got {config!r}.")
@@ -346,6 +263,5 @@ __all__ = [
     "NONFINITE_POLICIES",
     "NOT_GIVEN",
     "SettingError",
-    "parse_schedule",
     "resolve",
 ]

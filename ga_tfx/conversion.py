@@ -14,15 +14,15 @@ from ga_tfx.batchnorm import AccumBatchNormalization
 from ga_tfx.engine import AccumulationEngine
 from ga_tfx.models import unwrap_model, wrap_model
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 
-def replace_batchnorm_layers(model: keras.Model, accum_steps: int) -> keras.Model:
+def replace_batchnorm_layers(model: keras.Model, accum_steps: Optional[int] = None) -> keras.Model:
     """Returns a copy of ``model`` whose BatchNormalization layers are AccumBatchNormalization.
 
     Every ``keras.layers.BatchNormalization`` (also inside nested Functional and Sequential
     models, e.g. a ``keras.applications`` backbone used as a layer) becomes an
-    :class:`AccumBatchNormalization` with the same configuration and ``accum_steps``; its gamma,
+    :class:`AccumBatchNormalization` with the same configuration; its gamma,
     beta, moving mean and moving variance are copied, as are the weights of all other layers.
     The copy has the same inputs, outputs and output names; ``model`` is not modified. A model
     without BatchNormalization comes back as an equivalent copy. A ga-tfx accumulation model
@@ -30,14 +30,19 @@ def replace_batchnorm_layers(model: keras.Model, accum_steps: int) -> keras.Mode
 
     Args:
       model: a Functional or Sequential ``keras.Model``.
-      accum_steps: ``K`` for the new layers (int >= 1).
+      accum_steps: ``None`` (default): the new layers carry no K; the ga-tfx front-end that
+        trains the model (:func:`ga_tfx.wrap_model`, ``TrainingLoop``, the optimizer wrapper)
+        ends their windows, whatever its K or schedule. An int >= 1: the layers count their
+        own windows of that many training calls when no front-end drives them (the
+        standalone mode ``ga_tfx.compat`` needs).
 
     Raises:
       TypeError: for a subclassed model, or for a layer that is not a model but holds
         BatchNormalization layers (neither can be rebuilt layer by layer): build those with
         :class:`AccumBatchNormalization` directly.
     """
-    accum_steps = _validation.check_accum_steps(accum_steps)
+    if accum_steps is not None:
+        accum_steps = _validation.check_accum_steps(accum_steps)
     if not isinstance(model, keras.Model):
         raise TypeError(f"Expected a tf.keras (Keras 2) Model, got {model!r}.")
     if isinstance(model, AccumulationEngine):
@@ -50,7 +55,7 @@ class _BatchNormReplacer:
     """Clones a model graph layer by layer (BatchNormalization -> AccumBatchNormalization),
     then copies every layer's weights to its clone."""
 
-    def __init__(self, accum_steps: int) -> None:
+    def __init__(self, accum_steps: Optional[int]) -> None:
         self._accum_steps = accum_steps
         self._clones: Dict[int, Tuple[Any, Any]] = {}  # id(original) -> (original, clone)
 
@@ -94,9 +99,10 @@ def _is_graph_model(model: Any) -> bool:
     )
 
 
-def _to_accum_batchnorm(layer: Any, accum_steps: int) -> AccumBatchNormalization:
+def _to_accum_batchnorm(layer: Any, accum_steps: Optional[int]) -> AccumBatchNormalization:
     config = layer.get_config()
-    config["accum_steps"] = accum_steps
+    if accum_steps is not None:  # standalone windows; None: the front-end's
+        config["accum_steps"] = accum_steps
     # Not part of Keras' config, but they decide the numerics: keep them.
     config["synchronized"] = layer.synchronized
     config["fused"] = layer.fused

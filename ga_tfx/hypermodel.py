@@ -146,7 +146,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         compile_config = model.get_compile_config()
         learning_rate = float(keras.backend.get_value(model.optimizer.learning_rate))
         if self.replace_batchnorm:
-            model = replace_batchnorm_layers(model, accum_steps=values["accum_steps"])
+            model = replace_batchnorm_layers(model)  # windows of the wrapped model
         wrapped = wrap_model(
             model,
             accum_steps=values["accum_steps"],
@@ -180,9 +180,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         if samples_per_epoch is not None:
             if kwargs.get("steps_per_epoch") is not None:
                 raise ValueError("Give steps_per_epoch or samples_per_epoch, not both.")
-            samples_per_epoch = _validation.check_accum_steps(
-                samples_per_epoch, "samples_per_epoch"
-            )
+            samples_per_epoch = _validation.SAMPLES.check("samples_per_epoch", samples_per_epoch)
             if samples_per_epoch % micro:
                 raise ValueError(
                     f"samples_per_epoch={samples_per_epoch} is not a whole number "

@@ -121,7 +121,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         self._window_layers = Untracked(_window_layers_of(window_layers))
         for layer in self._window_layers.value:  # driven from their first training call
             if hasattr(layer, "ga_attach_to_engine"):
-                layer.ga_attach_to_engine(self.accum_steps)
+                layer.ga_attach_to_engine()
         self._eager_calls_before = eager_calls_so_far()
         self._core_holder = Untracked()  # the WindowCore, built at the first apply_gradients
 

@@ -22,6 +22,7 @@ from ga_tfx._schema import (
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
 from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
+from ga_tfx.schedules import HoldsSchedule
 from ga_tfx.search_space import AccumulationSearchSpace
 
 import argparse
@@ -42,8 +43,12 @@ TUNE_STRATEGIES = ("search", "noise_scale")
 
 
 @dataclasses.dataclass(frozen=True)
-class AccumulationOptions(Settings):
+class AccumulationOptions(HoldsSchedule, Settings):
     """How the Trainer trains: accumulation, length, checkpoints, strategy, seed.
+
+    ``schedule``: K by window (:class:`~ga_tfx.schedules.Schedule`), made once from
+    ``accum_steps`` and ``accum_schedule``: a piecewise schedule's first K replaces
+    ``accum_steps``, an adaptive one starts there (``schedule.first_accum_steps``).
 
     ``train_updates`` counts windows of ``accum_steps * micro_batch_size`` examples (an update
     each, unless skipped as non-finite: the Trainer's ``train_args.num_steps``);

@@ -7,6 +7,7 @@ making one update per window on the concatenated window (same momentum and initi
 import ga_tfx  # noqa: I001  (first import: selects Keras 2)
 
 import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -53,7 +54,8 @@ def _keras_window_updates(windows, axis=-1, momentum=0.5):
 def _bn_model(shape, accum_steps, axis=-1, momentum=0.5, seed=0):
     keras.utils.set_random_seed(seed)
     inputs = keras.Input(shape, name="x")
-    h = ga_tfx.AccumBatchNormalization(accum_steps, axis=axis, momentum=momentum, name="bn")(inputs)
+    own = {} if accum_steps is None else {"accum_steps": accum_steps}  # None: no K of its own
+    h = ga_tfx.AccumBatchNormalization(axis=axis, momentum=momentum, name="bn", **own)(inputs)
     outputs = keras.layers.Dense(1, name="head")(keras.layers.Flatten()(h))
     return keras.Model(inputs, outputs, name="bn_model")
 
@@ -205,8 +207,9 @@ def test_engine_window_statistics_equal_one_keras_update_per_window(layout):
 def test_engine_uneven_micro_batches_are_weighted_by_size_and_model_window_wins():
     k, micro = 3, 4
     x = _data(10, (3,), offset_step=100.0, micro=micro)  # micro-batches of 4, 4, 2
-    model = _bn_model((3,), 1)  # the layer says 1, the model's K=3 wins
-    with pytest.warns(UserWarning, match="accum_steps=3"):
+    model = _bn_model((3,), None)  # no K of its own: the model's windows (K=3), no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
         acc = _fit_engine(model, x, micro, k)
     bn = acc.get_layer("bn")
     mean, var = _keras_window_updates([x])
@@ -419,9 +422,8 @@ def test_mirrored_strategy_two_replicas_equals_single_device(strategy):
     x = _data(2 * k * micro, (3,), offset_step=100.0, micro=micro)
     x[np.arange(len(x)) % micro < micro // 2] += 30.0  # the two replicas' halves differ too
     with strategy.scope():
-        model = _bn_model((3,), 1)  # standalone, accum_steps=1 would update per micro-batch
-    with pytest.warns(UserWarning, match="follow the model's windows"):
-        acc = _fit_engine(model, x, micro, k, strategy=strategy)
+        model = _bn_model((3,), None)  # alone it would update per micro-batch (plain Keras)
+    acc = _fit_engine(model, x, micro, k, strategy=strategy)
     bn = acc.get_layer("bn")
     mean, var = _keras_window_updates([x[: k * micro], x[k * micro :]])
     for replica_mean, replica_var in zip(bn.moving_mean.values, bn.moving_variance.values):
@@ -612,9 +614,27 @@ def test_replace_model_without_batchnorm_is_an_equivalent_copy():
     _assert_replaced(model, replaced, _data(3, (4,)), 0)
 
 
+def test_replaced_without_k_the_layers_follow_the_front_ends_windows():
+    # replace_batchnorm_layers needs no K under a front-end: the model's windows (K=3) end the
+    # layer's, as one Keras update per window; alone the layer would update per micro-batch.
+    k, micro = 3, 4
+    x = _data(2 * k * micro, (3,), offset_step=100.0, micro=micro)
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3,), name="x")
+    h = keras.layers.BatchNormalization(momentum=0.5, name="bn")(inputs)
+    plain = keras.Model(inputs, keras.layers.Dense(1, name="head")(h))
+    acc = _fit_engine(ga_tfx.replace_batchnorm_layers(plain), x, micro, k)
+    bn = acc.get_layer("bn")
+    mean, var = _keras_window_updates([x[: k * micro], x[k * micro :]])
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+    per_micro_batch = _keras_window_updates(np.split(x, 2 * k))[1]
+    assert np.min(np.abs(bn.moving_variance.numpy() - per_micro_batch)) > 100.0
+
+
 def test_replace_accumulation_model_stays_one():
     acc = ga_tfx.wrap_model(_functional_with_bn(), accum_steps=3, partial_window="drop")
-    replaced = ga_tfx.replace_batchnorm_layers(acc, accum_steps=3)
+    replaced = ga_tfx.replace_batchnorm_layers(acc)
     assert isinstance(replaced, ga_tfx.GradientAccumulateModel)
     assert (replaced.accum_steps, replaced.partial_window) == (3, "drop")
     assert len(_batchnorm_layers(replaced)) == 2
@@ -643,6 +663,8 @@ def test_replace_subclassed_model_explains_what_to_do():
 def test_bad_accum_steps_is_rejected_with_the_value(bad):
     with pytest.raises((TypeError, ValueError), match=repr(bad).replace(".", r"\.")):
         ga_tfx.AccumBatchNormalization(bad)
+    if bad is None:  # replace_batchnorm_layers' default: the layers carry no K
+        return
     with pytest.raises((TypeError, ValueError), match=repr(bad).replace(".", r"\.")):
         ga_tfx.replace_batchnorm_layers(_functional_with_bn(), accum_steps=bad)
 

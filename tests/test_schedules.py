@@ -129,7 +129,7 @@ def test_a_piecewise_schedule_is_big_batch_training_window_by_window(
     reference = _reference(optimizer_name, x, y, WINDOW_KS, scaling)
     model, core = FRONT_ENDS[front_end](optimizer_name, x, y, SCHEDULE, scaling)
     _check(model, reference, core, WINDOW_KS)
-    assert core.accum_steps == 1  # the last part of the schedule
+    assert core.current_accum_steps == 1  # the last part of the schedule
     # The constant-K reference differs by far more: the switches happened.
     assert max_weight_diff(model, _reference(optimizer_name, x, y, (2,) * 7, scaling)) > 1e-3
 
@@ -162,7 +162,7 @@ def test_accum_bn_statistics_follow_the_windows_of_the_schedule():
     x = (rng.normal(size=(N, 3)) + 50.0 * (np.arange(N) // MICRO)[:, None]).astype("float32")
     keras.utils.set_random_seed(0)
     inputs = keras.Input((3,))
-    h = ga_tfx.AccumBatchNormalization(2, momentum=0.5, name="bn")(inputs)
+    h = ga_tfx.AccumBatchNormalization(momentum=0.5, name="bn")(inputs)  # no K: the schedule's
     model = ga_tfx.wrap_model(keras.Model(inputs, keras.layers.Dense(1)(h)), SCHEDULE)
     model.compile(keras.optimizers.SGD(0.01), "mse")
     model.fit(x, np.zeros((N, 1), "float32"), batch_size=MICRO, shuffle=False, verbose=0)
@@ -212,12 +212,16 @@ def test_a_checkpoint_in_the_middle_of_a_schedule_resumes_exactly(tmp_path):
     whole.run(epochs=2)
     first = loop()
     first.run(epochs=2, max_micro_batches=7)  # stops inside the first K=4 window
-    assert (first.window_core.accum_steps, first.window_core.windows, first._pending()) == (4, 2, 3)
+    assert (first.window_core.current_accum_steps, first.window_core.windows, first._pending()) == (
+        4,
+        2,
+        3,
+    )
     second = loop()
     second.run(epochs=2)
     assert max_weight_diff(second.model, whole.model) == 0.0
     assert second.window_core.windows == whole.window_core.windows
-    assert second.window_core.accum_steps == 1
+    assert second.window_core.current_accum_steps == 1
     assert second.optimizer.learning_rate.numpy() == whole.optimizer.learning_rate.numpy()
 
 
@@ -237,7 +241,7 @@ def test_a_fit_restored_from_a_checkpoint_after_a_switch_goes_on_with_the_schedu
     first = model()
     split = MICRO * sum(WINDOW_KS[:2])
     first.fit(x[:split], y[:split], batch_size=MICRO, shuffle=False, verbose=0)
-    assert first.window_core.accum_steps == 4
+    assert first.window_core.current_accum_steps == 4
     path = tf.train.Checkpoint(model=first).save(str(tmp_path / "ckpt"))
     second = model()
     tf.train.Checkpoint(model=second).restore(path)

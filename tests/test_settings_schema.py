@@ -163,7 +163,9 @@ def test_options_of_flat_names_hand_each_to_its_concern():
 def test_every_field_is_declared_with_help(cls):
     import dataclasses
 
-    assert {f.name for f in dataclasses.fields(cls)} == set(specs(cls))
+    # Every constructor argument is declared; a value made from them (init=False, e.g. the
+    # schedule) is not a setting.
+    assert {f.name for f in dataclasses.fields(cls) if f.init} == set(specs(cls))
     assert all(spec.help and not spec.help.endswith(".") for spec in specs(cls).values())
 
 
@@ -214,3 +216,21 @@ def test_spec_errors(spec, value, error):
         spec.check("x", value)
     assert error in str(info.value)
     assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+
+
+@pytest.mark.tfx  # the pipeline's parts import TFX
+@pytest.mark.parametrize("schedule, first", [(None, 4), ("0:2,10:8", 2), ("adaptive:2-16", 4)])
+def test_the_trainer_gets_the_first_k_of_the_options_schedule_value(schedule, first):
+    # --accum-steps 4: a piecewise schedule's first K replaces it, an adaptive one starts there.
+    from ga_tfx.pipelines.parts.training import trainer_settings
+
+    import types
+
+    run = options.AccumulationOptions(accum_steps=4, accum_schedule=schedule)
+    code = types.SimpleNamespace(label_key="y", raw_label_key=None, curated_schema=object())
+    settings = trainer_settings(code, run, updates_per_epoch=10)
+    assert settings["accum_steps"] == first and settings["accum_schedule"] == schedule
+    # The Trainer's settings hold the same schedule value, made once from them.
+    made = settings_lib.from_dict(dict(settings, micro_batch_size=8))
+    assert made.schedule == run.schedule and made.schedule.first_accum_steps == first
+    settings_lib.accumulation_config(made)  # the library takes them as they are

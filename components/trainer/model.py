@@ -41,7 +41,7 @@ def accumulation_model(build_model, hparams, settings, base_model_dir=None, tran
         _tf_keras_internals.compile_args(model), **_tf_keras_internals.execution_args(model)
     )
     if settings.replace_batchnorm:
-        model = ga_tfx.replace_batchnorm_layers(model, settings.accum_steps)
+        model = ga_tfx.replace_batchnorm_layers(model)  # the model's windows, no K of its own
     if base_model_dir:
         warm_start(model, base_model_dir)
     wrapped = ga_tfx.wrap_model(model, config=accumulation_config(settings))

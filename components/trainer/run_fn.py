@@ -352,10 +352,9 @@ def _train(
     """The ``fit`` calls of windows ``checkpoint.windows_done + 1 .. total_windows``
     (:func:`_fit_plan`); returns the last epoch's logs."""
     metrics = {}
-    plan = _fit_plan(
-        checkpoint.windows_done, total_windows, per_epoch, bool(settings.accum_schedule)
-    )
-    adaptive = settings.adaptive_range is not None
+    schedule = settings.schedule
+    plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)
+    adaptive = schedule.kind == "adaptive"
     for initial_epoch, epochs, windows, skip in plan:
         history = model.fit(
             # A fresh dataset per fit, from the same seed: the order resumes too.
@@ -365,7 +364,7 @@ def _train(
             initial_epoch=initial_epoch,
             epochs=epochs,
             # Adaptive K: as many as the windows may take; _StopAfterWindows ends the fit.
-            steps_per_epoch=settings.micro_batches(skip, skip + windows),
+            steps_per_epoch=schedule.micro_batches(skip, skip + windows),
             validation_data=evaluation if fn_args.eval_steps else None,
             validation_steps=fn_args.eval_steps or None,
             verbose=2,
@@ -379,8 +378,8 @@ def _data_position(checkpoint, settings, windows):
     """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
     chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``: the
     window core's count, restored with the checkpoint)."""
-    if settings.adaptive_range is None:
-        return settings.micro_batches(0, windows)
+    if settings.schedule.kind != "adaptive":
+        return settings.schedule.micro_batches(0, windows)
     if checkpoint.windows_done != windows:
         raise RuntimeError(f"{checkpoint.windows_done} windows trained, the plan expects {windows}")
     return checkpoint.micro_batches_done

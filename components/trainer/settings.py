@@ -18,19 +18,23 @@ Settings travel as primitive execution properties (``int``/``float``/``str``, bo
 
 from ga_tfx._schema import SettingError, Settings, defaults, like, setting, specs, values_for
 from ga_tfx.components import keys
-from ga_tfx.config import ADAPTIVE, AccumulationConfig, parse_schedule
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.schedules import HoldsSchedule
 
 import dataclasses
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
 MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
-class AccumulationSettings(Settings):
-    """How the Trainer forms batches and updates (checked when created: always valid)."""
+class AccumulationSettings(HoldsSchedule, Settings):
+    """How the Trainer forms batches and updates (checked when created: always valid).
+
+    ``schedule``: K by window (:class:`~ga_tfx.schedules.Schedule`), made once from
+    ``accum_steps`` and ``accum_schedule`` (an adaptive schedule starts at ``accum_steps``)."""
 
     accum_steps: int = like(AccumulationConfig, "accum_steps", tunable=True)
     micro_batch_size: int = setting(
@@ -148,31 +152,6 @@ class AccumulationSettings(Settings):
     def effective_batch_size(self) -> int:
         """Samples per update (of the first window, with a schedule)."""
         return self.accum_steps * self.micro_batch_size
-
-    @property
-    def adaptive_range(self) -> Optional[Tuple[int, int]]:
-        """``(MIN, MAX)`` of an ``'adaptive[:MIN-MAX]'`` ``accum_schedule``, else None."""
-        if not self.accum_schedule:
-            return None
-        kind, values = parse_schedule(self.accum_schedule)
-        return values[0] if kind == ADAPTIVE else None
-
-    def micro_batches(self, start: int, stop: int) -> int:
-        """Micro-batches in windows ``start .. stop - 1`` (0-based): ``(stop - start) x K``, or
-        their sum over a piecewise ``accum_schedule``. Adaptive K is chosen as the training
-        goes: then the most they can be, ``(stop - start) x`` the largest K it may take (the
-        first window's ``accum_steps``, or the range's MAX)."""
-        adaptive = self.adaptive_range
-        if adaptive is not None:
-            return (stop - start) * max(self.accum_steps, adaptive[1])
-        schedule = parse_schedule(self.accum_schedule)[1] if self.accum_schedule else ()
-        if not schedule:
-            return (stop - start) * self.accum_steps
-        total = 0
-        for i, (begin, k) in enumerate(schedule):
-            end = schedule[i + 1][0] if i + 1 < len(schedule) else stop
-            total += k * max(0, min(end, stop) - max(begin, start))
-        return total
 
     def to_exec_properties(self) -> Dict[str, Any]:
         """Primitive values only (booleans as 0/1, ``None`` left out)."""

@@ -107,18 +107,18 @@ class AccumulationEngine(WindowStep):
     @property
     def accum_steps(self) -> int:
         """Micro-batches per optimizer update (``K``; with a schedule, the first window's:
-        ``window_core.accum_steps`` is the current one)."""
+        ``window_core.current_accum_steps`` is the current one)."""
         return self._accumulation_config.accum_steps
 
     def _scheduled(self) -> bool:
-        return self._accumulation_config.schedule_kind is not None
+        return self._accumulation_config.schedule.varies
 
     def _steps_per_call(self) -> int:
         """Micro-batches per call of the train function: the compiled ``steps_per_execution``,
         or with a schedule one window of the current K."""
         core = self.window_core
         if self._scheduled() and core is not None:
-            return core.accum_steps
+            return core.current_accum_steps
         return self._execution_steps
 
     @property

@@ -156,7 +156,7 @@ class WindowLoop:
         if pacer is not None:
             # Whole windows; a window "carry" leaves pending at an epoch end is completed
             # first anyway: CarryAlignment sets the epoch's first execution after this.
-            k = model.window_core.accum_steps
+            k = model.window_core.current_accum_steps
             windows = pacer.next_windows(time.perf_counter() - started, steps / k)
             internals.set_steps_per_execution(model, windows * k)
         return self._window_ends(logs)
@@ -324,7 +324,8 @@ class CarryAlignment(keras.callbacks.Callback):
         model = self._ga_model
         pending = self._pending()
         internals.set_steps_per_execution(
-            model, model.window_core.accum_steps - pending if pending else model._steps_per_call()
+            model,
+            model.window_core.current_accum_steps - pending if pending else model._steps_per_call(),
         )
 
     def on_train_end(self, logs: Any = None) -> None:

@@ -88,7 +88,7 @@ class LoopRun:
         Returns the micro-batches taken and those asked for."""
         loop = self.loop
         self._stop_if_requested()
-        wanted = loop.window_core.accum_steps - loop._pending()
+        wanted = loop.window_core.current_accum_steps - loop._pending()
         finish = self.budget is None or self.budget >= wanted
         take = wanted if finish else cast(int, self.budget)  # not finish: budget is an int
         return int(loop._window_fn(self.iterator, tf.constant(take, tf.int64), finish)), take

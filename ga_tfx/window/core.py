@@ -69,7 +69,7 @@ class WindowCore(tf.Module):
         self._layers = Untracked(list(window_layers))
         for layer in window_layers:
             if hasattr(layer, "ga_attach_to_engine"):
-                layer.ga_attach_to_engine(accumulation.accum_steps)
+                layer.ga_attach_to_engine()
         # Python state, not checkpoint dependencies: the replica steps per (optimizer,
         # jit_compile, extra gradient), and the variables the chain returned (trace time).
         self._steps = Untracked({})
@@ -89,8 +89,9 @@ class WindowCore(tf.Module):
         return self.accumulator.micro_steps
 
     @property
-    def accum_steps(self) -> int:
-        """K of the current window (host): the config's, or the schedule's latest choice."""
+    def current_accum_steps(self) -> int:
+        """K of the current window (host): the schedule's first K (``config.accum_steps``), or
+        its latest choice. (``accum_steps`` everywhere else is the first K.)"""
         return int(self.state.accum_steps.numpy())
 
     @property

@@ -4,9 +4,10 @@
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
 from ga_tfx.config import AccumulationConfig
+from ga_tfx.schedules import AdaptiveSchedule, CallableSchedule, PiecewiseSchedule
 from ga_tfx.window.state import WindowState
 
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 # The adaptive schedule's hysteresis: it changes K only after this many noise-scale estimates,
 # only when B_simple / b is outside [K/2, 2K], and only when that has held for this many
@@ -22,25 +23,26 @@ def next_accum_steps(
     micro_batch: Any,
     noise_scale: Any,
 ) -> tf.Tensor:
-    """Cross-replica, at a window end: the schedule's K for the next window (window index
-    ``windows``, 0-based), stored in ``state.accum_steps``."""
-    kind = config.schedule_kind
+    """Cross-replica, at a window end: the schedule's (``config.schedule``, a
+    :class:`~ga_tfx.schedules.Schedule`) K for the next window (window index ``windows``,
+    0-based), stored in ``state.accum_steps``."""
+    schedule = config.schedule
     current = state.accum_steps.read_value()
-    if kind is None:
+    if not schedule.varies:
         return current
-    if kind == "piecewise":
-        starts = tf.constant([w for w, _ in config.schedule], tf.int64)
-        values = tf.constant([k for _, k in config.schedule], tf.int64)
+    if isinstance(schedule, PiecewiseSchedule):
+        starts = tf.constant([w for w, _ in schedule.pieces], tf.int64)
+        values = tf.constant([k for _, k in schedule.pieces], tf.int64)
         index = tf.searchsorted(starts, tf.reshape(windows, [1]), side="right")[0] - 1
         chosen = tf.gather(values, index)
-    elif kind == "callable":
-        fn = cast(Callable[[Any], Any], config.accum_schedule_fn)
-        chosen = tf.cast(fn(windows), tf.int64)
+    elif isinstance(schedule, CallableSchedule):
+        chosen = tf.cast(schedule.fn(windows), tf.int64)
         tf.debugging.assert_greater_equal(
             chosen, tf.constant(1, tf.int64), message="accum_steps(window) must be >= 1"
         )
     else:  # adaptive
-        ((k_min, k_max),) = config.schedule
+        schedule = cast(AdaptiveSchedule, schedule)
+        k_min, k_max = schedule.k_min, schedule.k_max
         # Hysteresis band [K/2, 2K]: a target only outside it, the power of two next to the
         # measured ratio B_simple / b on the side of K; within it K stays.
         ratio = noise_scale / micro_batch

@@ -13,7 +13,6 @@ from ga_tfx.components.trainer import GradientAccumulationTrainer
 from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.components.tuner import tuner_fn
 from ga_tfx.components.tuner.options import TunerOptions
-from ga_tfx.config import ADAPTIVE, parse_schedule
 from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER
 from ga_tfx.pipelines.parts.data import user_code_args
 
@@ -31,25 +30,15 @@ def trials_file(pipeline_root: str) -> str:
     return os.path.join(pipeline_root, "Tuner", "trials.jsonl")
 
 
-def first_accum_steps(run):
-    """K of the Trainer's first window (``run``: the :class:`AccumulationOptions`): a piecewise
-    schedule's first K, else ``accum_steps`` (an adaptive schedule starts there)."""
-    if run.accum_schedule:
-        kind, schedule = parse_schedule(run.accum_schedule)
-        if kind != ADAPTIVE:
-            return schedule[0][1]
-    return run.accum_steps
-
-
 def trainer_settings(code, run, updates_per_epoch: int) -> Dict[str, Any]:
     """The Trainer's settings: those the accumulation options ``run`` carry (each declared
-    ``like()`` a Trainer setting), the label, and the planned K and epoch
-    (``updates_per_epoch`` updates)."""
+    ``like()`` a Trainer setting), the label, the first window's K (the schedule's) and the
+    epoch (``updates_per_epoch`` updates)."""
     settings = dict(
         values_for(run, AccumulationSettings),
         label_key=code.label_key,
         raw_label_key=code.raw_label_key,
-        accum_steps=first_accum_steps(run),
+        accum_steps=run.schedule.first_accum_steps,
         updates_per_epoch=updates_per_epoch,
     )
     if code.curated_schema is None:  # any CSV: one shuffle over the whole training split

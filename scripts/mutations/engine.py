@@ -39,8 +39,9 @@ MUTATIONS = [
     Mutation(
         "engine.carry_not_realigned",
         LOOP,
-        "model, model.window_core.accum_steps - pending if pending else model._steps_per_call()",
-        "model, model._steps_per_call()",
+        "            model.window_core.current_accum_steps - pending if pending"
+        " else model._steps_per_call(),\n",
+        "            model._steps_per_call(),\n",
         ("tests/test_windows.py", "-k", "policies or whole_window"),
     ),
     Mutation(

@@ -52,16 +52,31 @@ MUTATIONS = [
         "unscaled = [g for g, _ in grads_and_vars]",
         ("tests/test_optimizer_api.py", "-k", "loss_scale"),
     ),
+    # issue 45: a schedule is one value (ga_tfx/schedules.py)
+    Mutation(
+        "schedules.piecewise_first_k_is_the_last",  # K0 of "0:2,500:4" read as 4
+        "ga_tfx/schedules.py",
+        "        return self.pieces[0][1]\n",
+        "        return self.pieces[-1][1]\n",
+        ("tests/test_schedule_values.py", "-k", "every_form"),
+    ),
+    Mutation(
+        "schedules.micro_batches_ignore_the_next_piece",  # the Trainer's data position
+        "ga_tfx/schedules.py",
+        "            end = self.pieces[i + 1][0] if i + 1 < len(self.pieces) else stop\n",
+        "            end = stop\n",
+        ("tests/test_schedule_values.py", "-k", "micro_batches"),
+    ),
     Mutation(
         "bn.between_micro_batch_variance_dropped",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/moments.py",
         "between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)",
         "between = 0.0 * delta",
         ("tests/test_batchnorm.py", "-k", "window_statistics"),
     ),
     Mutation(
         "bn.biased_variance",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/layer.py",
         "divisor = tf.maximum(count - 1.0, 1.0) if self.fused else count",
         "divisor = count",
         ("tests/test_batchnorm.py", "-k", "window_statistics or keras_batchnorm"),
@@ -169,14 +184,14 @@ MUTATIONS = [
     ),
     Mutation(
         "batchnorm.eager_first_call_not_refused",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/registry.py",
         "if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):",
         "if layer._last_eager_call > since and not layer._accumulates():",
         ("tests/test_batchnorm.py", "-k", "refused"),
     ),
     Mutation(
         "batchnorm.stale_standalone_graph_runs",
-        "ga_tfx/batchnorm.py",
+        "ga_tfx/batchnorm/layer.py",
         "            checks.append(self._refuse_if_driven())\n",
         "",
         ("tests/test_batchnorm.py", "-k", "traced_before"),

@@ -65,7 +65,7 @@ MUTATIONS = [
         "trainer.adaptive_position_from_the_bound",
         "components/trainer/run_fn.py",
         "    return checkpoint.micro_batches_done\n",
-        "    return settings.micro_batches(0, windows)\n",
+        "    return settings.schedule.micro_batches(0, windows)\n",
         ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
     ),
     Mutation(
@@ -128,8 +128,8 @@ MUTATIONS = [
     Mutation(
         "oom.trainer_replans_from_the_start",
         "components/trainer/run_fn.py",
-        "        checkpoint.windows_done, total_windows, per_epoch,",
-        "        0, total_windows, per_epoch,",
+        "plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)",
+        "plan = _fit_plan(0, total_windows, per_epoch, schedule.varies)",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
     ),

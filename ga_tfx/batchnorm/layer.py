@@ -1,106 +1,16 @@
-"""Batch normalization for gradient accumulation: moving statistics of whole windows.
-
-With gradient accumulation a BatchNormalization layer sees ``K`` micro-batches per optimizer
-update. :class:`AccumBatchNormalization` keeps Keras' training forward pass (each micro-batch is
-normalised with its own mean and variance: *ghost batch norm*, gradients through the batch
-statistics exactly as in ``keras.layers.BatchNormalization``), but updates ``moving_mean`` and
-``moving_variance`` once per window, with the mean and variance of *all* samples of the window:
-the update one Keras BatchNormalization layer would make on the concatenated window (the spread
-between micro-batch means included).
-
-How the window statistics are kept
-----------------------------------
-Per channel, the layer accumulates the sample count ``n``, the sum ``Σx`` and ``M2 = Σ(x - x̄)²``
-(the sum of squared deviations from the running mean) in float32 (float64 for float64 layers).
-Micro-batches are merged with Chan et al.'s parallel formula::
-
-    M2 = M2_a + M2_b + (x̄_b - x̄_a)² · n_a · n_b / (n_a + n_b)
-
-which stays accurate when micro-batch means differ by orders of magnitude more than their
-spread (a plain ``Σx²`` would cancel catastrophically in float32). Replicas merge the same way:
-one all-reduce of ``(n, Σx)`` gives the global mean, a second one sums each replica's ``M2``
-plus ``n_r · (x̄_r - x̄)²``.
-
-Who ends a window
------------------
-* Trained by a ga-tfx front-end (:func:`ga_tfx.wrap_model`,
-  :class:`ga_tfx.GradientAccumulateModel`, ``TrainingLoop``, or
-  :class:`ga_tfx.GradientAccumulateOptimizer`, which finds the layers whose ``gamma``/``beta``
-  it updates: :func:`layers_trained_with`): the front-end attaches the layer to its core
-  (:meth:`AccumBatchNormalization.ga_attach_to_engine`) and calls
-  :meth:`AccumBatchNormalization.ga_window_end` once per window, in replica context, after the
-  optimizer update. The model's windows win over the layer's own ``accum_steps`` (a warning says
-  so when they differ), including short last windows (``partial_window="apply"`` updates with
-  the samples it has; ``"drop"`` discards them). Statistics stay replica-local until the window
-  ends: one small all-reduce per layer and update.
-* Standalone (any other Keras model, plain ``fit`` or a custom loop): the layer counts its own
-  training calls and updates every ``accum_steps`` of them. Under a multi-replica strategy each
-  call all-reduces its micro-batch statistics (small per-channel vectors), so that the update,
-  taken conditionally, never needs a collective inside a conditional.
-  With ``accum_steps=1`` the layer *is* ``keras.layers.BatchNormalization``.
-
-:func:`ga_tfx.replace_batchnorm_layers` (in :mod:`ga_tfx.conversion`) turns the
-BatchNormalization layers of an existing Functional or Sequential model (nested models included)
-into :class:`AccumBatchNormalization` layers, keeping all weights and statistics.
-"""
+"""The layer :class:`AccumBatchNormalization` (see :mod:`ga_tfx.batchnorm`)."""
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
+from ga_tfx.batchnorm import registry
+from ga_tfx.batchnorm.moments import WindowMoments, all_reduce_moments
 
 import contextlib
-import warnings
-import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
 
 _ON_READ = tf.VariableSynchronization.ON_READ
-_SUM = tf.VariableAggregation.SUM
-
-# Every built AccumBatchNormalization layer of the process (weakly held): how a front-end that
-# is given variables, not a model (the optimizer wrapper), finds the layers it trains.
-_BUILT: "weakref.WeakSet[AccumBatchNormalization]" = weakref.WeakSet()
-# Training calls run eagerly by layers on their own, numbered (the last number given).
-_EAGER_CALLS = [0]
-
-
-def eager_calls_so_far() -> int:
-    """The serial of the last training call an :class:`AccumBatchNormalization` layer ran
-    eagerly on its own (to pass as ``since`` to :func:`layers_trained_with`)."""
-    return _EAGER_CALLS[0]
-
-
-def layers_trained_with(variables: Sequence[Any], since: int) -> List["AccumBatchNormalization"]:
-    """The built :class:`AccumBatchNormalization` layers with a trainable weight (``gamma`` or
-    ``beta``) among ``variables``: the layers a front-end updating ``variables`` trains, in
-    the order of their first such variable. A layer without trainable weights (``center`` and
-    ``scale`` both off, or ``trainable=False``) is not found.
-
-    Called at the front-end's first update, after the layer's first training call: that call
-    ran on the layer's own clock. Run eagerly (serial after ``since``, see
-    :func:`eager_calls_so_far`), it already updated the moving statistics (``accum_steps=1``)
-    or, under several replicas, added all replicas' statistics to each replica's window: then
-    ``RuntimeError`` naming ``window_layers``. (Traced, as in a ``tf.function`` step, the
-    step is traced again once the layer is found; a graph traced before refuses to run.)
-    """
-    position = {variable.ref(): i for i, variable in enumerate(variables)}
-    found = []
-    for layer in list(_BUILT):
-        places = [position[w.ref()] for w in layer.trainable_weights if w.ref() in position]
-        if places:
-            found.append((min(places), layer))
-    layers = [layer for _, layer in sorted(found, key=lambda pair: pair[0])]
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    for layer in layers:
-        if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):
-            raise RuntimeError(
-                f"AccumBatchNormalization layer {layer.name!r} trained a micro-batch eagerly "
-                "on its own before the GradientAccumulateOptimizer that trains it found it (at "
-                "its first apply_gradients), so its moving statistics would not be those of "
-                "the windows. Pass the model as GradientAccumulateOptimizer(..., "
-                "window_layers=model): its windows then drive the layer from the first call."
-            )
-    return layers
 
 
 @keras.saving.register_keras_serializable(package="ga_tfx")
@@ -139,9 +49,10 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
     ``partial_window="carry"``.)
 
     Args:
-      accum_steps: ``K``, micro-batches per window when the layer is used standalone; an
-        integer >= 1 (default 1: plain Keras BatchNormalization). A ga-tfx accumulation model
-        training the layer uses its own ``accum_steps`` instead.
+      accum_steps: only for a layer trained standalone, counting its own windows (the mode
+        ``ga_tfx.compat`` needs): ``K``, training calls per window; an integer >= 1 (default
+        1: plain Keras BatchNormalization until a front-end drives the layer). A layer
+        trained by a ga-tfx front-end carries no K: the front-end ends its windows.
       axis, momentum, epsilon, center, scale, beta_initializer, gamma_initializer,
         moving_mean_initializer, moving_variance_initializer, beta_regularizer,
         gamma_regularizer, beta_constraint, gamma_constraint, synchronized, **kwargs: as
@@ -195,7 +106,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             **kwargs,
         )
         self.accum_steps = accum_steps
-        self._engine_accum_steps: Optional[int] = None
+        self._driven = False  # a front-end ends this layer's windows (ga_attach_to_engine)
         self._keras_updates_deferred = False
         # Held outside Keras' attribute tracking, so the buffers are not layer weights; the
         # checkpoint dependency is added in `build` (see `_set_window_moments`).
@@ -203,7 +114,8 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         # Set (at run time) once a front-end ends this layer's windows: a graph traced before
         # then (standalone) refuses to run after it (see _refuse_if_driven).
         self._driven_holder = Untracked()
-        # The serial (_EAGER_CALLS) of the last training call run eagerly on its own (0: none).
+        # The serial (registry.next_eager_call) of the last training call run eagerly on its
+        # own (0: none).
         self._last_eager_call = 0
 
     # ------------------------------------------------------------------ state
@@ -219,13 +131,13 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         )
         with tf.init_scope():
             self._driven_holder.value = tf.Variable(
-                self._engine_accum_steps is not None,
+                self._driven,
                 trainable=False,
                 synchronization=_ON_READ,
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
                 name="driven",
             )
-        _BUILT.add(self)
+        registry.register(self)
 
     @property
     def _built_window_moments(self) -> "WindowMoments":
@@ -240,24 +152,15 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         return tf.float64 if internals.bn_param_dtype(self) == tf.float64 else tf.float32
 
     # ------------------------------------------------------------------ engine protocol
-    def ga_attach_to_engine(self, accum_steps: int) -> None:
-        """Called by a ga-tfx accumulation model before it builds its train function.
+    def ga_attach_to_engine(self) -> None:
+        """Called by a ga-tfx front-end (its window core) before it builds its train function.
 
-        From then on the model ends this layer's windows (:meth:`ga_window_end`); its
-        ``accum_steps`` replaces the layer's own, with a warning when they differ. Training
-        calls made outside that model's ``fit`` (e.g. ``model(x, training=True)``) then add to
-        the model's current window too.
+        From then on the front-end ends this layer's windows (:meth:`ga_window_end`), whatever
+        their K; the layer counts nothing itself (its standalone ``accum_steps`` is not used).
+        Training calls made outside that front-end's training (e.g. ``model(x,
+        training=True)``) then add to its current window too.
         """
-        accum_steps = _validation.check_accum_steps(accum_steps)
-        if accum_steps != self.accum_steps and accum_steps != self._engine_accum_steps:
-            warnings.warn(
-                f"AccumBatchNormalization layer {self.name!r} has accum_steps="
-                f"{self.accum_steps} but is trained by a gradient accumulation model with "
-                f"accum_steps={accum_steps}: its moving statistics follow the model's windows "
-                f"of {accum_steps} micro-batches.",
-                stacklevel=2,
-            )
-        self._engine_accum_steps = accum_steps
+        self._driven = True
         if self._driven_holder.value is not None:
             with tf.init_scope():  # now, once: not an op of the graph being traced
                 driven = self._driven_holder.value
@@ -270,8 +173,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         over this layer's windows: an error naming ``window_layers``, not wrong statistics.
         Records the serial of a call run eagerly (see :func:`layers_trained_with`)."""
         if tf.executing_eagerly():
-            _EAGER_CALLS[0] += 1
-            self._last_eager_call = _EAGER_CALLS[0]
+            self._last_eager_call = registry.next_eager_call()
         driven = self._driven_holder.value
         if driven is None or internals.traced_for_saving():  # (the flag is not exported)
             return tf.no_op()
@@ -303,9 +205,11 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             return tf.no_op()
         if not apply:
             return moments.reset()
-        return self._apply_window(*_all_reduce_moments(*moments.read()))
+        return self._fold_window(*all_reduce_moments(*moments.read()))
 
-    def _apply_window(self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor) -> tf.Operation:
+    def _fold_window(self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor) -> tf.Operation:
+        """Folds the window's ``(count, total, m2)`` into the moving statistics (one Keras
+        momentum update), then empties the window."""
         with tf.control_dependencies([self._update_moving_statistics(count, total, m2)]):
             return self._built_window_moments.reset()
 
@@ -356,18 +260,18 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             self._keras_updates_deferred = False
 
     def _accumulates(self) -> bool:
-        return self._engine_accum_steps is not None or self.accum_steps > 1
+        return self._driven or self.accum_steps > 1
 
     def _record_micro_batch(self, inputs: tf.Tensor, mask: Any) -> tf.Tensor:
         """Adds one micro-batch to the window (replica context); returns whether it applied."""
         moments = self._built_window_moments
         batch = self._micro_batch_moments(inputs, mask)
-        standalone = self._engine_accum_steps is None
+        standalone = not self._driven
         checks = []
         if standalone:
             checks.append(self._refuse_if_driven())
             # The update below is conditional, so the collective has to happen here.
-            batch = _all_reduce_moments(*batch)
+            batch = all_reduce_moments(*batch)
         with tf.control_dependencies(checks + [moments.add(*batch)]):
             steps = moments.micro_steps.assign_add(1)
         if not standalone:
@@ -378,7 +282,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     def _apply_own_window(self) -> tf.Tensor:
         # Standalone: the moments already cover all replicas; no collective in this branch.
-        with tf.control_dependencies([self._apply_window(*self._built_window_moments.read())]):
+        with tf.control_dependencies([self._fold_window(*self._built_window_moments.read())]):
             return tf.constant(True)
 
     def _micro_batch_moments(
@@ -425,88 +329,6 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         config = super().get_config()
         config["accum_steps"] = self.accum_steps
         return config
-
-
-class WindowMoments(tf.Module):
-    """Per-channel ``count``, ``total = Σx`` and ``m2 = Σ(x - x̄)²`` of one window, plus the
-    number of micro-batches added (``micro_steps``).
-
-    ``count``, ``total`` and ``m2`` are additive across replicas (replica-local ``ON_READ``
-    variables with ``SUM`` aggregation, as :class:`ga_tfx.GradientAccumulator`'s buffers);
-    :meth:`add` merges a micro-batch with Chan's parallel formula.
-
-    Args:
-      shape: the shape of the statistics (the layer's parameter shape).
-      dtype: float32 (float64 for float64 layers).
-      name: module name.
-    """
-
-    def __init__(self, shape: Sequence[int], dtype: tf.DType, name: str = "window_moments") -> None:
-        super().__init__(name=name)
-        with tf.init_scope(), tf.name_scope(name):
-            self.count = _replica_local_zeros(shape, dtype, "count")
-            self.total = _replica_local_zeros(shape, dtype, "total")
-            self.m2 = _replica_local_zeros(shape, dtype, "m2")
-            self.micro_steps = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                synchronization=_ON_READ,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                name="micro_steps",
-            )
-
-    def read(self) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """This replica's ``(count, total, m2)``."""
-        return self.count.read_value(), self.total.read_value(), self.m2.read_value()
-
-    def add(self, count: tf.Tensor, total: tf.Tensor, m2: tf.Tensor) -> tf.Operation:
-        """Merges a micro-batch's ``(count, total, m2)`` into the window (replica context)."""
-        merged = _merge_moments(self.read(), (count, total, m2))
-        return tf.group(
-            [v.assign(value) for v, value in zip((self.count, self.total, self.m2), merged)]
-        )
-
-    def reset(self) -> tf.Operation:
-        """Empties the window (replica context)."""
-        return tf.group(
-            [v.assign(tf.zeros_like(v)) for v in (self.count, self.total, self.m2)]
-            + [self.micro_steps.assign(0)]
-        )
-
-
-def _replica_local_zeros(shape: Sequence[int], dtype: tf.DType, name: str) -> tf.Variable:
-    return tf.Variable(
-        tf.zeros(shape, dtype),
-        trainable=False,
-        synchronization=_ON_READ,
-        aggregation=_SUM,
-        name=name,
-    )
-
-
-def _merge_moments(a: Tuple[Any, Any, Any], b: Tuple[Any, Any, Any]) -> Tuple[Any, Any, Any]:
-    """Chan et al.'s merge of two ``(count, total, m2)`` triples (either may be empty)."""
-    count_a, total_a, m2_a = a
-    count_b, total_b, m2_b = b
-    count = count_a + count_b
-    delta = tf.math.divide_no_nan(total_b, count_b) - tf.math.divide_no_nan(total_a, count_a)
-    between = tf.square(delta) * count_a * tf.math.divide_no_nan(count_b, count)
-    return count, total_a + total_b, m2_a + m2_b + between
-
-
-def _all_reduce_moments(count: Any, total: Any, m2: Any) -> Tuple[Any, Any, Any]:
-    """``(count, total, m2)`` over all replicas (replica context); as is on one replica."""
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync == 1:
-        return count, total, m2
-    sum_ = tf.distribute.ReduceOp.SUM
-    global_count, global_total = ctx.all_reduce(sum_, [count, total])
-    deviation = tf.math.divide_no_nan(total, count) - tf.math.divide_no_nan(
-        global_total, global_count
-    )
-    global_m2 = ctx.all_reduce(sum_, m2 + count * tf.square(deviation))
-    return global_count, global_total, global_m2
 
 
 def _check_supported_options(kwargs: dict) -> None:
