@@ -6,23 +6,23 @@ MUTATIONS = [
     Mutation(
         "oom.training_loop_replays_a_carried_window",  # the epoch then read from below 0
         "ga_tfx/training_loop/run.py",
-        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = carry and self.runner.pending() > position\n",
         "        spans_epochs = False\n",
         ("tests/test_oom_recovery.py", "-k", "window_carried_across_epochs"),
     ),
     Mutation(
         "oom.training_loop_refuses_every_carry_window",
         "ga_tfx/training_loop/run.py",
-        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = carry and self.runner.pending() > position\n",
         "        spans_epochs = carry\n",
         ("tests/test_oom_recovery.py", "-k", "under_carry_recovers"),
         slow=True,  # its killer is in the slow tier (a real OOM)
     ),
     Mutation(
         "training_loop.jit_compile_ignored",
-        "ga_tfx/training_loop/__init__.py",
-        "xla_step(self._micro_step) if self.jit_compile else self._micro_step\n",
-        "self._micro_step\n",
+        "ga_tfx/window/runner.py",
+        "        self._step = xla_step(step) if jit_compile else step\n",
+        "        self._step = step\n",
         ("tests/test_training_loop.py", "-k", "jit"),
     ),
     Mutation(
