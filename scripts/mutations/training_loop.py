@@ -75,4 +75,26 @@ MUTATIONS = [
         "raise preemption.TrainingInterrupted(loop.updates, None, signum)",
         ("tests/test_preemption_in_step.py", "-k", "skipped_one_included"),
     ),
+    # issue 45: one traced window runner; the library's loop is not converted, the user's code is
+    Mutation(
+        "runner.library_converted_by_autograph",
+        "ga_tfx/window/runner.py",
+        "    def trace(self, function: Callable, autograph: bool = False, inline: bool = True)",
+        "    def trace(self, function: Callable, autograph: bool = True, inline: bool = True)",
+        ("tests/test_window_runner.py", "-k", "without_converting"),
+    ),
+    Mutation(
+        "training_loop.users_layers_not_converted",
+        "ga_tfx/training_loop/step.py",
+        "internals.autograph_converted(self.model.__call__)(x, training=True)",
+        "self.model(x, training=True)",
+        ("tests/test_window_runner.py", "-k", "users_code"),
+    ),
+    Mutation(
+        "training_loop.users_loss_not_converted",
+        "ga_tfx/training_loop/step.py",
+        "user_function(self.loss_fn)(targets, outputs)",
+        "self.loss_fn(targets, outputs)",
+        ("tests/test_window_runner.py", "-k", "users_code"),
+    ),
 ]
