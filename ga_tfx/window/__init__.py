@@ -55,7 +55,9 @@ The package, one concern per file; ``core`` imports the others, none of them imp
 :data:`RECORD_FIELDS`, :class:`NonFiniteGradientError`), ``state`` (:class:`WindowState`, its
 records), ``core`` (:class:`WindowCore`), ``steps`` (a window end's gradient, layers and
 accounting), ``schedule`` (K schedules, ``lr_scaling``), ``noise`` (the noise scale), ``split``
-(the out-of-memory split), ``shims`` (loss-scale optimizers, applying summed gradients, XLA).
+(the out-of-memory split), ``shims`` (loss-scale optimizers, applying summed gradients, XLA);
+beside the core, ``runner`` (the traced window runner of ``fit`` and ``TrainingLoop``) and
+``replay`` (the out-of-memory replay of every front-end).
 """
 
 from ga_tfx.window import clock
