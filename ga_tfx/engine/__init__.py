@@ -113,14 +113,6 @@ class AccumulationEngine(WindowStep):
     def _scheduled(self) -> bool:
         return self._accumulation_config.schedule.varies
 
-    def _steps_per_call(self) -> int:
-        """Micro-batches per call of the train function: the compiled ``steps_per_execution``,
-        or with a schedule one window of the current K."""
-        core = self.window_core
-        if self._scheduled() and core is not None:
-            return core.current_accum_steps
-        return self._execution_steps
-
     @property
     def partial_window(self) -> str:
         """What happens to a window of fewer than ``K`` micro-batches: apply, drop or carry."""
@@ -303,12 +295,8 @@ class AccumulationEngine(WindowStep):
             return super().train_on_batch(*args, **kwargs)
         self.make_train_function()
         loop: WindowLoop = self.train_function
-        internals.set_steps_per_execution(self, 1)
-        try:
-            with loop.one_window_per_call():
-                return super().train_on_batch(*args, **kwargs)
-        finally:
-            internals.set_steps_per_execution(self, self._execution_steps)
+        with loop.one_window_per_call():
+            return super().train_on_batch(*args, **kwargs)
 
     def make_train_function(self, force: bool = False) -> Callable[[Any], Any]:
         """Keras' train function: a :class:`~ga_tfx.engine.loop.WindowLoop` (whole windows per
@@ -325,7 +313,13 @@ class AccumulationEngine(WindowStep):
         self._build_gradient_accumulator()
         with self.distribute_strategy.scope():
             build_optimizer(self.optimizer, self.trainable_variables)
-        self.train_function = WindowLoop(self)
+        self.train_function = WindowLoop(
+            self,
+            self._accumulate_micro_batch,
+            self._figures,
+            self._execution_steps,
+            self._scheduled(),
+        )
         # The compiled steps_per_execution is the first window's K; the core's, restored from a
         # checkpoint as its variables were created, may differ.
         self.train_function.follow_schedule()

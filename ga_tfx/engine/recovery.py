@@ -1,13 +1,9 @@
-"""The out-of-memory replay of every front-end, and ``fit``'s: the window again, at half the
-micro-batch.
+"""``fit``'s out-of-memory recovery: the window again, at half the micro-batch.
 
-When a training step runs out of memory (``tf.errors.ResourceExhaustedError``) the window core
-discards the window in progress and doubles its micro-batch split
-(:meth:`ga_tfx.window.WindowCore.recover_from_oom`): weights, optimizer and AccumBN statistics
-are those of the window's start. :func:`replay` is that path, once for every front-end: it
-runs a step (``fit``, a ``TrainingLoop`` window, a Tuner trial, the Trainer's fits), recovers
-the core after the error, has the front-end read the window's data again and runs the step
-again.
+The replay itself is every front-end's, beside the window runner (:mod:`ga_tfx.window.replay`:
+:func:`replay`, :class:`OutOfMemoryRecovered`, :func:`refuse_carried_window`, imported here
+for the front-ends that name them from ``fit``'s module). This module is how ``fit`` reads the
+window's data again.
 
 ``fit`` (:func:`fit_replayed`) continues with the rest of the interrupted epoch (its data from
 the window's first micro-batch on) and then the remaining epochs, as two more ``fit`` calls
@@ -25,20 +21,14 @@ with their own data plan.
 """
 
 from ga_tfx._keras import keras, tf
+from ga_tfx.window.replay import (
+    OutOfMemoryRecovered,
+    out_of_memory,
+    refuse_carried_window,
+    replay,
+)
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
-
-T = TypeVar("T")
-
-
-class OutOfMemoryRecovered(RuntimeError):
-    """The window in progress was discarded and the micro-batch halved after an out-of-memory
-    error, but ``fit`` cannot read the window's data again; continue from ``epoch`` with the
-    data from micro-batch ``position`` of that epoch on (the model is ready for it)."""
-
-    def __init__(self, message: str, epoch: int, position: int) -> None:
-        super().__init__(message)
-        self.epoch, self.position = epoch, position
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 class FitPosition(keras.callbacks.Callback):
@@ -54,47 +44,6 @@ class FitPosition(keras.callbacks.Callback):
         core = self._ga_model.window_core
         self.epoch = epoch
         self.start = 0 if core is None else int(core.state.micro_batches_done.numpy())
-
-
-def replay(
-    run: Callable[[], T],
-    rewind: Callable[[BaseException, int], None],
-    core: Optional[Callable[[BaseException], Any]] = None,
-    strategy: Any = None,
-) -> T:
-    """Runs ``run()`` until it returns, training a window that ran out of memory again.
-
-    * ``tf.errors.ResourceExhaustedError`` from ``run()``, for a front-end that gives ``core``
-      (``core(error)``: its window core, or it raises when it cannot replay): the core
-      discards the window and halves the micro-batch (``recover_from_oom`` in ``strategy``;
-      its ``RuntimeError`` when it cannot ends the replay), then ``rewind(error, pending)``
-      puts the front-end's data back to the window's first micro-batch (``pending``: the
-      micro-batches of the window consumed before the failed step). Without ``core`` the
-      error is raised.
-    * :class:`OutOfMemoryRecovered` from ``run()`` (a ``fit`` whose core recovered but that
-      cannot read the window's data again): ``rewind(error, 0)`` re-plans the data, or
-      raises.
-
-    Then ``run()`` runs again."""
-    while True:
-        try:
-            return run()
-        except OutOfMemoryRecovered as error:
-            rewind(error, 0)
-        except tf.errors.ResourceExhaustedError as error:
-            if core is None:
-                raise
-            rewind(error, core(error).recover_from_oom(strategy, error))
-
-
-def out_of_memory(error: BaseException) -> Optional[tf.errors.ResourceExhaustedError]:
-    """The out-of-memory error ``error`` is, or that it wraps (a recovery that could not split
-    the micro-batch further, :class:`OutOfMemoryRecovered`: their ``__cause__``); ``None``
-    for any other error."""
-    for candidate in (error, error.__cause__):
-        if isinstance(candidate, tf.errors.ResourceExhaustedError):
-            return candidate
-    return None
 
 
 def fit_replayed(
@@ -138,22 +87,6 @@ def _core_to_recover(model: Any, error: BaseException) -> Any:
     # fit does not tell a carried window from the others: under carry it refuses every one.
     refuse_carried_window(error, model.partial_window == "carry", "fit")
     return core
-
-
-def refuse_carried_window(error: BaseException, spans_epochs: bool, front_end: str) -> None:
-    """The rule of out-of-memory recovery under ``partial_window="carry"``, for every
-    front-end: a window that spans epochs (``spans_epochs``: its first micro-batches were the
-    previous epoch's last, carried over) cannot be trained again, since the previous epoch's
-    data cannot be read again; raises a ``RuntimeError`` from ``error`` naming the way out
-    (``front_end``: who cannot read it, e.g. ``"fit"``). A window inside one epoch passes."""
-    if spans_epochs:
-        raise RuntimeError(
-            "Out of memory in a training step with partial_window='carry': a carried window "
-            "spans epochs (its first micro-batches belong to the previous epoch's data, which "
-            f"cannot be read again), so {front_end} cannot train it again; use "
-            "partial_window='apply' or 'drop' for out-of-memory recovery, or a smaller "
-            "micro-batch."
-        ) from error
 
 
 def continuation(

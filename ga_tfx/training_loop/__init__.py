@@ -31,14 +31,13 @@ a skipped window is not an update. Every "every N" and "at N" counts updates; th
 counts micro-batches. They are the window core's (``loop.window_core.updates``, ``.windows``,
 ``.skipped_windows``), read there as on every front-end.
 
-Where the code is: this module is the loop (its arguments, state and checkpoints);
-:mod:`~ga_tfx.training_loop.run` the host loop of one :meth:`TrainingLoop.run` (epochs of
+Where the code is: this module is the loop (its arguments, state and checkpoints); the window
+runner (:mod:`ga_tfx.window.runner`, ``fit``'s too) traces and runs its window;
+:mod:`~ga_tfx.training_loop.run` is the host loop of one :meth:`TrainingLoop.run` (epochs of
 windows, the out-of-memory replay, stop signals, each window end's logs, checkpoints and
-callbacks), :mod:`~ga_tfx.training_loop.step` the traced window and the math of one
-micro-batch, :mod:`~ga_tfx.training_loop.data` each epoch's data from a position on,
-:mod:`~ga_tfx.training_loop.checkpoints`, :mod:`~ga_tfx.training_loop.logs` and
-:mod:`~ga_tfx.training_loop.callbacks` its checkpoints, logs and callbacks,
-:mod:`~ga_tfx.training_loop.checks` its argument checks.
+callbacks), :mod:`~ga_tfx.training_loop.step` one micro-batch's math and the window's end,
+:mod:`~ga_tfx.training_loop.data` each epoch's data from a position on, the other modules its
+checkpoints, logs, callbacks and argument checks.
 """
 
 from ga_tfx import _tf_keras_internals as internals
@@ -48,7 +47,6 @@ from ga_tfx._schema import Spec
 from ga_tfx._state import Untracked
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.distribution import is_chief
-from ga_tfx.engine.step import batch_size
 from ga_tfx.training_loop import checks
 from ga_tfx.training_loop.callbacks import UpdateCallback
 from ga_tfx.training_loop.checkpoints import LoopCheckpoints
@@ -57,14 +55,8 @@ from ga_tfx.training_loop.logs import LOG_KEYS, NOISE_KEYS, LoopLog
 from ga_tfx.training_loop.run import LoopRun
 from ga_tfx.training_loop.step import LoopSteps, default_inputs, default_targets
 from ga_tfx.transforms import Member
-from ga_tfx.window import (
-    CHECKPOINT_KEY,
-    NonFiniteGradientError,
-    WindowCore,
-    WindowEnd,
-    WindowState,
-    xla_step,
-)
+from ga_tfx.window import CHECKPOINT_KEY, NonFiniteGradientError, WindowCore, WindowState
+from ga_tfx.window.runner import WindowRunner
 
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -267,9 +259,9 @@ class TrainingLoop(LoopSteps):
         )
         self.jit_compile = _JIT_COMPILE.check("jit_compile", jit_compile)
         self.stop_on_signals = bool(stop_on_signals)
-        self._stop = preemption.StopRequest()
         self.callbacks = list(callbacks)
         self.stop_training = False
+        self._restored = False
         self._data = EpochData(dataset, self.strategy)
         checks.check_callables(
             loss_fn, dataset, inputs_fn, targets_fn, sample_count_fn, regularization
@@ -278,7 +270,21 @@ class TrainingLoop(LoopSteps):
         checks.check_optimizer(optimizer)
         self.variables = checks.trainable_variables(model, variables)
         checks.check_scope(self.strategy, self.variables + [optimizer.iterations])
+        self._build_core(transforms)
+        self.checkpoint_dir = checkpoint_dir
+        self._checkpoints = self._make_checkpoints(checkpoint_dir, max_checkpoints_to_keep)
+        self._log = LoopLog(
+            log_dir,
+            _validation.WINDOWS.check("log_every_n_windows", log_every_n_windows),
+            bool(verbose),
+            is_chief(self.strategy),
+            self.accumulation.log_noise_scale,
+        )
 
+    def _build_core(self, transforms: Sequence[Member]) -> None:
+        """The loop's state, its window core (the model's window layers ending with its
+        windows) and the window runner that traces its steps; the optimizer's slots exist
+        before the first trace and restore."""
         with self.strategy.scope():
             self.state = LoopState()
             self.window_core = WindowCore(
@@ -287,35 +293,34 @@ class TrainingLoop(LoopSteps):
                 transforms,
                 window_layers=[
                     layer
-                    for layer in internals.flatten_layers(model)
+                    for layer in internals.flatten_layers(self.model)
                     if hasattr(layer, "ga_window_end")
                 ],
                 state=self.state,
             )
             self.state.bind_pending(self.window_core.micro_steps)
-            optimizer.build(self.variables)  # slots exist before tracing and restoring
-        # The replica-context micro-batch step: one XLA computation under jit_compile.
-        self._micro_step_fn = xla_step(self._micro_step) if self.jit_compile else self._micro_step
-        self._split = False
-        self._trace_window()
-        self._end_of_data_fn = tf.function(self._end_of_data)
-        self._restored = False
-
-        self.checkpoint_dir = checkpoint_dir
-        self._checkpoints = LoopCheckpoints(
-            tf.train.Checkpoint(
-                model=model, optimizer=optimizer, **{CHECKPOINT_KEY: self.window_core}
-            ),
-            checkpoint_dir,
+            self.optimizer.build(self.variables)
+        self._runner = WindowRunner(
+            self.window_core,
             self.strategy,
-            _validation.CHECKPOINTS_KEPT.check("max_checkpoints_to_keep", max_checkpoints_to_keep),
+            self._micro_step,
+            self._finish_window,
+            jit_compile=self.jit_compile,
         )
-        self._log = LoopLog(
-            log_dir,
-            _validation.WINDOWS.check("log_every_n_windows", log_every_n_windows),
-            bool(verbose),
-            is_chief(self.strategy),
-            self.accumulation.log_noise_scale,
+
+    def _make_checkpoints(self, directory: Optional[str], keep: int) -> LoopCheckpoints:
+        """The checkpoints of the model, the optimizer, the window core's state and the
+        loop's counters in ``directory`` (``None``: none), the last ``keep`` kept."""
+        core = self.window_core
+        return LoopCheckpoints(
+            tf.train.Checkpoint(
+                model=self.model,
+                optimizer=self.optimizer,
+                **{CHECKPOINT_KEY: core},
+            ),
+            directory,
+            self.strategy,
+            _validation.CHECKPOINTS_KEPT.check("max_checkpoints_to_keep", keep),
         )
 
     # ------------------------------------------------------------------ public state
@@ -376,22 +381,13 @@ class TrainingLoop(LoopSteps):
         epochs = _validation.EPOCHS.check("epochs", epochs)
         max_updates = _validation.UPDATES.check("max_updates", max_updates)
         budget = _validation.MICRO_BATCHES.check("max_micro_batches", max_micro_batches)
+        if not self._restored:
+            self.restore()
+        self._runner.follow_split()  # a restored out-of-memory split
         # With checkpoints, SIGTERM/SIGINT stop at the next window end with a checkpoint
         # (ga_tfx.preemption): TrainingInterrupted, and a new run resumes.
         with preemption.stop_on_signals(
             self.stop_on_signals and self.checkpoint_dir is not None
         ) as stop:
-            self._stop = stop
-            return LoopRun(self, max_updates, budget)(epochs)
-
-    def _trace_window(self) -> None:
-        """(Re)makes the traced window function: its micro-batch step runs on
-        ``micro_batch_split`` slices once an out-of-memory recovery split it (never under
-        XLA, whose computations want static shapes)."""
-        split = not self.jit_compile and self.window_core.micro_batch_split > 1
-        if split != self._split or not hasattr(self, "_window_fn"):
-            self._split = split
-            self._window_fn = tf.function(self._window)
-
-    def _pending(self) -> int:
-        return int(self.window_core.micro_steps.numpy())
+            run = LoopRun(self, self._runner, self._data, self._log, stop)
+            return run(epochs, max_updates, budget)

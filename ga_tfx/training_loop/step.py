@@ -1,11 +1,25 @@
-"""``TrainingLoop``'s traced steps: one micro-batch's math (inputs, targets, the mean loss,
-regularisation) and one window (micro-batches in, the window core ends it); the host loop
-that calls them is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
+"""``TrainingLoop``'s steps: one micro-batch's math (inputs, targets, the mean loss,
+regularisation) and the end of a window (the window core's, with the regularisation). The
+window runner (:class:`~ga_tfx.window.runner.WindowRunner`) traces them and runs the window's
+loop, without autograph's conversion of the library's code; the user's functions (the model's
+call, ``loss_fn``, ``inputs_fn``, ``targets_fn``, ``sample_count_fn``, a ``regularization``
+callable) are converted where they are called (:func:`user_function`). The host loop that
+calls the window is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
-from ga_tfx.window import batch_size, clock
+from ga_tfx.window import batch_size
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
+
+
+def user_function(function: Callable) -> Callable:
+    """``function`` as a ``tf.function`` with autograph would run it (Python control flow on
+    tensors converted: :func:`ga_tfx._tf_keras_internals.autograph_converted`) when it is the
+    user's; ga-tfx's own (the defaults) as it is."""
+    if getattr(function, "__module__", "").startswith("ga_tfx."):
+        return function
+    return internals.autograph_converted(function)
 
 
 def default_inputs(batch: Any) -> Any:
@@ -44,7 +58,7 @@ def regularization_gradients(
         return None, None
     with tf.GradientTape() as tape:
         if callable(regularization):
-            reg = regularization(model)
+            reg = user_function(regularization)(model)
         else:
             terms = model.losses
             if not terms:
@@ -54,13 +68,12 @@ def regularization_gradients(
 
 
 class LoopSteps:
-    """Mixin of :class:`~ga_tfx.TrainingLoop`: the traced functions of one window and one
-    micro-batch. Expects the loop's ``window_core``, ``strategy``, ``state``, ``model``,
-    ``optimizer``, ``variables`` and its user functions."""
+    """Mixin of :class:`~ga_tfx.TrainingLoop`: the steps its window runner traces, one
+    micro-batch's and the window's end. Expects the loop's ``window_core``, ``strategy``,
+    ``model``, ``optimizer``, ``variables`` and its user functions."""
 
     window_core: Any
     strategy: Any
-    state: Any
     model: Any
     optimizer: Any
     variables: Any
@@ -70,39 +83,10 @@ class LoopSteps:
     loss_fn: Callable
     sample_count_fn: Any
     _regularization: Any
-    _split: bool
-    _micro_step_fn: Callable
-
-    def _window(self, iterator: Any, take: Any, finish: bool) -> Any:
-        """Cross-replica, traced: accumulates up to ``take`` micro-batches; with ``finish``
-        (a Python bool) the window core ends the window when the clock finds it complete (a
-        short one, the data ended, is :meth:`_end_of_data`'s). Returns the number of
-        micro-batches taken."""
-        count = tf.constant(0, tf.int64)
-        while count < take:
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            optional = iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            if not self._split:  # (read when traced: see _trace_window)
-                self.strategy.run(self._micro_step_fn, args=(optional.get_value(),))
-            else:  # micro_batch_split slices of it, after an out-of-memory recovery (not XLA)
-                self.window_core.run_micro_batch(
-                    self.strategy, self._micro_step, optional.get_value()
-                )
-            count += 1
-        pending = clock.count(self.window_core, count)  # the data position follows it
-        if finish:
-            complete = clock.is_complete(self.window_core, pending)
-            tf.cond(complete, self._finish_window, lambda: tf.constant(False))
-        return count
-
-    def _end_of_data(self, policy: Optional[str] = None) -> None:
-        """Cross-replica, traced: the data ended; the clock ends the pending window by
-        ``policy`` (``None``: ``partial_window``; the run's last window: ``"apply"``)."""
-        clock.end_of_data(self.window_core, self.strategy, self._finish_window, policy)
 
     def _finish_window(self) -> tf.Tensor:
+        """Cross-replica: the window core ends the window (an update, or a skip), the
+        regularisation gradient added once; returns whether it was applied."""
         return self.window_core.finish(
             self.strategy,
             self.optimizer,
@@ -112,19 +96,23 @@ class LoopSteps:
 
     def _micro_step(self, batch: Any) -> Any:
         """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss`` to the
-        window (the replica's mean loss over the number of replicas, as Keras scales it)."""
-        x = self.inputs_fn(batch)
+        window (the replica's mean loss over the number of replicas, as Keras scales it).
+        Returns that loss (a float32 scalar), once it is added."""
+        x = user_function(self.inputs_fn)(batch)
         samples = (
             batch_size(x)
             if self.sample_count_fn is None
-            else tf.cast(self.sample_count_fn(batch), tf.float32)
+            else tf.cast(user_function(self.sample_count_fn)(batch), tf.float32)
         )
         replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
         with tf.GradientTape() as tape:
-            outputs = self.model(x, training=True)
-            loss = mean_loss(self.loss_fn(self.targets_fn(batch), outputs), samples) / replicas
+            # The model's layers are converted by Keras as under a tf.function with autograph.
+            outputs = internals.autograph_converted(self.model.__call__)(x, training=True)
+            targets = user_function(self.targets_fn)(batch)
+            loss = mean_loss(user_function(self.loss_fn)(targets, outputs), samples) / replicas
         grads = tape.gradient(loss, self.variables)
-        return self.window_core.add(grads, samples, loss)
+        with tf.control_dependencies([self.window_core.add(grads, samples, loss)]):
+            return tf.identity(loss)
 
     def _regularization_gradients(self) -> Any:
         """Replica context: ``(R, ∇R)`` of the regularisation, or ``(None, None)``."""

@@ -58,7 +58,9 @@ keeps one ``MultiStepsState``; or of the config and the state alone): ``events``
 (:class:`WindowState`, its records), ``core`` (:class:`WindowCore`, :data:`CHECKPOINT_KEY`),
 ``steps`` (a window end's gradient, layers and accounting), ``schedule`` (K schedules,
 ``lr_scaling``), ``noise`` (the noise scale), ``split`` (the out-of-memory split), ``shims``
-(loss-scale optimizers, applying summed gradients, XLA).
+(loss-scale optimizers, applying summed gradients, XLA);
+beside the core, ``runner`` (the traced window runner of ``fit`` and ``TrainingLoop``) and
+``replay`` (the out-of-memory replay of every front-end).
 """
 
 from ga_tfx.window import clock

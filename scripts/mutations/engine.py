@@ -2,7 +2,7 @@
 pacing, the out-of-memory recovery.
 """
 
-from .mutation import ENGINE, LOOP, MIXED_FLOAT16, PACING, STEP, Mutation
+from .mutation import ENGINE, LOOP, MIXED_FLOAT16, PACING, RUNNER, STEP, Mutation
 
 MUTATIONS = [
     Mutation(
@@ -32,35 +32,35 @@ MUTATIONS = [
     Mutation(
         "engine.drop_policy_ignored",
         LOOP,
-        "            self._end_of_data(self._ending)\n",
-        '            self._end_of_data("apply")\n',
+        "        self.runner.end_pending_window(self._ending)\n",
+        '        self.runner.end_pending_window("apply")\n',
         ("tests/test_windows.py", "-k", "policies and drop"),
     ),
     Mutation(
         "engine.carry_not_realigned",
         LOOP,
-        "            model.window_core.current_accum_steps - pending if pending"
-        " else model._steps_per_call(),\n",
-        "            model._steps_per_call(),\n",
+        "                self._ga_model.window_core.current_accum_steps - pending"
+        " if pending else None\n",
+        "                None\n",
         ("tests/test_windows.py", "-k", "policies or whole_window"),
     ),
     Mutation(
         "engine.windows_inside_an_execution_not_applied",
-        LOOP,
-        "                self._finish()\n",
-        "                pass\n",
+        RUNNER,
+        "                self.finish()\n            count = tf.minimum(window, steps - done)\n",
+        "                pass\n            count = tf.minimum(window, steps - done)\n",
         ("tests/test_windows.py", "-k", "several_windows"),
     ),
     Mutation(
         "engine.train_on_batch_follows_the_policy",
-        ENGINE,
-        "            with loop.one_window_per_call():\n",
-        "            if True:\n",
+        LOOP,
+        '        previous, self._ending = self._ending, "apply"\n',
+        "        previous, self._ending = self._ending, self._ending\n",
         ("tests/test_windows.py", "-k", "train_on_batch and drop"),
     ),
     Mutation(
         "engine.fill_one_micro_batch_too_many",
-        LOOP,
+        RUNNER,
         "            lambda filled, _: filled < count,\n",
         "            lambda filled, _: filled <= count,\n",
         ("tests/test_windows.py", "-k", "several_windows"),
@@ -68,15 +68,15 @@ MUTATIONS = [
     Mutation(
         "engine.data_end_leaves_the_window_pending",
         LOOP,
-        "            self._end_last_window()\n            raise",
+        "            self._end_pending_window()\n            raise",
         "            raise",
         ("tests/test_windows.py", "-k", "ends_inside"),
     ),
     Mutation(
         "engine.grad_norm_logged_before_the_update",
         LOOP,
-        "        return model._figures.logs(logs)",
-        "        return model._figures.logs(dict(logs, grad_norm=model._figures.result()))",
+        "        return self._figures.logs(logs)",
+        "        return self._figures.logs(dict(logs, grad_norm=self._figures.result()))",
         ("tests/test_grad_norm_metric.py",),
     ),
     Mutation(
@@ -88,7 +88,7 @@ MUTATIONS = [
     ),
     Mutation(
         "oom.replay_gives_up",  # the one replay (fit, TrainingLoop, the Tuner, the Trainer)
-        "ga_tfx/engine/recovery.py",
+        "ga_tfx/window/replay.py",
         "            rewind(error, core(error).recover_from_oom(strategy, error))\n",
         "            raise\n",
         ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
@@ -125,8 +125,8 @@ MUTATIONS = [
     Mutation(
         "pacing.windows_not_whole",
         LOOP,
-        "internals.set_steps_per_execution(model, windows * k)",
-        "internals.set_steps_per_execution(model, windows * k + 1)",
+        "self.set_steps_per_execution(windows * k)",
+        "self.set_steps_per_execution(windows * k + 1)",
         ("tests/test_pacing.py",),
     ),
     Mutation(
@@ -167,8 +167,8 @@ MUTATIONS = [
     ),
     Mutation(
         "engine.pieces_not_inlined_on_several_replicas",
-        "ga_tfx/engine/loop.py",
-        "        inline = inline or self._model.distribute_strategy.num_replicas_in_sync > 1\n",
+        RUNNER,
+        "        inline = inline or self.strategy.num_replicas_in_sync > 1\n",
         "",
         ("tests/test_oom_recovery.py", "-k", "two_replicas_survives"),
         slow=True,

@@ -26,6 +26,7 @@ class Mutation:
 
 MIXED_FLOAT16 = ("tests/test_mixed_precision.py", "-k", "matches_float32 and float16")
 STEP, LOOP, ENGINE = "ga_tfx/engine/step.py", "ga_tfx/engine/loop.py", "ga_tfx/engine/__init__.py"
+RUNNER = "ga_tfx/window/runner.py"  # the traced window runner of fit and TrainingLoop
 CONFIG = "ga_tfx/config.py"
 # The window core (ga_tfx/window/), one file per concern.
 CORE, SHIMS, SPLIT = "ga_tfx/window/core.py", "ga_tfx/window/shims.py", "ga_tfx/window/split.py"

@@ -6,23 +6,23 @@ MUTATIONS = [
     Mutation(
         "oom.training_loop_replays_a_carried_window",  # the epoch then read from below 0
         "ga_tfx/training_loop/run.py",
-        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = carry and self.runner.pending() > position\n",
         "        spans_epochs = False\n",
         ("tests/test_oom_recovery.py", "-k", "window_carried_across_epochs"),
     ),
     Mutation(
         "oom.training_loop_refuses_every_carry_window",
         "ga_tfx/training_loop/run.py",
-        "        spans_epochs = carry and loop._pending() > int(loop.state.position.numpy())\n",
+        "        spans_epochs = carry and self.runner.pending() > position\n",
         "        spans_epochs = carry\n",
         ("tests/test_oom_recovery.py", "-k", "under_carry_recovers"),
         slow=True,  # its killer is in the slow tier (a real OOM)
     ),
     Mutation(
         "training_loop.jit_compile_ignored",
-        "ga_tfx/training_loop/__init__.py",
-        "xla_step(self._micro_step) if self.jit_compile else self._micro_step\n",
-        "self._micro_step\n",
+        "ga_tfx/window/runner.py",
+        "        self._step = xla_step(step) if jit_compile else step\n",
+        "        self._step = step\n",
         ("tests/test_training_loop.py", "-k", "jit"),
     ),
     Mutation(
@@ -74,5 +74,27 @@ MUTATIONS = [
         "raise preemption.TrainingInterrupted(loop.window_core.windows, None, signum)",
         "raise preemption.TrainingInterrupted(loop.window_core.updates, None, signum)",
         ("tests/test_preemption_in_step.py", "-k", "skipped_one_included"),
+    ),
+    # issue 45: one traced window runner; the library's loop is not converted, the user's code is
+    Mutation(
+        "runner.library_converted_by_autograph",
+        "ga_tfx/window/runner.py",
+        "    def trace(self, function: Callable, autograph: bool = False, inline: bool = True)",
+        "    def trace(self, function: Callable, autograph: bool = True, inline: bool = True)",
+        ("tests/test_window_runner.py", "-k", "without_converting"),
+    ),
+    Mutation(
+        "training_loop.users_layers_not_converted",
+        "ga_tfx/training_loop/step.py",
+        "internals.autograph_converted(self.model.__call__)(x, training=True)",
+        "self.model(x, training=True)",
+        ("tests/test_window_runner.py", "-k", "users_code"),
+    ),
+    Mutation(
+        "training_loop.users_loss_not_converted",
+        "ga_tfx/training_loop/step.py",
+        "user_function(self.loss_fn)(targets, outputs)",
+        "self.loss_fn(targets, outputs)",
+        ("tests/test_window_runner.py", "-k", "users_code"),
     ),
 ]
