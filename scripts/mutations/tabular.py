@@ -63,6 +63,22 @@ MUTATIONS = [
         ("tests/test_tabular_features.py",),
     ),
     Mutation(
+        "tabular.one_columns_quantiles_for_all",
+        "pipelines/tabular/generic.py",
+        "tf.reshape(boundaries[i], [-1]),",
+        "tf.reshape(boundaries[0], [-1]),",
+        ("tests/test_tabular_transform.py",),
+        slow=True,
+    ),
+    Mutation(
+        "tabular.one_columns_variance_for_all",
+        "pipelines/tabular/generic.py",
+        "            variance[i],\n",
+        "            variance[0],\n",
+        ("tests/test_tabular_transform.py",),
+        slow=True,
+    ),
+    Mutation(
         "csv.delimiter_not_sniffed",
         DIALECT,
         "            best, best_cells = candidate, widths[0]\n",
