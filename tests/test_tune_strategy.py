@@ -7,8 +7,8 @@ a random one, which made two runs of the same command try different hyperparamet
 ``--seed`` and ``--tune-strategy``, and the report's evidence; ``--tuning-target-loss``
 (issue 34, item 1): its checks, its route to the probe, and the stock Tuner's probe stopping at
 an easy target and running to the cap at an unreachable one. Slow: the same command run twice
-into fresh output directories (separate processes, as a user runs it), and ``--seed 1``; and a
-whole ``--tune-strategy noise_scale`` run.
+into fresh output directories (separate processes, as a user runs it); and a whole
+``--tune-strategy noise_scale`` run.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
@@ -533,14 +533,16 @@ def _search(output_dir, stdout):
     return trials, tuned
 
 
-@pytest.mark.slow  # three pipeline runs
-def test_two_fresh_runs_of_the_same_tune_command_agree_and_seed_changes_them(tmp_path):
+@pytest.mark.slow  # two pipeline runs
+def test_two_fresh_runs_of_the_same_tune_command_agree(tmp_path):
+    """Separate processes, fresh output directories: the same trials, scores and best trial.
+    (That another ``--seed`` draws other trials is the fast tests': the seed reaches the
+    Tuner's config, test_seed_and_strategy_reach_the_tuner_and_the_trainer, and changes the
+    oracle's draws, test_the_same_seed_gives_the_same_trials_and_another_seed_others.)"""
     first = _search(tmp_path / "a", _ga_tfx_run(tmp_path / "a"))
     again = _search(tmp_path / "b", _ga_tfx_run(tmp_path / "b"))
     assert len(first[0]) == 3 and all(score is not None for _, _, score in first[0])
     assert again == first  # the same hyperparameters, the same scores, the same best trial
-    other = _search(tmp_path / "c", _ga_tfx_run(tmp_path / "c", "--seed", "1"))
-    assert [values for _, values, _ in other[0]] != [values for _, values, _ in first[0]]
 
 
 @pytest.mark.slow  # a pipeline run
