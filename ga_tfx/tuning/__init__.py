@@ -14,7 +14,7 @@ Trainer's settings) imports neither TensorFlow nor ``keras_tuner``; the other mo
 """
 
 import importlib
-from typing import Any, List
+from typing import TYPE_CHECKING, Any, List
 
 # name -> module defining it (loaded on first access).
 _PUBLIC = {
@@ -37,3 +37,9 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> List[str]:
     return sorted(set(globals()) | set(_PUBLIC))
+
+
+if TYPE_CHECKING:  # static checkers see the eager imports
+    from ga_tfx.tuning.hypermodel import AccumulationHyperModel  # noqa: F401
+    from ga_tfx.tuning.probe import NoiseScaleProbe, StopAtLoss  # noqa: F401
+    from ga_tfx.tuning.search_space import AccumulationSearchSpace  # noqa: F401
