@@ -33,7 +33,7 @@ def attach_state(owner: Any, holder: Untracked, module: Any, name: str) -> None:
 
 def stored_values(path: str, keys: Sequence[str]) -> Dict[str, int]:
     """The integers the checkpoint ``path`` holds under ``keys`` (object paths, as
-    ``tf.train.Checkpoint`` names them: ``model/window_core/state/windows``); keys it does not
+    ``tf.train.Checkpoint`` names them: ``model/ga_window_core/state/windows``); keys it does not
     hold are left out (checkpoints of older layouts)."""
     names = {name for name, _ in tf.train.list_variables(path)}
     return {

@@ -81,7 +81,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
 
     State (checkpointed with the wrapper): the wrapped optimizer (``.optimizer``) and a
     :class:`~ga_tfx.window.WindowCore` (``.window_core``: the accumulator, the chain's state,
-    the counters, the pending ``micro_steps``; under the key ``optimizer/window_core/...``),
+    the counters, the pending ``micro_steps``; under the key ``optimizer/ga_window_core/...``),
     made at the first ``apply_gradients`` (or by :meth:`build`). ``model.save("model.keras")``
     and ``load_model`` keep it. A SavedModel (``model.save(dir)``) holds it as well, but
     tf-keras' ``load_model(dir)`` compiles a new optimizer from the training config (as for any

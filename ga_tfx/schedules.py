@@ -289,7 +289,8 @@ class HoldsSchedule:
     schedule: Schedule = dataclasses.field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # type: ignore[misc]  (Settings: checks the fields)
+        # Settings' __post_init__ checks the fields first.
+        super().__post_init__()  # type: ignore[misc]
         given = self.accum_steps, self.accum_schedule  # type: ignore[attr-defined]
         object.__setattr__(self, "schedule", schedule_of(*given))
 

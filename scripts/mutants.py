@@ -33,7 +33,8 @@ How it works:
   mutated file still compiles. A refactor that moves, rewrites or duplicates a site is an error
   (exit status 2) naming the mutation, never a silent pass; ``tests/test_mutants.py`` runs the
   same check on the checkout in the fast tier.
-* The unmutated copy must pass every selected test first (baseline, one pytest run per tier);
+* The unmutated copy must pass every selected test first (baseline, one pytest run per tier;
+  ``--no-slow-baseline``, as CI runs it after the whole suite passed, only the fast tier's);
   then each mutant runs its tests with ``-x`` (and ``-m "not slow"`` unless it is a slow-tier
   mutation). Killed: pytest reports a failure (exit status 1). Survived: all its tests pass.
   Anything else (collection error, timeout, no test selected) is reported as such.
@@ -390,6 +391,13 @@ def main(argv=None) -> int:
         "pass on this tree: a failing selection would read as killed)",
     )
     parser.add_argument(
+        "--no-slow-baseline",
+        action="store_true",
+        help="skip the slow tier's unmutated run, keeping the fast tier's (CI: the test command "
+        "has just passed every test on this commit, and the fast baseline still proves that "
+        "the copy runs; a slow baseline is minutes)",
+    )
+    parser.add_argument(
         "--source",
         default=ROOT,
         help="the tree to copy (default: this checkout's working tree)",
@@ -445,7 +453,10 @@ def main(argv=None) -> int:
         check_imports(tree)
         # Baseline: the unmutated copy passes every selected test (one pytest run per tier).
         baselines = []
-        for slow in sorted({m.slow for m in chosen} if not args.no_baseline else ()):
+        tiers = set() if args.no_baseline else {m.slow for m in chosen}
+        if args.no_slow_baseline:
+            tiers.discard(True)
+        for slow in sorted(tiers):
             selection = baseline_selection([m.tests for m in chosen if m.slow == slow])
             code, seconds, summary = run_pytest(tree, selection, slow=slow)
             tier = "slow tier" if slow else "fast tier"

@@ -44,9 +44,11 @@ OTHER_MARKER="tfx and (not slow or stack)"
 # DirectRunner, ML Metadata, process starts), so two workers keep both cores busy: the whole
 # suite took 37 min with -n 2 beside a second suite's run, where serially it took 41-49 min
 # alone. Each worker's TensorFlow computes on one thread (tests/conftest.py).
+# --dist worksteal: a worker that runs out of tests takes pending ones from the other, so the
+# tier does not end with one core idle behind a queue of the other's long pipeline tests.
 workers="${GA_TFX_TEST_WORKERS:-2}"
 xdist=()
-[ "$workers" = 1 ] || xdist=(-n "$workers")
+[ "$workers" = 1 ] || xdist=(-n "$workers" --dist worksteal)
 
 read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib wheel other container}"
 wants() { [[ " ${envs[*]} " == *" $1 "* ]]; }

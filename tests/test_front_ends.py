@@ -201,7 +201,7 @@ REMOVED = {
 
 
 def _core_paths(names, prefix):
-    """The object paths below ``prefix`` (``.../window_core/``) of a checkpoint's names."""
+    """The object paths below ``prefix`` (``.../ga_window_core/``) of a checkpoint's names."""
     return {name[len(prefix) :] for name in names if name.startswith(prefix)}
 
 
@@ -214,7 +214,7 @@ def test_every_front_end_checkpoints_its_window_core_under_one_key_in_one_layout
     wrapper's checkpoint restores the window in progress."""
     x, y = _data(False)
     key = CHECKPOINT_KEY
-    assert key == "window_core"
+    assert key == "ga_window_core"  # not the property name: a loaded SavedModel sets it
     config = dict(CASES["clip_global_norm"]["config"], accum_steps=K)
     model = ga_tfx.wrap_model(mlp(seed=5), **config)
     model.compile(keras.optimizers.SGD(LR), sparse_ce())

@@ -524,11 +524,11 @@ def test_crash_resumes_from_every_n_updates_checkpoint(tmp_path):
         first.run(epochs=2)
     latest = tf.train.latest_checkpoint(str(tmp_path))
     keys = {name for name, _ in tf.train.list_variables(latest)}
-    assert "window_core/state/updates/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    assert "ga_window_core/state/updates/.ATTRIBUTES/VARIABLE_VALUE" in keys
     assert (
-        "window_core/chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/VARIABLE_VALUE"
+        "ga_window_core/chain/members/nonfinite_guard/nonfinite_windows/.ATTRIBUTES/VARIABLE_VALUE"
     ) in keys
-    updates = "window_core/state/updates/.ATTRIBUTES/VARIABLE_VALUE"
+    updates = "ga_window_core/state/updates/.ATTRIBUTES/VARIABLE_VALUE"
     assert tf.train.load_variable(latest, updates) == 4
     second = make_loop(
         None, sgd, dataset(x, y), seed=5, checkpoint_dir=str(tmp_path), checkpoint_every_n_updates=2
@@ -661,7 +661,7 @@ def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(t
         for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(tmp_path / "new")))
     }
     assert not [name for name in names if "/position/" in name]
-    assert "window_core/state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE" in names
+    assert "ga_window_core/state/epoch_start/.ATTRIBUTES/VARIABLE_VALUE" in names
 
     resumed = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "new"))
     assert resumed.restore()
@@ -685,5 +685,5 @@ def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(t
     )
     tf.train.CheckpointManager(old, str(tmp_path / "old"), max_to_keep=1).save()
     refused = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "old"))
-    with pytest.raises(ValueError, match="holds no window core under 'window_core/'.*0.2.0"):
+    with pytest.raises(ValueError, match="holds no window core under 'ga_window_core/'.*0.2.0"):
         refused.restore()

@@ -3,7 +3,7 @@
 What one checkpoint holds: the model's weights (AccumBatchNormalization's moving statistics
 included), the optimizer (slots, ``iterations``, loss scale) and the window core (accumulator,
 gradient chain state, and its state: among them the two counters a resume reads). Those
-counters are the core's, stored once (``model/window_core/state/...``): ``windows`` (windows
+counters are the core's, stored once (``model/ga_window_core/state/...``): ``windows`` (windows
 finished, applied as updates or skipped) and ``micro_batches_done`` (the micro-batches those
 windows consumed: the data position, the sum of their K -- ``windows x accum_steps`` without a
 schedule; an adaptive schedule's K is known only as the training goes -- counted in the data's

@@ -128,7 +128,7 @@ class AccumulationEngine(WindowStep):
     def window_core(self) -> Optional[WindowCore]:
         """The :class:`~ga_tfx.window.WindowCore` (``None`` until ``fit``): its
         ``accumulator``, ``chain``, ``state`` and counters, checkpointed as the model's
-        dependency :data:`~ga_tfx.window.CHECKPOINT_KEY` (``model/window_core/...``)."""
+        dependency :data:`~ga_tfx.window.CHECKPOINT_KEY` (``model/ga_window_core/...``)."""
         return self._core_holder.value
 
     @property

@@ -24,7 +24,7 @@ one short run and calls it; ``benchmarks/critical_batch.py`` checks the recommen
 import dataclasses
 import math
 import numbers
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, cast
 
 # path_noise_scale smooths each window's estimates over this many windows on each side (a
 # centred block of 3): the least smoothing that makes a window's progress weight a ratio of
@@ -100,7 +100,8 @@ def recommend_accum_steps(
     gradients per window), a bad micro-batch size or an empty or bad list of choices.
     """
     allowed = _checked_choices(noise_scale, micro_batch_size, choices, measure)
-    ideal = float(noise_scale) / int(micro_batch_size)
+    scale = float(cast(float, noise_scale))  # checked: a finite number > 0
+    ideal = scale / int(micro_batch_size)
     target = math.log2(ideal)
     # Nearest on a log2 scale; on a tie the smaller value (fewer samples per update).
     chosen = min(allowed, key=lambda k: (abs(math.log2(k) - target), k))
@@ -111,7 +112,7 @@ def recommend_accum_steps(
     clamped, reason = _clamped_reason(target, chosen, allowed, figures)
     return Recommendation(
         accum_steps=chosen,
-        noise_scale=float(noise_scale),
+        noise_scale=scale,
         micro_batch_size=int(micro_batch_size),
         ideal_accum_steps=ideal,
         choices=allowed,

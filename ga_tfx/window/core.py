@@ -20,11 +20,13 @@ from ga_tfx.window.steps import count_window, end_window_layers, window_gradient
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
-# The core's key in every front-end's checkpoint: the model's (``model/window_core/...`` in a
-# ``tf.train.Checkpoint(model=...)``), the optimizer wrapper's (``optimizer/window_core/...``)
-# and ``TrainingLoop``'s (``window_core/...``); below it the one layout of the core's children
-# (``accumulator``, ``chain``, ``state``, ``noise_sums``).
-CHECKPOINT_KEY = "window_core"
+# The core's key in every front-end's checkpoint: the model's (``model/ga_window_core/...`` in
+# a ``tf.train.Checkpoint(model=...)``), the optimizer wrapper's
+# (``optimizer/ga_window_core/...``) and ``TrainingLoop``'s (``ga_window_core/...``); below it
+# the one layout of the core's children (``accumulator``, ``chain``, ``state``,
+# ``noise_sums``). Not ``window_core``: a SavedModel loaded back sets each tracked child as an
+# attribute of the model, which clashes with the model's ``window_core`` property.
+CHECKPOINT_KEY = "ga_window_core"
 
 
 class WindowCore(tf.Module):

@@ -239,7 +239,11 @@ class WindowRunner:
         if finish:
             with tf.control_dependencies([taken]):
                 complete = clock.is_complete(self.core, self.core.micro_steps.read_value())
-                tf.cond(complete, self.finish, lambda: tf.constant(False))
+                # The window end's code itself in the branch, not its traced function: under
+                # MultiWorkerMirroredStrategy a traced function called in a tf.cond branch left
+                # a captured input unfed ("You must feed a value for placeholder ... cond/then",
+                # tests/test_training_loop_multi_worker.py).
+                tf.cond(complete, self._finish_window, lambda: tf.constant(False))
         return taken
 
     def _taken(self, taken: Any, data: Any) -> Any:
