@@ -30,7 +30,7 @@ nothing is downloaded):
    rate, for as many updates as it needed to reach the target (so the probe covers the path to
    the target loss, where ``B_crit`` is defined). No other figure of the sweep reaches the
    probe. Either way it measures
-   ``B_path`` (:func:`ga_tfx.batch_choice.path_noise_scale`) and recommends ``accum_steps``
+   ``B_path`` (:func:`ga_tfx.sizing.batch_choice.path_noise_scale`) and recommends ``accum_steps``
    among the powers of two covering the sweep; the check is that the
    recommended effective batch lies within a factor 2 of ``B_crit``. The probe is also run at
    1/4 and 1/2 of that rate and for half and twice as many updates, to show how much the
@@ -49,7 +49,7 @@ make the two differ). The probe trains with accumulation, as the product does.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2 before TensorFlow is imported)
 from ga_tfx import keras, tf
-from ga_tfx.batch_choice import path_noise_scale
+from ga_tfx.sizing.batch_choice import path_noise_scale
 from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe, StopAtLoss
 
 import argparse
@@ -657,9 +657,9 @@ def render(results, command, started, elapsed, facts) -> str:
         "trained that batch: at its best learning rate and for as many updates as it needed to "
         "reach the target (the path to the target loss, where B_crit is defined; no other "
         "figure of the sweep reaches it). Either way it measures B_path "
-        "(`ga_tfx.batch_choice.path_noise_scale`: from every window's own estimates of tr(Σ) "
-        "and |G|², the noise scale of the probe's path, each window weighted by its progress, "
-        "the weights taken over blocks of 3 windows) and recommends the power of two "
+        "(`ga_tfx.sizing.batch_choice.path_noise_scale`: from every window's own estimates of "
+        "tr(Σ) and |G|², the noise scale of the probe's path, each window weighted by its "
+        "progress, the weights taken over blocks of 3 windows) and recommends the power of two "
         "accum_steps nearest to B_path / micro-batch on a log scale. One probe per seed "
         f"({len(SEEDS)}). The check: the recommended effective batch within a factor 2 of "
         "B_crit. The blocks of 3 windows were chosen after seeing the probe curves of digits "

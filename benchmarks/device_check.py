@@ -10,7 +10,7 @@ script itself, ``tests/test_device_check.py``). Each section prints one line per
    unit round-off; the bound of ``tests/test_mixed_precision.py``).
 2. **memory**: ``fit_micro_batch`` under a budget halfway between its probe's peaks at two
    sizes, the smaller one's with the probe's margin and one more input micro-batch
-   (``ga_tfx.memory.required_bytes``, which the pick applies); the chosen size's real
+   (``ga_tfx.sizing.memory.required_bytes``, which the pick applies); the chosen size's real
    training peak (``get_memory_info``: peak above what was in use, plus what the run holds)
    must be within the budget. On a CPU (TensorFlow's BFC
    allocator, set by this module before TensorFlow starts) the line is INFO, not a verdict:
@@ -135,7 +135,7 @@ def _training_peak(ga_tfx, keras, tf, device, x, y, micro, effective):
 
 def memory(quick: bool) -> List[str]:
     ga_tfx, keras, tf = _keras()
-    from ga_tfx import memory as memory_lib
+    from ga_tfx.sizing import memory as memory_lib
 
     device = memory_lib.default_device()
     effective = 1024 if quick else 4096

@@ -13,7 +13,7 @@ batch (256) made of micro-batches of 32, 64, 128 and 256 (K = 8, 4, 2, 1) with g
 * at every size, ``--repeats`` readings of that peak (a fresh model each) and as many of
   ``ga_tfx.fit_micro_batch``'s probe (its reading of the size alone, the margin left out), and
   the probe's worst under-read: the highest training peak over the lowest probe reading, the
-  figure ``ga_tfx.memory.PROBE_MARGIN`` is set from;
+  figure ``ga_tfx.sizing.memory.PROBE_MARGIN`` is set from;
 * for three budgets placed between the measured peaks, and for one inside the probe's error at
   each size where the training peak went above a probe reading (halfway between the two), the
   micro-batch ``ga_tfx.fit_micro_batch`` picks, and whether that size's training peak (the
@@ -59,7 +59,7 @@ def main(argv=None):
 
     import ga_tfx
     from ga_tfx import keras, tf
-    from ga_tfx import memory as memory_lib
+    from ga_tfx.sizing import memory as memory_lib
 
     from benchmarks.configs import LEARNING_RATE, MOMENTUM, conv_net, loss_fn, make_data
 
@@ -190,9 +190,9 @@ def main(argv=None):
         "",
         f"The probe's worst under-read: {under[worst]:.3f} at micro-batch {worst} (training "
         f"peaks up to {mib(peaks[worst])} MiB, probe readings down to "
-        f"{mib(min(probes[worst]))} MiB); `ga_tfx.memory.PROBE_MARGIN` = {margin}: a size fits "
-        f"when its probe reading x {1 + margin:g}, plus one more input micro-batch "
-        f"(`ga_tfx.memory.required_bytes`), is within the budget "
+        f"{mib(min(probes[worst]))} MiB); `ga_tfx.sizing.memory.PROBE_MARGIN` = {margin}: a size "
+        f"fits when its probe reading x {1 + margin:g}, plus one more input micro-batch "
+        f"(`ga_tfx.sizing.memory.required_bytes`), is within the budget "
         f"(the factor alone {'covers' if 1 + margin >= under[worst] else 'does NOT cover'} it).",
         "",
         "Budgets halfway between neighbouring training peaks, and inside the probe's error "

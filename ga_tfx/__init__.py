@@ -24,16 +24,16 @@ _PUBLIC = {
     "AdaptiveClipping": "ga_tfx.transforms",
     "GradientAccumulateModel": "ga_tfx.models",
     "GradientAccumulateOptimizer": "ga_tfx.optimizer",
-    "GradientAccumulator": "ga_tfx.accumulator",
+    "GradientAccumulator": "ga_tfx.window.accumulator",
     "KerasVersionError": "ga_tfx._keras",
     "NonFiniteGradientError": "ga_tfx.window",
     "TrainingLoop": "ga_tfx.training_loop",
     "UpdateCallback": "ga_tfx.training_loop",
-    "adaptive_clip_gradients": "ga_tfx.agc",
-    "replace_batchnorm_layers": "ga_tfx.conversion",
+    "adaptive_clip_gradients": "ga_tfx.transforms.agc",
+    "replace_batchnorm_layers": "ga_tfx.batchnorm.conversion",
     "unwrap_model": "ga_tfx.models",
     "WindowEnd": "ga_tfx.window",
-    "fit_micro_batch": "ga_tfx.memory",
+    "fit_micro_batch": "ga_tfx.sizing.memory",
     "wrap_model": "ga_tfx.models",
     "keras": "ga_tfx._keras",
     "tf": "ga_tfx._keras",
@@ -70,14 +70,14 @@ def __dir__() -> List[str]:
 if TYPE_CHECKING:  # static checkers see the eager imports
     __version__: str
     from ga_tfx._keras import KerasVersionError, keras, tf  # noqa: F401
-    from ga_tfx.accumulator import GradientAccumulator  # noqa: F401
-    from ga_tfx.agc import adaptive_clip_gradients  # noqa: F401
     from ga_tfx.batchnorm import AccumBatchNormalization  # noqa: F401
+    from ga_tfx.batchnorm.conversion import replace_batchnorm_layers  # noqa: F401
     from ga_tfx.config import AccumulationConfig  # noqa: F401
-    from ga_tfx.conversion import replace_batchnorm_layers  # noqa: F401
-    from ga_tfx.memory import fit_micro_batch  # noqa: F401
     from ga_tfx.models import AccumulatingModel, GradientAccumulateModel, unwrap_model, wrap_model  # noqa: F401
     from ga_tfx.optimizer import GradientAccumulateOptimizer  # noqa: F401
+    from ga_tfx.sizing.memory import fit_micro_batch  # noqa: F401
     from ga_tfx.training_loop import TrainingLoop, UpdateCallback  # noqa: F401
     from ga_tfx.transforms import AdaptiveClipping  # noqa: F401
+    from ga_tfx.transforms.agc import adaptive_clip_gradients  # noqa: F401
     from ga_tfx.window import NonFiniteGradientError, WindowEnd  # noqa: F401
+    from ga_tfx.window.accumulator import GradientAccumulator  # noqa: F401

@@ -23,7 +23,7 @@ from ga_tfx.components.trainer.settings import AccumulationSettings, check_updat
 from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 from ga_tfx.schedules import HoldsSchedule
-from ga_tfx.search_space import AccumulationSearchSpace
+from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
 import argparse
 import dataclasses

@@ -25,7 +25,7 @@ def tables():
     from ga_tfx.components.tuner.options import TunerOptions
     from ga_tfx.config import AccumulationConfig
     from ga_tfx.pipelines.options import flags_table
-    from ga_tfx.search_space import AccumulationSearchSpace
+    from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
     return {
         "library": markdown_table(AccumulationConfig),

@@ -2,8 +2,8 @@
 
 import ga_tfx
 from ga_tfx._keras import keras, tf
-from ga_tfx.agc import clip_gradient, unit_axes
 from ga_tfx.transforms import AdaptiveClipping
+from ga_tfx.transforms.agc import clip_gradient, unit_axes
 
 import numpy as np
 import pytest

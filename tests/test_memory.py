@@ -17,7 +17,8 @@ and 45 to 53 at 64 between runs, too close together for a budget between them wi
 """
 
 import ga_tfx
-from ga_tfx import keras, memory, tf
+from ga_tfx import keras, tf
+from ga_tfx.sizing import memory
 
 import os
 import re
@@ -234,7 +235,7 @@ def test_a_peak_counts_what_training_holds_for_the_whole_run():
     assert choice.peaks[8] >= choice.persistent_bytes
 
 
-# The probe's worst measured under-read, the figure ga_tfx.memory.PROBE_MARGIN is set from: a
+# The probe's worst measured under-read, the figure ga_tfx.sizing.memory.PROBE_MARGIN is set from: a
 # training peak that many times the probe's lowest reading of that size (micro-batch 64,
 # benchmarks/MEMORY.md at 1081f6e).
 UNDER_READ = memory.WORST_UNDER_READ

@@ -10,7 +10,7 @@ against a noise scale known in closed form (linear least squares with Gaussian i
 
 import ga_tfx  # noqa: F401
 from ga_tfx import keras, tf
-from ga_tfx.batch_choice import path_noise_scale, recommend_accum_steps
+from ga_tfx.sizing.batch_choice import path_noise_scale, recommend_accum_steps
 from ga_tfx.tuning import AccumulationHyperModel, NoiseScaleProbe, StopAtLoss
 
 import math

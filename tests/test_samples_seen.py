@@ -7,7 +7,7 @@ sample there (63 restored as 31 + 31). The counter must come back as the exact c
 
 import ga_tfx
 from ga_tfx import keras, tf
-from ga_tfx.accumulator import GradientAccumulator
+from ga_tfx.window.accumulator import GradientAccumulator
 
 import pytest
 

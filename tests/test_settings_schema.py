@@ -6,7 +6,7 @@ from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.components.trainer.settings import AccumulationSettings
 from ga_tfx.pipelines import cli, options
 from ga_tfx.pipelines.options import TrainingOptions
-from ga_tfx.search_space import AccumulationSearchSpace
+from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
 import subprocess
 import sys
@@ -18,7 +18,7 @@ def test_declarations_import_without_tensorflow_or_tfx():
     code = (
         "import sys\n"
         "import ga_tfx.components.trainer.settings, ga_tfx.components.tuner.options\n"
-        "import ga_tfx.pipelines.options, ga_tfx.pipelines.cli, ga_tfx.search_space\n"
+        "import ga_tfx.pipelines.options, ga_tfx.pipelines.cli, ga_tfx.tuning.search_space\n"
         "ga_tfx.pipelines.cli.build_parser()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('tensorflow', 'tfx', 'tf_keras', 'keras_tuner')))"

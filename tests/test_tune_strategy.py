@@ -434,7 +434,7 @@ def _probe_record():
         }
         for i in range(1, 9)
     ]
-    from ga_tfx.batch_choice import recommend_accum_steps
+    from ga_tfx.sizing.batch_choice import recommend_accum_steps
 
     rec = recommend_accum_steps(100.0, 32, (1, 2, 4, 8), measure="B_path")  # 3.125 -> 4
     return {

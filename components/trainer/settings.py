@@ -116,9 +116,10 @@ class AccumulationSettings(HoldsSchedule, Settings):
         rule=lambda text: _budget_problem(text),
         help="fit the micro-batch to this much memory per device ('2GiB', '512MiB', bytes, or a "
         "fraction of the device memory): the largest divisor of the effective batch whose "
-        "training step, as measured times 1 + the probe's margin (ga_tfx.memory.PROBE_MARGIN, "
-        "its worst measured under-read) plus one more input micro-batch, fits, K adjusted so "
-        "that the effective batch is kept (None: micro_batch_size as given)",
+        "training step, as measured times 1 + the probe's margin "
+        "(ga_tfx.sizing.memory.PROBE_MARGIN, its worst measured under-read) plus one more input "
+        "micro-batch, fits, K adjusted so that the effective batch is kept (None: "
+        "micro_batch_size as given)",
     )
     resume_root: Optional[str] = setting(
         None,

@@ -41,12 +41,14 @@ Who ends a window
   conditional.
   With ``accum_steps=1`` the layer *is* ``keras.layers.BatchNormalization``.
 
-:func:`ga_tfx.replace_batchnorm_layers` (in :mod:`ga_tfx.conversion`) turns the
+:func:`ga_tfx.replace_batchnorm_layers` (in :mod:`ga_tfx.batchnorm.conversion`) turns the
 BatchNormalization layers of an existing Functional or Sequential model (nested models included)
 into :class:`AccumBatchNormalization` layers, keeping all weights and statistics.
 
 Files: ``layer.py`` (the layer), ``moments.py`` (a window's statistics and their merge),
-``registry.py`` (the built layers a front-end given variables finds).
+``registry.py`` (the built layers a front-end given variables finds), ``conversion.py``
+(:func:`~ga_tfx.batchnorm.conversion.replace_batchnorm_layers`; it imports the front-ends, so
+this package does not import it).
 """
 
 from ga_tfx.batchnorm.layer import AccumBatchNormalization

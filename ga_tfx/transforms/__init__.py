@@ -25,7 +25,7 @@ Members (names are the default checkpoint keys):
 ``clip_global_norm``     :class:`ClipGlobalNorm`: ``g <- g * min(1, c / ||g||)`` over all
                          gradients together (``tf.clip_by_global_norm``).
 ``agc``                  :class:`AdaptiveClipping`: adaptive gradient clipping (NFNets), see
-                         :mod:`ga_tfx.agc`.
+                         :mod:`ga_tfx.transforms.agc`.
 ``gradient_noise``       :class:`GradientNoise`: annealed Gaussian noise added to the window
                          gradient (Neelakantan et al. 2015).
 user name                :class:`FunctionTransform`: any callable

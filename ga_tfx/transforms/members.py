@@ -3,8 +3,8 @@
 
 from ga_tfx._keras import tf
 from ga_tfx._validation import check_positive_float
-from ga_tfx.agc import adaptive_clip_gradients, agc_settings, excluded, unit_axes
 from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES
+from ga_tfx.transforms.agc import adaptive_clip_gradients, agc_settings, excluded, unit_axes
 from ga_tfx.transforms.base import GradientTransform, GradsAndVars
 
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
@@ -106,8 +106,8 @@ class ClipGlobalNorm(GradientTransform):
 
 
 class AdaptiveClipping(GradientTransform):
-    """Adaptive gradient clipping (NFNets, see :mod:`ga_tfx.agc` for the units) as a chain
-    member: ga-tfx's one AGC class.
+    """Adaptive gradient clipping (NFNets, see :mod:`ga_tfx.transforms.agc` for the units) as a
+    chain member: ga-tfx's one AGC class.
 
     Args:
       clip_factor: ``λ`` in the paper, > 0 (NFNets use 0.01 to 0.16 depending on batch size).

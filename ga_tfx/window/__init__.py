@@ -13,7 +13,7 @@ differs from ``train_step``. The core, in order:
 
 1. :meth:`WindowCore.add` (replica context, once per micro-batch and replica): adds
    ``w · g`` (and ``w · loss``) to replica-local float32 buffers of a
-   :class:`~ga_tfx.accumulator.GradientAccumulator`; nothing crosses devices. With
+   :class:`~ga_tfx.window.accumulator.GradientAccumulator`; nothing crosses devices. With
    ``log_noise_scale`` it also adds the micro-batch gradient's squared norm (below).
 2. :meth:`WindowCore.finish` (cross-replica context, once per window): one batched
    all-reduce of the buffers; the window gradient ``Σ_i n_i g_i / Σ_i n_i`` over all replicas

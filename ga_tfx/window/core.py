@@ -3,10 +3,10 @@
 from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
 from ga_tfx._tf_keras_internals import user_code
-from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.transforms import GradientChain, Member, NonFiniteGuard, chain_for
 from ga_tfx.window import noise, split
+from ga_tfx.window.accumulator import GradientAccumulator
 from ga_tfx.window.events import RECORD_CAPACITY, NonFiniteGradientError, WindowEnd
 from ga_tfx.window.shims import (
     apply_aggregated_gradients,

@@ -7,9 +7,9 @@ window's accounting (cross-replica: counters, noise-scale averages, the next K a
 rate, the record)."""
 
 from ga_tfx._keras import tf
-from ga_tfx.accumulator import GradientAccumulator
 from ga_tfx.transforms import global_norm
 from ga_tfx.window import noise, schedule
+from ga_tfx.window.accumulator import GradientAccumulator
 from ga_tfx.window.shims import all_finite
 from ga_tfx.window.state import write_record
 

@@ -83,28 +83,28 @@ MUTATIONS = [
     ),
     Mutation(
         "agc.comparison_flipped",
-        "ga_tfx/agc.py",
+        "ga_tfx/transforms/agc.py",
         "tf.where(grad_norm > max_norm, clipped, g)",
         "tf.where(grad_norm < max_norm, clipped, g)",
         ("tests/test_agc.py",),
     ),
     Mutation(
         "agc.eps_floor_dropped",
-        "ga_tfx/agc.py",
+        "ga_tfx/transforms/agc.py",
         "param_norm = tf.maximum(unitwise_norm(p, axes), tf.cast(eps, compute_dtype))",
         "param_norm = unitwise_norm(p, axes)",
         ("tests/test_agc.py", "-k", "zero_parameters"),
     ),
     Mutation(
         "agc.rank_6_accepted",
-        "ga_tfx/agc.py",
+        "ga_tfx/transforms/agc.py",
         "if rank > MAX_SUPPORTED_RANK:",
         "if rank > 6:",
         ("tests/test_agc.py", "-k", "rank"),
     ),
     Mutation(
         "agc.kernel_norm_over_all_axes",
-        "ga_tfx/agc.py",
+        "ga_tfx/transforms/agc.py",
         "return tuple(range(rank - 1))",
         "return tuple(range(rank))",
         ("tests/test_agc.py",),
@@ -205,7 +205,7 @@ MUTATIONS = [
     ),
     Mutation(
         "conversion.weights_not_copied",  # the copy starts from fresh weights and statistics
-        "ga_tfx/conversion.py",
+        "ga_tfx/batchnorm/conversion.py",
         "            _copy_weights(original, copy)\n",
         "            pass\n",
         ("tests/test_batchnorm.py", "-k", "replace_functional"),

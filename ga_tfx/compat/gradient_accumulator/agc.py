@@ -1,16 +1,17 @@
 """``gradient_accumulator.agc`` on ga-tfx: unit-wise norms and adaptive gradient clipping.
 
-The unit of a parameter is ga-tfx's (``ga_tfx.agc``): one output unit on the last axis (Dense
-kernels ``(in, out)``: axis 0; Conv1D/2D/3D kernels: all axes but the last; scalars and vectors:
-the whole tensor), one row for an ``embeddings`` variable, one input channel and multiplier for
-a ``depthwise_kernel``. The package treats every rank-3 tensor as a multi-head Dense kernel
-(norm over axis 0), an embedding table column-wise, and a depthwise kernel as a Conv2D kernel.
+The unit of a parameter is ga-tfx's (``ga_tfx.transforms.agc``): one output unit on the last axis
+(Dense kernels ``(in, out)``: axis 0; Conv1D/2D/3D kernels: all axes but the last; scalars and
+vectors: the whole tensor), one row for an ``embeddings`` variable, one input channel and
+multiplier for a ``depthwise_kernel``. The package treats every rank-3 tensor as a multi-head
+Dense kernel (norm over axis 0), an embedding table column-wise, and a depthwise kernel as a
+Conv2D kernel.
 Ranks above 5 raise ``ValueError`` in both.
 """
 
-from ga_tfx import agc as _agc
 from ga_tfx._keras import tf
 from ga_tfx.compat._arguments import PACKAGE_CLIP_FACTOR, PACKAGE_EPS
+from ga_tfx.transforms import agc as _agc
 
 from typing import List, Optional, Sequence, Union
 

@@ -2,8 +2,8 @@
 
 :class:`AccumulationSearchSpace` is a frozen settings dataclass (see :mod:`ga_tfx._schema`):
 constructing it checks every field, and the TFX Tuner's ``custom_config["ga_tfx_search"]``, the
-``ga-tfx --search-*`` flags and the README derive from its fields. ``ga_tfx.tuning`` (which
-imports keras_tuner) declares these hyperparameters on a trial's ``hp``.
+``ga-tfx --search-*`` flags and the README derive from its fields. :mod:`ga_tfx.tuning.hypermodel`
+(which imports keras_tuner) declares these hyperparameters on a trial's ``hp``.
 """
 
 from ga_tfx import _validation

@@ -1,23 +1,19 @@
-"""Keras Tuner plugin: search over effective batch size (``accum_steps``) and AGC, or measure it.
+"""The noise-scale probe: one short run that measures the gradient noise scale and recommends K.
 
-* :class:`AccumulationHyperModel` (:mod:`ga_tfx.hypermodel`, where its hyperparameters,
-  budgets, learning-rate scaling and failed trials are described) wraps a user's Keras Tuner
-  build function: per trial an accumulation model, fitted on micro-batches, for any Keras
-  Tuner search; :class:`AccumulationSearchSpace` (:mod:`ga_tfx.search_space`) is what it
-  searches.
-* :class:`NoiseScaleProbe` (this module) replaces a search by one short run: it trains the
-  hypermodel once at ``probe_accum_steps``, measures the noise scale over its updates
-  (``B_path``, each window weighted by its progress) and recommends the allowed
-  ``accum_steps`` nearest to ``B_path / micro_batch_size`` (:mod:`ga_tfx.batch_choice`).
+:class:`NoiseScaleProbe` replaces a Keras Tuner search by one short run: it trains an
+:class:`~ga_tfx.tuning.hypermodel.AccumulationHyperModel` once at ``probe_accum_steps``, measures
+the noise scale over its updates (``B_path``, each window weighted by its progress) and
+recommends the allowed ``accum_steps`` nearest to ``B_path / micro_batch_size``
+(:mod:`ga_tfx.sizing.batch_choice`). :class:`StopAtLoss` ends a run at a target loss.
 
-This module imports ``keras_tuner``; ``import ga_tfx`` does not import it.
+Public as ``ga_tfx.tuning.NoiseScaleProbe`` and ``ga_tfx.tuning.StopAtLoss``. This module imports
+``keras_tuner``; ``import ga_tfx`` does not import it.
 """
 
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
-from ga_tfx.batch_choice import Recommendation, path_noise_scale, recommend_accum_steps
-from ga_tfx.hypermodel import AccumulationHyperModel
-from ga_tfx.search_space import LR_SCALING_RULES, AccumulationSearchSpace  # noqa: F401
+from ga_tfx.sizing.batch_choice import Recommendation, path_noise_scale, recommend_accum_steps
+from ga_tfx.tuning.hypermodel import AccumulationHyperModel
 
 import json
 import math
@@ -71,14 +67,14 @@ class NoiseScaleOracle(keras_tuner.Oracle):
 
 class NoiseScaleProbe(keras_tuner.Tuner):
     """A search that needs no grid: one short run measures the gradient noise scale, and
-    ``accum_steps`` follows from it (McCandlish et al. 2018; :mod:`ga_tfx.batch_choice`).
+    ``accum_steps`` follows from it (McCandlish et al. 2018; :mod:`ga_tfx.sizing.batch_choice`).
 
     ``search`` trains the hypermodel once (one trial, the *probe*) with ``accum_steps =
     probe_accum_steps`` (default: the largest of the search space's), every other
     hyperparameter at its default, and the noise scale logged; give it the budget as for any
     trial (e.g. ``samples_per_epoch``, one epoch). From every window's own estimates it
-    measures ``B_path`` (:func:`ga_tfx.batch_choice.path_noise_scale`): the noise scale of the
-    probe's path, each window weighted by its progress, in samples; the critical batch the
+    measures ``B_path`` (:func:`ga_tfx.sizing.batch_choice.path_noise_scale`): the noise scale of
+    the probe's path, each window weighted by its progress, in samples; the critical batch the
     model gives that path. :meth:`get_best_hyperparameters` returns the probe's
     hyperparameters with ``accum_steps`` replaced by :meth:`recommendation`: the search
     space's ``accum_steps`` value nearest (log2 scale) to ``B_path / micro_batch_size``.

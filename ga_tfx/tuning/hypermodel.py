@@ -42,11 +42,11 @@ Public as :class:`ga_tfx.tuning.AccumulationHyperModel`. This module imports ``k
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._schema import spec_of
+from ga_tfx.batchnorm.conversion import replace_batchnorm_layers
 from ga_tfx.config import AccumulationConfig
-from ga_tfx.conversion import replace_batchnorm_layers
 from ga_tfx.engine import recovery
 from ga_tfx.models import wrap_model
-from ga_tfx.search_space import AccumulationSearchSpace
+from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
 import math
 from typing import Any, Callable, Dict, List, Optional, Union, cast
