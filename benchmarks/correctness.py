@@ -169,7 +169,7 @@ def bn_moving_statistics(b, k):
 
         def run(kind, shape, window, target):
             if kind == "ga_tfx":
-                layer = ga_tfx.AccumBatchNormalization(accum_steps=k, momentum=BN_MOMENTUM)
+                layer = ga_tfx.AccumBatchNormalization(momentum=BN_MOMENTUM)  # the model's K
                 model = ga_tfx.wrap_model(_bn_probe_model(shape, layer), accum_steps=k)
             elif kind == "anchor":
                 layer = anchor.require("AccumBatchNormalization")(
@@ -257,7 +257,7 @@ def bn_replace(b, k):
         row = {"method": label, "kind": kind, "ref_output_max": float(np.max(np.abs(ref)))}
         try:
             if kind == "ga_tfx":
-                new = ga_tfx.replace_batchnorm_layers(model, accum_steps=k)
+                new = ga_tfx.replace_batchnorm_layers(model)  # no K: the front-end's windows
             else:
                 new = anchor.require("replace_batchnorm_layers")(model, accum_steps=k)
             out = new(x, training=False).numpy()

@@ -2,19 +2,27 @@
 
 The reference for the moving statistics is always a plain ``keras.layers.BatchNormalization``
 making one update per window on the concatenated window (same momentum and initial values).
+``ga_tfx.AccumBatchNormalization`` carries no K (a front-end ends its windows; undriven it is
+Keras' layer); the self-counting mode, windows of K training calls of its own, is
+``ga_tfx.compat.gradient_accumulator.layers.AccumBatchNormalization`` (``OwnWindowsBN`` here).
 """
 
 import ga_tfx  # noqa: I001  (first import: selects Keras 2)
 
 import contextlib
+import inspect
 import warnings
 
 import numpy as np
 import pytest
 
 from ga_tfx._keras import keras, tf
+from ga_tfx.compat.gradient_accumulator.layers import AccumBatchNormalization as OwnWindowsBN
+from ga_tfx.compat.gradient_accumulator.utils import (
+    replace_batchnorm_layers as replace_with_own_windows,
+)
 
-EXACT = 1e-7  # accum_steps=1 is Keras itself
+EXACT = 1e-7  # an undriven layer (or one counting windows of 1) is Keras itself
 TOLERANCE = 1e-5  # the contract for window statistics (relative to max(1, |value|))
 OUTPUT_TOLERANCE = 1e-6  # replace_batchnorm_layers keeps inference outputs
 
@@ -51,11 +59,18 @@ def _keras_window_updates(windows, axis=-1, momentum=0.5):
     return ref.moving_mean.numpy(), ref.moving_variance.numpy()
 
 
-def _bn_model(shape, accum_steps, axis=-1, momentum=0.5, seed=0):
+def _accum_bn(own_steps, **kwargs):
+    """``ga_tfx.AccumBatchNormalization`` (``own_steps=None``: no K of its own) or the compat
+    layer counting its own windows of ``own_steps`` training calls."""
+    if own_steps is None:
+        return ga_tfx.AccumBatchNormalization(**kwargs)
+    return OwnWindowsBN(accum_steps=own_steps, **kwargs)
+
+
+def _bn_model(shape, own_steps, axis=-1, momentum=0.5, seed=0):
     keras.utils.set_random_seed(seed)
     inputs = keras.Input(shape, name="x")
-    own = {} if accum_steps is None else {"accum_steps": accum_steps}  # None: no K of its own
-    h = ga_tfx.AccumBatchNormalization(axis=axis, momentum=momentum, name="bn", **own)(inputs)
+    h = _accum_bn(own_steps, axis=axis, momentum=momentum, name="bn")(inputs)
     outputs = keras.layers.Dense(1, name="head")(keras.layers.Flatten()(h))
     return keras.Model(inputs, outputs, name="bn_model")
 
@@ -104,11 +119,12 @@ def _max_diff(a, b):
 
 
 # --------------------------------------------------------------------------- the layer alone
+@pytest.mark.parametrize("own_steps", [None, 1], ids=["no_k", "own_windows_of_1"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_accum_steps_1_standalone_is_keras_batchnorm(layout):
+def test_undriven_is_keras_batchnorm(layout, own_steps):
     shape, axis = LAYOUTS[layout]
     keras_bn = keras.layers.BatchNormalization(axis=axis, momentum=0.8)
-    accum_bn = ga_tfx.AccumBatchNormalization(1, axis=axis, momentum=0.8)
+    accum_bn = _accum_bn(own_steps, axis=axis, momentum=0.8)
     for step in range(4):
         x = tf.constant(_data(6, shape, seed=step) * (step + 1) + step)
         assert _max_diff(keras_bn(x, training=True), accum_bn(x, training=True)) <= EXACT
@@ -118,14 +134,26 @@ def test_accum_steps_1_standalone_is_keras_batchnorm(layout):
     assert _max_diff(keras_bn(x, training=False), accum_bn(x, training=False)) <= EXACT
 
 
+def test_signature_is_keras_batchnorms_axis_first():
+    """A drop-in replacement: the named parameters are Keras BatchNormalization's first ones,
+    in its order and with its defaults (``AccumBatchNormalization(1)`` is ``axis=1``)."""
+    ours = list(inspect.signature(ga_tfx.AccumBatchNormalization).parameters.values())
+    theirs = list(inspect.signature(keras.layers.BatchNormalization).parameters.values())
+    assert ours[-1].kind is inspect.Parameter.VAR_KEYWORD
+    named = [(p.name, p.default) for p in ours[:-1]]
+    assert named[0] == ("axis", -1) and "accum_steps" not in dict(named)
+    assert named == [(p.name, p.default) for p in theirs[: len(named)]]
+    assert ga_tfx.AccumBatchNormalization(1, 0.5).axis == keras.layers.BatchNormalization(1).axis
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_standalone_updates_once_per_window_with_window_statistics(layout):
+def test_compat_own_windows_update_once_per_window_with_window_statistics(layout):
     shape, axis = LAYOUTS[layout]
     k, micro = 3, 4
     x = _data(2 * k * micro, shape, offset_step=100.0, micro=micro)
     batches = np.split(x, 2 * k)
     keras_bn = keras.layers.BatchNormalization(axis=axis, momentum=0.5)
-    layer = ga_tfx.AccumBatchNormalization(k, axis=axis, momentum=0.5)
+    layer = OwnWindowsBN(k, axis=axis, momentum=0.5)
     for i, batch in enumerate(batches):
         # Ghost batch norm: each micro-batch is normalised with its own statistics, as Keras.
         out = layer(tf.constant(batch), training=True)
@@ -140,7 +168,7 @@ def test_standalone_updates_once_per_window_with_window_statistics(layout):
     assert int(layer.window_moments.micro_steps.numpy()) == 0
 
 
-def test_standalone_in_plain_keras_fit():
+def test_compat_own_windows_in_plain_keras_fit():
     k, micro = 2, 4
     x = _data(4 * micro, (3,), offset_step=50.0, micro=micro)
     model = _bn_model((3,), k)
@@ -154,7 +182,7 @@ def test_standalone_in_plain_keras_fit():
 
 def test_trainable_false_is_inference_mode_and_accumulates_nothing():
     x = tf.constant(_data(6, (3,)) * 3 + 2)
-    layer = ga_tfx.AccumBatchNormalization(2, momentum=0.5)
+    layer = OwnWindowsBN(2, momentum=0.5)
     layer.build(x.shape)
     layer.trainable = False
     for _ in range(2):
@@ -167,7 +195,7 @@ def test_trainable_false_is_inference_mode_and_accumulates_nothing():
 def test_masked_micro_batches_count_only_unmasked_steps():
     x = _data(4, (5, 3), seed=1) + 10.0
     mask = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]], bool)
-    layer = ga_tfx.AccumBatchNormalization(2, momentum=0.0)
+    layer = OwnWindowsBN(2, momentum=0.0)
     layer(tf.constant(x[:2]), training=True, mask=tf.constant(mask[:2]))
     layer(tf.constant(x[2:]), training=True, mask=tf.constant(mask[2:]))
     kept = x[mask].astype(np.float64)  # (kept steps, 3)
@@ -181,7 +209,7 @@ def test_engine_window_statistics_equal_one_keras_update_per_window(layout):
     shape, axis = LAYOUTS[layout]
     k, micro = 3, 4
     x = _data(2 * k * micro, shape, offset_step=100.0, micro=micro)
-    acc = _fit_engine(_bn_model(shape, k, axis), x, micro, k)
+    acc = _fit_engine(_bn_model(shape, None, axis), x, micro, k)
     bn = acc.get_layer("bn")
     mean, var = _keras_window_updates([x[: k * micro], x[k * micro :]], axis)
     assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
@@ -222,7 +250,7 @@ def test_engine_uneven_micro_batches_are_weighted_by_size_and_model_window_wins(
 def test_engine_drop_discards_the_short_window():
     k, micro = 2, 4
     x = _data(10, (3,), offset_step=100.0, micro=micro)  # windows [4, 4] and [2]
-    acc = _fit_engine(_bn_model((3,), k), x, micro, k, partial_window="drop")
+    acc = _fit_engine(_bn_model((3,), None), x, micro, k, partial_window="drop")
     bn = acc.get_layer("bn")
     mean, var = _keras_window_updates([x[:8]])
     assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
@@ -257,7 +285,7 @@ def test_the_optimizer_wrapper_ends_accum_batchnorm_windows_flush_included(attac
     layer counted its own calls and ran into the next epoch)."""
     k, micro = 4, 4
     x = _data(10 * micro, (3,), offset_step=10.0, micro=micro)
-    model = _bn_model((3,), k)
+    model = _bn_model((3,), None)
     opt = ga_tfx.GradientAccumulateOptimizer(
         keras.optimizers.SGD(0.0), k, window_layers=model if attached else None
     )
@@ -270,13 +298,13 @@ def test_the_optimizer_wrapper_ends_accum_batchnorm_windows_flush_included(attac
     assert int(bn.window_moments.micro_steps.numpy()) == 0  # nothing left pending
 
 
-def _dense_bn_relu_dense(bn_steps):
+def _dense_bn_relu_dense(own_steps=None):
     keras.utils.set_random_seed(3)
     return keras.Sequential(
         [
             keras.Input((5,)),
             keras.layers.Dense(4, name="dense"),
-            ga_tfx.AccumBatchNormalization(bn_steps, momentum=0.5, name="bn"),
+            _accum_bn(own_steps, momentum=0.5, name="bn"),
             keras.layers.ReLU(),
             keras.layers.Dense(1, name="head"),
         ]
@@ -332,7 +360,7 @@ def test_optimizer_wrapper_finds_accum_batchnorm_without_window_layers(replicas,
     BatchNormalization's, on one device and on two replicas."""
     x = _data(136, (5,), offset_step=0.5, micro=8)
     with strategy.scope() if replicas == 2 else contextlib.nullcontext():
-        model = _dense_bn_relu_dense(4)
+        model = _dense_bn_relu_dense()
         opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
     _issue_45_loop(model, opt, x, strategy if replicas == 2 else None)
     mean, var = _big_batch_statistics(model, x)
@@ -345,8 +373,10 @@ def test_optimizer_wrapper_finds_accum_batchnorm_without_window_layers(replicas,
 
 
 def test_optimizer_wrapper_finds_accum_batchnorm_in_an_eager_loop():
-    """Eagerly, the layer's first micro-batch ran before the wrapper found it; accumulated on
-    one replica it is the start of the wrapper's first window: still exact."""
+    """Eagerly, the layer's first micro-batch ran before the wrapper found it; the compat
+    layer counting its own windows accumulated it on one replica: it is the start of the
+    wrapper's first window, still exact. (A layer without windows of its own updated the
+    moving statistics with it: refused, below.)"""
     x = _data(136, (5,), offset_step=0.5, micro=8)
     model = _dense_bn_relu_dense(4)
     opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
@@ -357,26 +387,32 @@ def test_optimizer_wrapper_finds_accum_batchnorm_in_an_eager_loop():
     assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_an_eager_first_call_that_cannot_be_a_window_start_is_refused(replicas, strategy):
-    """AccumBatchNormalization(accum_steps=1) is Keras' layer until the wrapper finds it: its
-    eager first call already updated the moving statistics (one device); on two replicas the
-    first call's statistics are global on each replica. Either: an error naming
-    ``window_layers`` at the wrapper's first update, not wrong statistics."""
+@pytest.mark.parametrize(
+    "replicas, own_steps", [(1, None), (2, None), (2, 4)], ids=["1-no_k", "2-no_k", "2-own_4"]
+)
+def test_an_eager_first_call_that_cannot_be_a_window_start_is_refused(
+    replicas, own_steps, strategy
+):
+    """AccumBatchNormalization is Keras' layer until the wrapper finds it: its eager first
+    call already updated the moving statistics; the compat layer counting its own windows, on
+    two replicas, made the first call's statistics global on each replica. Either: an error
+    naming ``window_layers`` at the wrapper's first update, not wrong statistics."""
     x = _data(136, (5,), offset_step=0.5, micro=8)
     with strategy.scope() if replicas == 2 else contextlib.nullcontext():
-        model = _dense_bn_relu_dense(1 if replicas == 1 else 4)
+        model = _dense_bn_relu_dense(own_steps)
         opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
     with pytest.raises(RuntimeError, match=r"'bn'.*window_layers=model"):
         _issue_45_loop(model, opt, x, strategy if replicas == 2 else None, traced=False)
 
 
-def test_a_step_traced_before_the_wrapper_found_the_layer_refuses_to_run():
+@pytest.mark.parametrize("own_steps", [None, 4], ids=["no_k", "own_4"])
+def test_a_step_traced_before_the_wrapper_found_the_layer_refuses_to_run(own_steps):
     """A forward traced in its own tf.function before the wrapper's first update (gradients
-    computed in one function, applied outside it) keeps the layer's own clock: once the
-    wrapper found the layer, running it again is an error naming ``window_layers``."""
+    computed in one function, applied outside it) keeps the layer's own clock (Keras'
+    per-call update, or the compat layer's own windows): once the wrapper found the layer,
+    running it again is an error naming ``window_layers``."""
     x = _data(16, (5,), micro=8)
-    model = _dense_bn_relu_dense(4)
+    model = _dense_bn_relu_dense(own_steps)
     opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
 
     @tf.function
@@ -432,7 +468,7 @@ def test_mirrored_strategy_two_replicas_equals_single_device(strategy):
     assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
 
 
-def test_mirrored_strategy_standalone_keras_fit_equals_single_device(strategy):
+def test_mirrored_strategy_compat_own_windows_keras_fit_equals_single_device(strategy):
     k, micro = 2, 4
     x = _data(2 * k * micro, (3,), offset_step=100.0, micro=micro)
     x[np.arange(len(x)) % micro < micro // 2] += 30.0
@@ -477,9 +513,8 @@ def test_buffers_are_not_weights_but_are_checkpointed_mid_window(tmp_path):
     assert _max_diff(restored.get_layer("bn").get_weights(), uninterrupted) <= EXACT
 
 
-def test_get_config_round_trip():
+def test_get_config_round_trip_carries_no_k():
     layer = ga_tfx.AccumBatchNormalization(
-        4,
         axis=1,
         momentum=0.9,
         epsilon=1e-4,
@@ -489,16 +524,19 @@ def test_get_config_round_trip():
         name="abn",
     )
     config = layer.get_config()
-    assert config["accum_steps"] == 4 and config["momentum"] == 0.9 and config["axis"] == 1
+    assert "accum_steps" not in config
+    assert config["momentum"] == 0.9 and config["axis"] == 1
     clone = ga_tfx.AccumBatchNormalization.from_config(config)
+    assert type(clone) is ga_tfx.AccumBatchNormalization
     assert clone.get_config() == config
     revived = keras.layers.deserialize(keras.layers.serialize(layer))
     assert isinstance(revived, ga_tfx.AccumBatchNormalization)
     assert revived.get_config() == config
 
 
-def test_savedmodel_export_same_inference_outputs_and_inputs(tmp_path):
-    model = _bn_model((3,), 2)
+@pytest.mark.parametrize("own_steps", [None, 2], ids=["no_k", "own_2"])
+def test_savedmodel_export_same_inference_outputs_and_inputs(tmp_path, own_steps):
+    model = _bn_model((3,), own_steps)
     _randomize_batchnorm(model)
     x = _data(5, (3,), seed=3)
     expected = model(x, training=False).numpy()
@@ -513,8 +551,9 @@ def test_savedmodel_export_same_inference_outputs_and_inputs(tmp_path):
 
     model.save(str(tmp_path / "keras"))
     revived = keras.models.load_model(str(tmp_path / "keras"))
-    assert isinstance(revived.get_layer("bn"), ga_tfx.AccumBatchNormalization)
-    assert revived.get_layer("bn").accum_steps == 2
+    bn = revived.get_layer("bn")
+    assert type(bn) is (ga_tfx.AccumBatchNormalization if own_steps is None else OwnWindowsBN)
+    assert bn.get_config().get("accum_steps") == own_steps
     assert _max_diff(revived(x, training=False), expected) <= EXACT
 
 
@@ -530,11 +569,11 @@ def _functional_with_bn():
     return keras.Model(inputs, keras.layers.Dense(2, name="out")(h), name="func")
 
 
-def _assert_replaced(original, replaced, x, n_bn, accum_steps=4):
+def _assert_replaced(original, replaced, x, n_bn):
     new_bns = _batchnorm_layers(replaced)
     assert len(new_bns) == n_bn == len(_batchnorm_layers(original))
-    assert all(isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in new_bns)
-    assert all(layer.accum_steps == accum_steps for layer in new_bns)
+    assert all(type(layer) is ga_tfx.AccumBatchNormalization for layer in new_bns)
+    assert not any("accum_steps" in layer.get_config() for layer in new_bns)
     assert not any(
         isinstance(layer, ga_tfx.AccumBatchNormalization) for layer in _batchnorm_layers(original)
     )
@@ -549,7 +588,7 @@ def test_replace_functional_keeps_weights_statistics_and_outputs():
     assert _randomize_batchnorm(model) == 2
     before = [w.copy() for w in model.get_weights()]
     x = _data(3, (4, 4, 2), seed=4)
-    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    replaced = ga_tfx.replace_batchnorm_layers(model)
     _assert_replaced(model, replaced, x, 2)
     assert replaced.get_layer("bn_dense").momentum == 0.9
     assert replaced.get_layer("bn_dense").epsilon == 1e-2
@@ -568,7 +607,7 @@ def test_replace_nested_mobilenet_v2():
     n_bn = _randomize_batchnorm(model, seed=1)
     assert n_bn > 30
     x = _data(2, (32, 32, 3), seed=6)
-    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    replaced = ga_tfx.replace_batchnorm_layers(model)
     _assert_replaced(model, replaced, x, n_bn)
     assert isinstance(replaced.layers[1], keras.Model)
     assert replaced.layers[1].name == backbone.name
@@ -585,7 +624,7 @@ def test_replace_sequential():
         ]
     )
     _randomize_batchnorm(model)
-    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    replaced = ga_tfx.replace_batchnorm_layers(model)
     assert isinstance(replaced, keras.Sequential)
     _assert_replaced(model, replaced, _data(3, (4,)), 1)
 
@@ -598,7 +637,7 @@ def test_replace_multi_input_multi_output_keeps_names():
     out2 = keras.layers.BatchNormalization(name="bn_out")(keras.layers.Dense(2, name="d")(h))
     model = keras.Model([a, b], {"score": out1, "features": out2}, name="multi")
     _randomize_batchnorm(model)
-    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=4)
+    replaced = ga_tfx.replace_batchnorm_layers(model)
     assert replaced.input_names == model.input_names == ["a", "b"]
     assert replaced.output_names == model.output_names
     x = [_data(3, (3,), seed=1), _data(3, (2,), seed=2)]
@@ -610,7 +649,7 @@ def test_replace_model_without_batchnorm_is_an_equivalent_copy():
     keras.utils.set_random_seed(8)
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(3)(inputs)))
-    replaced = ga_tfx.replace_batchnorm_layers(model, accum_steps=2)
+    replaced = ga_tfx.replace_batchnorm_layers(model)
     _assert_replaced(model, replaced, _data(3, (4,)), 0)
 
 
@@ -655,21 +694,46 @@ def test_replace_subclassed_model_explains_what_to_do():
     net = Net()
     net(np.zeros((1, 3), "float32"))
     with pytest.raises(TypeError, match="AccumBatchNormalization layers directly"):
-        ga_tfx.replace_batchnorm_layers(net, accum_steps=2)
+        ga_tfx.replace_batchnorm_layers(net)
 
 
 # --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("k", [4, 1])
+def test_a_k_given_to_the_core_layer_or_replace_is_refused_naming_the_compat_layer(k):
+    """The layer and replace_batchnorm_layers carry no K: a front-end ends the windows. A K
+    (keyword, positional for replace, or in an old config) is a one-line error naming the
+    value and the compat call whose layers count their own windows."""
+    layer_message = (
+        rf"AccumBatchNormalization takes no accum_steps \(got {k}\): the ga-tfx front-end "
+        r"that trains the layers .* ends their windows, with its own K\. For layers that count "
+        r"their own windows of K training calls, use "
+        r"ga_tfx\.compat\.gradient_accumulator\.layers\.AccumBatchNormalization\(accum_steps=K\)"
+    )
+    with pytest.raises(TypeError, match="^" + layer_message) as raised:
+        ga_tfx.AccumBatchNormalization(accum_steps=k, momentum=0.5)
+    assert "\n" not in str(raised.value)
+    config = ga_tfx.AccumBatchNormalization(momentum=0.5).get_config()
+    with pytest.raises(TypeError, match=layer_message):  # inside Keras' deserialization error
+        ga_tfx.AccumBatchNormalization.from_config({**config, "accum_steps": k})
+    replace_message = (
+        rf"^replace_batchnorm_layers takes no accum_steps \(got {k}\): .* use "
+        r"ga_tfx\.compat\.gradient_accumulator\.utils\.replace_batchnorm_layers\(model, K\)"
+    )
+    with pytest.raises(TypeError, match=replace_message):
+        ga_tfx.replace_batchnorm_layers(_functional_with_bn(), k)
+    with pytest.raises(TypeError, match=replace_message):
+        ga_tfx.replace_batchnorm_layers(_functional_with_bn(), accum_steps=k)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.5, None])
-def test_bad_accum_steps_is_rejected_with_the_value(bad):
+def test_bad_own_window_accum_steps_is_rejected_with_the_value(bad):
     with pytest.raises((TypeError, ValueError), match=repr(bad).replace(".", r"\.")):
-        ga_tfx.AccumBatchNormalization(bad)
-    if bad is None:  # replace_batchnorm_layers' default: the layers carry no K
-        return
+        OwnWindowsBN(bad)
     with pytest.raises((TypeError, ValueError), match=repr(bad).replace(".", r"\.")):
-        ga_tfx.replace_batchnorm_layers(_functional_with_bn(), accum_steps=bad)
+        replace_with_own_windows(_functional_with_bn(), accum_steps=bad)
 
 
 @pytest.mark.parametrize("option", [{"renorm": True}, {"virtual_batch_size": 2}])
 def test_unsupported_batchnorm_options_are_rejected(option):
     with pytest.raises(ValueError, match=list(option)[0]):
-        ga_tfx.AccumBatchNormalization(2, **option)
+        ga_tfx.AccumBatchNormalization(**option)

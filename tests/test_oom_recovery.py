@@ -73,7 +73,7 @@ def _model(seed=5, oom=None, batchnorm=False):
     h = oom(inputs) if oom is not None else inputs
     h = keras.layers.Dense(16, activation="tanh", name="hidden")(h)
     if batchnorm:
-        h = ga_tfx.AccumBatchNormalization(1, momentum=0.5, name="bn")(h)
+        h = ga_tfx.AccumBatchNormalization(momentum=0.5, name="bn")(h)
     return keras.Model(inputs, keras.layers.Dense(3, name="logits")(h))
 
 

@@ -23,7 +23,7 @@ K, MICRO, UPDATES = 2, 4, 7
 def _model(**compile_kwargs):
     keras.utils.set_random_seed(1)
     inputs = keras.Input(shape=(3,))
-    hidden = ga_tfx.AccumBatchNormalization(accum_steps=K)(keras.layers.Dense(4)(inputs))
+    hidden = ga_tfx.AccumBatchNormalization()(keras.layers.Dense(4)(inputs))  # the model's K
     model = ga_tfx.wrap_model(keras.Model(inputs, keras.layers.Dense(1)(hidden)), accum_steps=K)
     model.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse", **compile_kwargs)
     return model

@@ -788,7 +788,7 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
     first, _ = _run(tmp_path, "first", accum_steps=2, micro_batch_size=8, num_steps=6)
     namespace = {}
     exec(MODEL_MODULE, namespace)
-    model = ga_tfx.replace_batchnorm_layers(namespace["build_model"]({}), 2)
+    model = ga_tfx.replace_batchnorm_layers(namespace["build_model"]({}))
     assert model_lib.warm_start(model, first) == ["hidden", "bn", "logits"]
     trained = keras.models.load_model(first, compile=False)
     for layer in ("hidden", "bn", "logits"):

@@ -32,14 +32,12 @@ Who ends a window
   optimizer update. The layer then carries no K: its windows are the front-end's, whatever their
   K (a schedule's included), short last windows too (``partial_window="apply"`` updates with
   the samples it has; ``"drop"`` discards them). Statistics stay replica-local until the window
-  ends: one small all-reduce per layer and update. Build the layer without ``accum_steps``.
-* Standalone (any other Keras model, plain ``fit`` or a custom loop; the mode
-  ``gradient_accumulator.layers.AccumBatchNormalization`` of :mod:`ga_tfx.compat` has): the
-  layer counts its own training calls and updates every ``accum_steps`` of them. Under a
-  multi-replica strategy each call all-reduces its micro-batch statistics (small per-channel
-  vectors), so that the update, taken conditionally, never needs a collective inside a
-  conditional.
-  With ``accum_steps=1`` the layer *is* ``keras.layers.BatchNormalization``.
+  ends: one small all-reduce per layer and update.
+* Trained by anything else (plain ``fit``, a custom loop without the optimizer wrapper): the
+  layer *is* ``keras.layers.BatchNormalization`` (one moving-average update per training call).
+  The layer takes no ``accum_steps``. A layer that counts its own windows of K training calls
+  (the mode of ``gradient_accumulator.layers.AccumBatchNormalization``) is
+  ``ga_tfx.compat.gradient_accumulator.layers.AccumBatchNormalization(accum_steps=K)``.
 
 :func:`ga_tfx.replace_batchnorm_layers` (in :mod:`ga_tfx.batchnorm.conversion`) turns the
 BatchNormalization layers of an existing Functional or Sequential model (nested models included)

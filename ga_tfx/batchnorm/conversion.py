@@ -8,16 +8,16 @@ included) to its clone. The layer itself lives in :mod:`ga_tfx.batchnorm`.
 """
 
 from ga_tfx import _tf_keras_internals as internals
-from ga_tfx import _validation
 from ga_tfx._keras import keras
 from ga_tfx.batchnorm import AccumBatchNormalization
+from ga_tfx.batchnorm.layer import own_windows_refused
 from ga_tfx.engine import AccumulationEngine
 from ga_tfx.models import unwrap_model, wrap_model
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 
-def replace_batchnorm_layers(model: keras.Model, accum_steps: Optional[int] = None) -> keras.Model:
+def replace_batchnorm_layers(model: keras.Model, accum_steps: None = None) -> keras.Model:
     """Returns a copy of ``model`` whose BatchNormalization layers are AccumBatchNormalization.
 
     Every ``keras.layers.BatchNormalization`` (also inside nested Functional and Sequential
@@ -26,15 +26,15 @@ def replace_batchnorm_layers(model: keras.Model, accum_steps: Optional[int] = No
     beta, moving mean and moving variance are copied, as are the weights of all other layers.
     The copy has the same inputs, outputs and output names; ``model`` is not modified. A model
     without BatchNormalization comes back as an equivalent copy. A ga-tfx accumulation model
-    comes back as an accumulation model with the same settings.
+    comes back as an accumulation model with the same settings. The new layers carry no K: the
+    ga-tfx front-end that trains the model (:func:`ga_tfx.wrap_model`, ``TrainingLoop``, the
+    optimizer wrapper) ends their windows, whatever its K or schedule.
 
     Args:
       model: a Functional or Sequential ``keras.Model``.
-      accum_steps: ``None`` (default): the new layers carry no K; the ga-tfx front-end that
-        trains the model (:func:`ga_tfx.wrap_model`, ``TrainingLoop``, the optimizer wrapper)
-        ends their windows, whatever its K or schedule. An int >= 1: the layers count their
-        own windows of that many training calls when no front-end drives them (the
-        standalone mode ``ga_tfx.compat`` needs).
+      accum_steps: not taken: any value but ``None`` is a ``TypeError`` (layers that count
+        their own windows of K training calls:
+        ``ga_tfx.compat.gradient_accumulator.utils.replace_batchnorm_layers(model, K)``).
 
     Raises:
       TypeError: for a subclassed model, or for a layer that is not a model but holds
@@ -42,21 +42,34 @@ def replace_batchnorm_layers(model: keras.Model, accum_steps: Optional[int] = No
         :class:`AccumBatchNormalization` directly.
     """
     if accum_steps is not None:
-        accum_steps = _validation.check_accum_steps(accum_steps)
+        raise own_windows_refused(
+            "replace_batchnorm_layers",
+            accum_steps,
+            "ga_tfx.compat.gradient_accumulator.utils.replace_batchnorm_layers(model, K)",
+        )
+    return replace_batchnorm_layers_with(model, AccumBatchNormalization.from_config)
+
+
+def replace_batchnorm_layers_with(
+    model: keras.Model, from_config: Callable[[Dict[str, Any]], AccumBatchNormalization]
+) -> keras.Model:
+    """As :func:`replace_batchnorm_layers`, with the new layers made by ``from_config(config)``
+    from the BatchNormalization's config (``synchronized`` and ``fused`` included): how
+    ``ga_tfx.compat`` puts in its own layer class."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"Expected a tf.keras (Keras 2) Model, got {model!r}.")
     if isinstance(model, AccumulationEngine):
-        replaced = replace_batchnorm_layers(unwrap_model(model), accum_steps)
+        replaced = replace_batchnorm_layers_with(unwrap_model(model), from_config)
         return wrap_model(replaced, **model.accumulation_config())
-    return _BatchNormReplacer(accum_steps).replace(model)
+    return _BatchNormReplacer(from_config).replace(model)
 
 
 class _BatchNormReplacer:
     """Clones a model graph layer by layer (BatchNormalization -> AccumBatchNormalization),
     then copies every layer's weights to its clone."""
 
-    def __init__(self, accum_steps: Optional[int]) -> None:
-        self._accum_steps = accum_steps
+    def __init__(self, from_config: Callable[[Dict[str, Any]], AccumBatchNormalization]) -> None:
+        self._from_config = from_config
         self._clones: Dict[int, Tuple[Any, Any]] = {}  # id(original) -> (original, clone)
 
     def replace(self, model: keras.Model) -> keras.Model:
@@ -85,7 +98,7 @@ class _BatchNormReplacer:
         if isinstance(layer, keras.Model) and _is_graph_model(layer):
             return self._clone_model(layer)
         if isinstance(layer, keras.layers.BatchNormalization):
-            clone = _to_accum_batchnorm(layer, self._accum_steps)
+            clone = _to_accum_batchnorm(layer, self._from_config)
         else:
             _check_holds_no_batchnorm(layer)
             clone = layer.__class__.from_config(layer.get_config())
@@ -99,15 +112,15 @@ def _is_graph_model(model: Any) -> bool:
     )
 
 
-def _to_accum_batchnorm(layer: Any, accum_steps: Optional[int]) -> AccumBatchNormalization:
+def _to_accum_batchnorm(
+    layer: Any, from_config: Callable[[Dict[str, Any]], AccumBatchNormalization]
+) -> AccumBatchNormalization:
     config = layer.get_config()
-    if accum_steps is not None:  # standalone windows; None: the front-end's
-        config["accum_steps"] = accum_steps
     # Not part of Keras' config, but they decide the numerics: keep them.
     config["synchronized"] = layer.synchronized
     config["fused"] = layer.fused
     try:
-        return AccumBatchNormalization.from_config(config)
+        return from_config(config)
     except (TypeError, ValueError) as error:
         raise type(error)(
             f"Cannot turn layer {layer.name!r} ({type(layer).__name__}) into an "

@@ -1,7 +1,6 @@
 """The layer :class:`AccumBatchNormalization` (see :mod:`ga_tfx.batchnorm`)."""
 
 from ga_tfx import _tf_keras_internals as internals
-from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.batchnorm import registry
@@ -34,8 +33,11 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
     or 5D inputs with the channel on axis 1 or the last axis), which is what Keras' fused kernel
     feeds its moving average. Channels that saw no sample in a window are left unchanged.
 
-    The window ends when the ga-tfx accumulation model training the layer says so (see the
-    module docstring), or, standalone, after ``accum_steps`` training calls.
+    The window ends when the ga-tfx front-end training the layer says so (see the module
+    docstring): the layer carries no K of its own. Trained by anything else (plain ``fit``, a
+    custom loop without the optimizer wrapper) it is ``keras.layers.BatchNormalization``: its
+    moving statistics advance once per training call. (A layer that counts its own windows of K
+    training calls: ``ga_tfx.compat.gradient_accumulator.layers.AccumBatchNormalization``.)
 
     Inference (``training=False``, or ``trainable=False`` which, as in Keras, forces inference
     mode): normalises with ``moving_mean``/``moving_variance`` and accumulates nothing.
@@ -49,16 +51,14 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
     ``partial_window="carry"``.)
 
     Args:
-      accum_steps: only for a layer trained standalone, counting its own windows (the mode
-        ``ga_tfx.compat`` needs): ``K``, training calls per window; an integer >= 1 (default
-        1: plain Keras BatchNormalization until a front-end drives the layer). A layer
-        trained by a ga-tfx front-end carries no K: the front-end ends its windows.
       axis, momentum, epsilon, center, scale, beta_initializer, gamma_initializer,
         moving_mean_initializer, moving_variance_initializer, beta_regularizer,
         gamma_regularizer, beta_constraint, gamma_constraint, synchronized, **kwargs: as
-        ``keras.layers.BatchNormalization`` (same defaults). ``synchronized=True`` only changes
-        the training forward (cross-replica batch statistics); the moving statistics are those
-        of the window either way. ``renorm`` and ``virtual_batch_size`` are not supported.
+        ``keras.layers.BatchNormalization``, in its order and with its defaults (a drop-in
+        replacement: ``AccumBatchNormalization(1)`` is ``axis=1``). ``synchronized=True`` only
+        changes the training forward (cross-replica batch statistics); the moving statistics
+        are those of the window either way. ``renorm`` and ``virtual_batch_size`` are not
+        supported; nor is ``accum_steps`` (``TypeError``: a front-end ends the windows).
 
     Input shape:
       Arbitrary rank ``>= 2``, samples on axis 0; the ``axis`` dimension(s) must be known.
@@ -69,7 +69,6 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
 
     def __init__(
         self,
-        accum_steps: int = 1,
         axis: Union[int, Sequence[int]] = -1,
         momentum: float = 0.99,
         epsilon: float = 1e-3,
@@ -86,7 +85,6 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         synchronized: bool = False,
         **kwargs: Any,
     ) -> None:
-        accum_steps = _validation.check_accum_steps(accum_steps)
         _check_supported_options(kwargs)
         super().__init__(
             axis=axis,
@@ -105,14 +103,13 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             synchronized=synchronized,
             **kwargs,
         )
-        self.accum_steps = accum_steps
         self._driven = False  # a front-end ends this layer's windows (ga_attach_to_engine)
         self._keras_updates_deferred = False
         # Held outside Keras' attribute tracking, so the buffers are not layer weights; the
         # checkpoint dependency is added in `build` (see `_set_window_moments`).
         self._window_holder = Untracked()
         # Set (at run time) once a front-end ends this layer's windows: a graph traced before
-        # then (standalone) refuses to run after it (see _refuse_if_driven).
+        # then (on its own) refuses to run after it (see _refuse_if_driven).
         self._driven_holder = Untracked()
         # The serial (registry.next_eager_call) of the last training call run eagerly on its
         # own (0: none).
@@ -156,7 +153,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         """Called by a ga-tfx front-end (its window core) before it builds its train function.
 
         From then on the front-end ends this layer's windows (:meth:`ga_window_end`), whatever
-        their K; the layer counts nothing itself (its standalone ``accum_steps`` is not used).
+        their K; the layer counts nothing itself.
         Training calls made outside that front-end's training (e.g. ``model(x,
         training=True)``) then add to its current window too.
         """
@@ -260,30 +257,24 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             self._keras_updates_deferred = False
 
     def _accumulates(self) -> bool:
-        return self._driven or self.accum_steps > 1
+        """Whether training calls add to a window (instead of Keras' per-call update): once a
+        front-end drives the layer (the compat layer also when it counts its own windows)."""
+        return self._driven
 
     def _record_micro_batch(self, inputs: tf.Tensor, mask: Any) -> tf.Tensor:
-        """Adds one micro-batch to the window (replica context); returns whether it applied."""
-        moments = self._built_window_moments
-        batch = self._micro_batch_moments(inputs, mask)
-        standalone = not self._driven
-        checks = []
-        if standalone:
-            checks.append(self._refuse_if_driven())
-            # The update below is conditional, so the collective has to happen here.
-            batch = all_reduce_moments(*batch)
-        with tf.control_dependencies(checks + [moments.add(*batch)]):
-            steps = moments.micro_steps.assign_add(1)
-        if not standalone:
-            return tf.constant(False)
-        return tf.cond(
-            steps >= self.accum_steps, self._apply_own_window, lambda: tf.constant(False)
-        )
+        """Adds one micro-batch to the window the front-end ends (replica context); returns
+        whether the layer ended a window itself: never here."""
+        self._add_to_window(self._micro_batch_moments(inputs, mask))
+        return tf.constant(False)
 
-    def _apply_own_window(self) -> tf.Tensor:
-        # Standalone: the moments already cover all replicas; no collective in this branch.
-        with tf.control_dependencies([self._fold_window(*self._built_window_moments.read())]):
-            return tf.constant(True)
+    def _add_to_window(
+        self, batch: Tuple[tf.Tensor, tf.Tensor, tf.Tensor], checks: Sequence[Any] = ()
+    ) -> tf.Tensor:
+        """Adds a micro-batch's per-channel ``(count, sum, M2)`` to the window, after
+        ``checks``; returns the window's micro-batch count, this one included."""
+        moments = self._built_window_moments
+        with tf.control_dependencies(list(checks) + [moments.add(*batch)]):
+            return moments.micro_steps.assign_add(1)
 
     def _micro_batch_moments(
         self, inputs: tf.Tensor, mask: Any
@@ -324,14 +315,25 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
             ),
         )
 
-    # ------------------------------------------------------------------ serialization
-    def get_config(self) -> dict:
-        config = super().get_config()
-        config["accum_steps"] = self.accum_steps
-        return config
+
+def own_windows_refused(what: str, accum_steps: Any, instead: str) -> TypeError:
+    """The error for a K given to ``what``, which carries none (a front-end ends the windows);
+    ``instead`` is the ``ga_tfx.compat`` call whose layers count their own windows."""
+    return TypeError(
+        f"{what} takes no accum_steps (got {accum_steps!r}): the ga-tfx front-end that trains "
+        "the layers (wrap_model, GradientAccumulateModel, GradientAccumulateOptimizer, "
+        "TrainingLoop) ends their windows, with its own K. For layers that count their own "
+        f"windows of K training calls, use {instead}."
+    )
 
 
 def _check_supported_options(kwargs: dict) -> None:
+    if "accum_steps" in kwargs:
+        raise own_windows_refused(
+            "AccumBatchNormalization",
+            kwargs["accum_steps"],
+            "ga_tfx.compat.gradient_accumulator.layers.AccumBatchNormalization(accum_steps=K)",
+        )
     if kwargs.get("renorm"):
         raise ValueError(
             "AccumBatchNormalization does not support renorm=True (batch renormalization keeps "

@@ -28,8 +28,9 @@ def layers_trained_with(variables: Sequence[Any], since: int) -> List[Any]:
 
     Called at the front-end's first update, after the layer's first training call: that call
     ran on the layer's own clock. Run eagerly (serial after ``since``, see
-    :func:`eager_calls_so_far`), it already updated the moving statistics (``accum_steps=1``)
-    or, under several replicas, added all replicas' statistics to each replica's window: then
+    :func:`eager_calls_so_far`), it already updated the moving statistics (Keras' per-call
+    update) or, for a layer counting its own windows (``ga_tfx.compat``) under several
+    replicas, added all replicas' statistics to each replica's window: then
     ``RuntimeError`` naming ``window_layers``. (Traced, as in a ``tf.function`` step, the
     step is traced again once the layer is found; a graph traced before refuses to run.)
     """

@@ -24,4 +24,11 @@ MUTATIONS = [
         "            pass\n",
         ("tests/test_compat_gradient_accumulator.py", "-k", "clipping_keywords_clip"),
     ),
+    Mutation(
+        "compat.bn_own_window_one_call_late",  # the layer's own windows: K + 1 calls each
+        "ga_tfx/compat/gradient_accumulator/layers.py",
+        "steps >= self.accum_steps, self._apply_own_window",
+        "steps > self.accum_steps, self._apply_own_window",
+        ("tests/test_batchnorm.py", "-k", "compat_own_windows"),
+    ),
 ]
