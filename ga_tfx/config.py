@@ -14,9 +14,10 @@ Standard library only (no TensorFlow), like :mod:`ga_tfx._schema`.
 
 from ga_tfx import _validation
 from ga_tfx._schema import SettingError, Settings, defaults, setting, specs
-from ga_tfx.schedules import ADAPTIVE, Schedule, schedule_of, schedule_problem
+from ga_tfx.schedules import ADAPTIVE, CallableSchedule, Schedule, schedule_of, schedule_problem
 
 import dataclasses
+import warnings
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 NONFINITE_POLICIES = ("skip", "zero")
@@ -192,11 +193,33 @@ class AccumulationConfig(Settings):
 
     def to_dict(self) -> Dict[str, Any]:
         """``{name: value}`` of every field (tuples as lists): constructor keyword arguments,
-        JSON-able (``get_config``)."""
+        JSON-able (``get_config``). A callable schedule is written as its first K: see
+        :func:`config_settings`."""
         return {
             name: list(value) if isinstance(value, tuple) else value
             for name, value in ((n, getattr(self, n)) for n in FIELDS)
         }
+
+
+def config_settings(config: AccumulationConfig, transforms: Tuple[Any, ...]) -> Dict[str, Any]:
+    """A front-end's accumulation settings for its ``get_config``: ``config.to_dict()``.
+
+    A config holds no functions: a callable ``accum_steps`` schedule is written as its first K
+    and ``transforms`` are left out, so a model loaded from it predicts as saved but would
+    train a constant K without the transforms. That is said in a ``UserWarning`` when the
+    config is written (a model loaded for training is wrapped again with them)."""
+    left_out = [f"transforms={list(transforms)!r}"] if transforms else []
+    if isinstance(config.schedule, CallableSchedule):
+        left_out.insert(0, f"the callable schedule accum_steps={config.schedule.fn!r}")
+    if left_out:
+        warnings.warn(
+            f"This accumulation model's or optimizer's config leaves out {' and '.join(left_out)}"
+            f" (functions): loaded from it, it trains accum_steps={config.accum_steps} "
+            "constant without them. To train a loaded model, wrap it again with them.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return config.to_dict()
 
 
 FIELDS = tuple(specs(AccumulationConfig))

@@ -37,7 +37,7 @@ from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
 from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
-from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, resolve
+from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, config_settings, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import CHECKPOINT_KEY, WindowCore, WindowEnd, clock, is_loss_scale_optimizer
 
@@ -204,7 +204,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         return {
             "name": self.name,
             "optimizer": keras.optimizers.serialize(self.optimizer),
-            **self._accumulation.to_dict(),
+            **config_settings(self._accumulation, self._transforms),
         }
 
     @classmethod

@@ -682,6 +682,20 @@ def test_replace_accumulation_model_stays_one():
     )
 
 
+def test_replace_accumulation_model_keeps_a_callable_schedule_and_the_transforms():
+    def schedule(window):
+        return tf.where(window < 1, 2, 3)
+
+    def halve(pairs):
+        return [(g * 0.5, v) for g, v in pairs]
+
+    acc = ga_tfx.wrap_model(_functional_with_bn(), schedule, transforms=[("halve", halve)])
+    replaced = ga_tfx.replace_batchnorm_layers(acc)
+    assert replaced.accumulation is acc.accumulation  # the config itself: its schedule's fn
+    assert replaced.accumulation.schedule.fn is schedule
+    assert replaced.transforms == acc.transforms == (("halve", halve),)
+
+
 def test_replace_subclassed_model_explains_what_to_do():
     class Net(keras.Model):
         def __init__(self):

@@ -118,3 +118,31 @@ def test_gradient_accumulate_model_config_round_trip():
     clone = ga_tfx.GradientAccumulateModel.from_config(model.get_config())
     assert clone.accumulation_config() == model.accumulation_config()
     assert clone.accumulation_config()["agc_clip_factor"] == 0.02
+
+
+def test_a_config_that_leaves_out_functions_says_so_when_written():
+    """A config holds no functions: a callable schedule is written as its first K and
+    ``transforms`` are left out, with a warning naming them (a model loaded from it predicts as
+    saved; trained, it would be a constant K without them). A config of settings alone warns
+    nothing."""
+    import warnings
+
+    def schedule(window):
+        return tf.where(window < 2, 2, 4)
+
+    def halve(pairs):
+        return [(g * 0.5, v) for g, v in pairs]
+
+    model = ga_tfx.wrap_model(mlp(seed=1), schedule)
+    with pytest.warns(UserWarning, match=r"leaves out the callable schedule accum_steps=<func"):
+        config = model.get_config()
+    assert config["accum_steps"] == 2 and config["accum_schedule"] is None
+    optimizer = ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.SGD(0.1), accum_steps=3, transforms=[("halve", halve)]
+    )
+    with pytest.warns(UserWarning, match=r"leaves out transforms=\[\('halve', <function"):
+        assert optimizer.get_config()["accum_steps"] == 3
+    plain = ga_tfx.wrap_model(mlp(seed=1), 3, accum_schedule="0:3,5:6")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert plain.get_config()["accum_schedule"] == "0:3,5:6"

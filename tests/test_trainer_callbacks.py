@@ -64,3 +64,22 @@ def test_every_callback_the_trainer_installs_leaves_fit_pacing(tmp_path):
     # Paced: the first call (traced) and the next run a window each, then each call as many as
     # take about 0.2 s (a few ms a window here); one window per call would be WINDOWS calls.
     assert calls.calls <= WINDOWS // 4, calls.calls
+
+
+def test_a_checkpoint_of_the_pre_0_2_layout_is_refused_naming_its_key(tmp_path):
+    """0.1.0 kept the model's window core under ``ga_window``: restored, its weights and
+    optimizer would load and its counters would not (the run would start again from window 0
+    on top of trained weights). The Trainer refuses it with the key and what to do."""
+    old = tf.Module()
+    old.ga_window = tf.Module()
+    old.ga_window.windows = tf.Variable(5, dtype=tf.int64)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=old), str(tmp_path), 1).save()
+    inputs = keras.Input(shape=(3,))
+    model = ga_tfx.wrap_model(keras.Model(inputs, keras.layers.Dense(1)(inputs)), accum_steps=K)
+    checkpoint = checkpoints.UpdateCheckpoint(
+        model, str(tmp_path), total_windows=WINDOWS, every_updates=WINDOWS, every_seconds=1e9
+    )
+    with pytest.raises(
+        ValueError, match=r"keeps the window core under 'model/ga_window/'.* remove"
+    ):
+        checkpoint.restore()

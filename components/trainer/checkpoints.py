@@ -35,6 +35,11 @@ import os
 import time
 from typing import Callable, Optional, Tuple
 
+# Where 0.1.0 (never released) kept the model's window core: a checkpoint with it is refused.
+# Its weights and optimizer would restore, its counters (under another key) would not, and the
+# run would train again from window 0 on top of trained weights.
+PRE_0_2_CORE = "model/ga_window/"
+
 # The core's counters in a checkpoint of ``tf.train.Checkpoint(model=...)``.
 CORE_KEYS = tuple(
     f"model/{CHECKPOINT_KEY}/state/{name}" for name in ("windows", "micro_batches_done")
@@ -162,6 +167,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         """Restores the latest checkpoint, if any; returns ``windows_done``: the windows it holds
         (without one, those the model has trained: 0 for a new model)."""
         if self.latest:
+            refuse_pre_0_2_layout(self.latest)
             # Optimizer slots and accumulation buffers do not exist yet: their values are
             # restored when they are created (deferred restoration).
             self._checkpoint.restore(self.latest).expect_partial()
@@ -227,6 +233,18 @@ class UpdateCheckpoint(keras.callbacks.Callback):
     def close(self) -> None:
         """Removes a non-chief worker's temporary checkpoint directory."""
         remove_worker_dir(self._write_dir, self._directory)
+
+
+def refuse_pre_0_2_layout(path: str) -> None:
+    """``ValueError`` naming the key and what to do if the checkpoint ``path`` keeps the window
+    core under 0.1.0's key (:data:`PRE_0_2_CORE`)."""
+    if any(name.startswith(PRE_0_2_CORE) for name, _ in tf.train.list_variables(path)):
+        raise ValueError(
+            f"The checkpoint {path} keeps the window core under {PRE_0_2_CORE!r}: it was "
+            "written before ga-tfx 0.2.0, whose checkpoints keep it under "
+            f"'model/{CHECKPOINT_KEY}/'. Resuming would train again from window 0 on top of "
+            "its trained weights: remove that checkpoint directory to start the run over."
+        )
 
 
 def stored_counts(path: str) -> Tuple[int, int]:

@@ -26,9 +26,10 @@ def replace_batchnorm_layers(model: keras.Model, accum_steps: None = None) -> ke
     beta, moving mean and moving variance are copied, as are the weights of all other layers.
     The copy has the same inputs, outputs and output names; ``model`` is not modified. A model
     without BatchNormalization comes back as an equivalent copy. A ga-tfx accumulation model
-    comes back as an accumulation model with the same settings. The new layers carry no K: the
-    ga-tfx front-end that trains the model (:func:`ga_tfx.wrap_model`, ``TrainingLoop``, the
-    optimizer wrapper) ends their windows, whatever its K or schedule.
+    comes back as an accumulation model with the same :class:`~ga_tfx.AccumulationConfig` (a
+    callable ``accum_steps`` schedule included) and ``transforms``. The new layers carry no K:
+    the ga-tfx front-end that trains the model (:func:`ga_tfx.wrap_model`, ``TrainingLoop``,
+    the optimizer wrapper) ends their windows, whatever its K or schedule.
 
     Args:
       model: a Functional or Sequential ``keras.Model``.
@@ -60,7 +61,8 @@ def replace_batchnorm_layers_with(
         raise TypeError(f"Expected a tf.keras (Keras 2) Model, got {model!r}.")
     if isinstance(model, AccumulationEngine):
         replaced = replace_batchnorm_layers_with(unwrap_model(model), from_config)
-        return wrap_model(replaced, **model.accumulation_config())
+        # The config object itself (a callable schedule included) and the user's transforms.
+        return wrap_model(replaced, config=model.accumulation, transforms=model.transforms)
     return _BatchNormReplacer(from_config).replace(model)
 
 

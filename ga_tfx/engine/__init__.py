@@ -59,7 +59,7 @@ from ga_tfx import _tf_keras_internals as internals
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx._state import Untracked, attach_state
-from ga_tfx.config import AccumulationConfig
+from ga_tfx.config import AccumulationConfig, config_settings
 from ga_tfx.engine import pacing, recovery
 from ga_tfx.engine.loop import CallPacing, CarryAlignment, WindowFigures, WindowLoop
 from ga_tfx.engine.step import WindowStep, train_step_error
@@ -68,7 +68,7 @@ from ga_tfx.window import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.shims import build_optimizer
 
 import inspect
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 
 class AccumulationEngine(WindowStep):
@@ -103,6 +103,12 @@ class AccumulationEngine(WindowStep):
     def accumulation(self) -> AccumulationConfig:
         """The :class:`~ga_tfx.AccumulationConfig` this model trains with."""
         return self._accumulation_config
+
+    @property
+    def transforms(self) -> Tuple[Member, ...]:
+        """The ``transforms`` given at construction: the user's members of the gradient chain,
+        after the built-in guard, clipping and AGC (empty by default)."""
+        return self._transforms.value
 
     @property
     def accum_steps(self) -> int:
@@ -152,8 +158,10 @@ class AccumulationEngine(WindowStep):
         attach_state(self, self._core_holder, core, CHECKPOINT_KEY)
 
     def accumulation_config(self) -> Dict[str, Any]:
-        """The accumulation settings as constructor keyword arguments (for ``get_config``)."""
-        return self._accumulation_config.to_dict()
+        """The accumulation settings as constructor keyword arguments (for ``get_config``;
+        without ``transforms`` and a callable schedule, with a warning:
+        :func:`~ga_tfx.config.config_settings`)."""
+        return config_settings(self._accumulation_config, self._transforms.value)
 
     # ------------------------------------------------------------------ Keras overrides
     def compile(self, *args: Any, **kwargs: Any) -> None:
