@@ -56,6 +56,7 @@ from ga_tfx.components.trainer import (
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.engine import recovery
+from ga_tfx.schedules import AdaptiveSchedule
 
 import contextlib
 import dataclasses
@@ -354,7 +355,7 @@ def _train(
     metrics = {}
     schedule = settings.schedule
     plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)
-    adaptive = schedule.kind == "adaptive"
+    adaptive = isinstance(schedule, AdaptiveSchedule)
     for initial_epoch, epochs, windows, skip in plan:
         history = model.fit(
             # A fresh dataset per fit, from the same seed: the order resumes too.
@@ -378,7 +379,7 @@ def _data_position(checkpoint, settings, windows):
     """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
     chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``: the
     window core's count, restored with the checkpoint)."""
-    if settings.schedule.kind != "adaptive":
+    if not isinstance(settings.schedule, AdaptiveSchedule):
         return settings.schedule.micro_batches(0, windows)
     if checkpoint.windows_done != windows:
         raise RuntimeError(f"{checkpoint.windows_done} windows trained, the plan expects {windows}")

@@ -34,7 +34,9 @@ class AccumulationSettings(HoldsSchedule, Settings):
     """How the Trainer forms batches and updates (checked when created: always valid).
 
     ``schedule``: K by window (:class:`~ga_tfx.schedules.Schedule`), made once from
-    ``accum_steps`` and ``accum_schedule`` (an adaptive schedule starts at ``accum_steps``)."""
+    ``accum_steps`` and ``accum_schedule`` by :func:`ga_tfx.schedules.schedule_of` (checked
+    when the settings are made: ``accum_steps`` must be a piecewise schedule's first K; an
+    adaptive schedule starts at ``accum_steps``)."""
 
     accum_steps: int = like(AccumulationConfig, "accum_steps", tunable=True)
     micro_batch_size: int = setting(

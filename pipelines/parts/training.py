@@ -32,13 +32,12 @@ def trials_file(pipeline_root: str) -> str:
 
 def trainer_settings(code, run, updates_per_epoch: int) -> Dict[str, Any]:
     """The Trainer's settings: those the accumulation options ``run`` carry (each declared
-    ``like()`` a Trainer setting), the label, the first window's K (the schedule's) and the
-    epoch (``updates_per_epoch`` updates)."""
+    ``like()`` a Trainer setting: ``accum_steps`` is the run's first K), the label and the
+    epoch (``updates_per_epoch`` windows)."""
     settings = dict(
         values_for(run, AccumulationSettings),
         label_key=code.label_key,
         raw_label_key=code.raw_label_key,
-        accum_steps=run.schedule.first_accum_steps,
         updates_per_epoch=updates_per_epoch,
     )
     if code.curated_schema is None:  # any CSV: one shuffle over the whole training split
@@ -94,7 +93,7 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
         else list(tuning.search_agc_clip_factor)
     )
     # A trial trains tuning_updates, not the Trainer's epochs; a search sets the AGC factor.
-    ga_settings = dict(settings, accum_steps=run.accum_steps)
+    ga_settings = dict(settings)
     del ga_settings["updates_per_epoch"]
     if not probe:
         del ga_settings["agc_clip_factor"]
