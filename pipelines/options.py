@@ -19,7 +19,7 @@ from ga_tfx._schema import (
     setting,
     specs,
 )
-from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
+from ga_tfx.components.trainer.settings import AccumulationSettings, check_windows_per_epoch
 from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 from ga_tfx.schedules import HoldsSchedule
@@ -323,7 +323,7 @@ class TrainingOptions:
     def __post_init__(self):
         accumulation, tuning, csv = self.accumulation, self.tuning, self.csv
         if accumulation.train_updates is not None:  # the digits evaluate every 20 windows
-            check_updates(
+            check_windows_per_epoch(
                 accumulation.train_updates,
                 accumulation.updates_per_epoch
                 if accumulation.updates_per_epoch is not None or csv.label is not None
@@ -381,9 +381,11 @@ class TrainingOptions:
         if self.csv.label is None:
             windows = run.train_updates or DIGITS_TRAIN_UPDATES
             per_epoch = run.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
-            return windows, check_updates(windows, per_epoch)
+            return windows, check_windows_per_epoch(windows, per_epoch)
         if run.train_updates is not None:
-            return run.train_updates, check_updates(run.train_updates, run.updates_per_epoch)
+            return run.train_updates, check_windows_per_epoch(
+                run.train_updates, run.updates_per_epoch
+            )
         if not train_rows:
             raise SettingError(
                 "train_updates (--train-updates N) is needed here: for --label data it is "

@@ -14,10 +14,10 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
    each, unless skipped as non-finite);
    ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
    datasets repeat endlessly);
-4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and
+4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per window) and
    resumable checkpoints every ``checkpoint_every_updates`` updates or
    ``checkpoint_every_seconds`` seconds (whichever comes first, mid-epoch too), on SIGTERM or
-   SIGINT, and after the last update (:mod:`~ga_tfx.components.trainer.checkpoints`), in a
+   SIGINT, and after the last window (:mod:`~ga_tfx.components.trainer.checkpoints`), in a
    directory shared by all attempts of the same training
    (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`): a Trainer re-run after a
    crash restores the latest one (weights, optimizer, accumulation and AccumBN state) and skips
@@ -163,7 +163,7 @@ def run_settings(fn_args, settings) -> Run:
         settings=settings,
         hparams=settings_lib.hyperparameter_values(fn_args.hyperparameters),
         windows=windows,
-        per_epoch=settings_lib.check_updates(windows, settings.updates_per_epoch),
+        per_epoch=settings_lib.check_windows_per_epoch(windows, settings.updates_per_epoch),
     )
 
 

@@ -240,19 +240,16 @@ def accum_steps_for(effective_batch_size: Any, micro_batch_size: Any) -> int:
     return effective_batch_size // micro_batch_size
 
 
-def check_updates(train_updates: int, updates_per_epoch: Optional[int]) -> int:
-    """Updates per epoch (``updates_per_epoch`` or all of them); ``ValueError`` unless it
-    divides ``train_updates`` (``train_args.num_steps``: windows, an update each unless
-    skipped)."""
-    if not train_updates:
+def check_windows_per_epoch(windows: int, updates_per_epoch: Optional[int]) -> int:
+    """Windows per epoch (``updates_per_epoch``, which counts windows, or all of them);
+    ``ValueError`` unless it divides ``windows`` (``train_args.num_steps``: windows, an update
+    each unless skipped)."""
+    if not windows:
+        raise SettingError(f"train_args.num_steps (windows) must be set and > 0, got {windows!r}.")
+    per_epoch = updates_per_epoch or windows
+    if windows % per_epoch:
         raise SettingError(
-            f"train_args.num_steps (windows) must be set and > 0, got {train_updates!r}."
-        )
-    per_epoch = updates_per_epoch or train_updates
-    if train_updates % per_epoch:
-        raise SettingError(
-            f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
-            f"{train_updates} (windows)."
+            f"updates_per_epoch={per_epoch} must divide train_args.num_steps={windows} (windows)."
         )
     return per_epoch
 

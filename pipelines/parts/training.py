@@ -109,8 +109,8 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
     }
 
 
-def trainer(code, run, settings: Dict[str, Any], transform, tuner, updates: int, resume_root):
-    """The ga-tfx Trainer: ``updates`` windows over Transform's output with ``settings``
+def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows: int, resume_root):
+    """The ga-tfx Trainer: ``windows`` windows over Transform's output with ``settings``
     (:func:`trainer_settings`), evaluated on ``run.eval_steps`` micro-batches, the Tuner's best
     hyperparameters when ``tuner`` is not None, its resumable checkpoints under
     ``resume_root``."""
@@ -119,7 +119,7 @@ def trainer(code, run, settings: Dict[str, Any], transform, tuner, updates: int,
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=tuner.outputs["best_hyperparameters"] if tuner is not None else None,
         **user_code_args(code, "model_fn"),
-        train_args=tfx.proto.TrainArgs(num_steps=updates),
+        train_args=tfx.proto.TrainArgs(num_steps=windows),
         eval_args=tfx.proto.EvalArgs(num_steps=run.eval_steps),
         resume_root=resume_root,
         **settings,
