@@ -14,7 +14,7 @@ Standard library only (no TensorFlow), like :mod:`ga_tfx._schema`.
 
 from ga_tfx import _validation
 from ga_tfx._schema import SettingError, Settings, defaults, setting, specs
-from ga_tfx.schedules import ADAPTIVE, CallableSchedule, Schedule, schedule_of, schedule_problem
+from ga_tfx.schedules import AdaptiveSchedule, CallableSchedule, HoldsSchedule
 
 import dataclasses
 import warnings
@@ -60,7 +60,7 @@ MIGRATION_HINTS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class AccumulationConfig(Settings):
+class AccumulationConfig(HoldsSchedule, Settings):
     """How gradients are accumulated, transformed and applied, once per window.
 
     A *window* is K micro-batches; it ends in one optimizer *update* (the sample-weighted mean
@@ -71,9 +71,10 @@ class AccumulationConfig(Settings):
     K by window is ``schedule``, one :class:`~ga_tfx.schedules.Schedule` made when the config
     is made from ``accum_steps`` in any form users write (an int, a list of
     ``(from_window, K)`` pairs, ``"0:2,500:4"``, ``"adaptive[:MIN-MAX]"``, a callable) or from
-    ``accum_steps`` with ``accum_schedule``. Afterwards ``accum_steps`` is the int K0, the
-    first window's K, and ``accum_schedule`` the schedule's text (``None`` for a constant K or
-    a callable).
+    ``accum_steps`` with ``accum_schedule`` (whose first K ``accum_steps`` must be:
+    :func:`ga_tfx.schedules.schedule_of`, the rule of every holder). Afterwards
+    ``accum_steps`` is the int K0, the first window's K, and ``accum_schedule`` the schedule's
+    text (``None`` for a constant K or a callable).
     """
 
     accum_steps: int = setting(spec=_validation.ACCUM_STEPS)
@@ -81,7 +82,6 @@ class AccumulationConfig(Settings):
         None,
         kind=str,
         optional=True,
-        rule=schedule_problem,
         help="K by window: 'FROM:K,...' (e.g. '0:2,500:4,2000:8': K=2 for windows 0-499, ...), "
         "or 'adaptive[:MIN-MAX]' (K follows the measured noise scale / micro-batch, powers of "
         "two in [MIN, MAX], default 2-64); None: accum_steps throughout",
@@ -158,29 +158,13 @@ class AccumulationConfig(Settings):
         help="decay of the moving averages of the noise-scale estimates (0: the last window alone)",
     )
 
-    # K by window, one value (ga_tfx.schedules), made once from accum_steps and accum_schedule
-    # when the config is made; not a declared setting (to_dict() has accum_steps, its K0, and
-    # accum_schedule, its text).
-    schedule: Schedule = dataclasses.field(init=False, compare=False, repr=False)
-
     def __post_init__(self) -> None:
-        given_steps = self.accum_steps
-        schedule = schedule_of(given_steps, self.accum_schedule)
-        if (
-            schedule.kind == "piecewise"
-            and self.accum_schedule is not None
-            and schedule.first_accum_steps != given_steps
-        ):
-            raise SettingError(
-                f"accum_steps={given_steps!r} is not the schedule's first K "
-                f"({self.accum_schedule!r} starts with K={schedule.first_accum_steps})."
-            )
-        object.__setattr__(self, "schedule", schedule)
-        object.__setattr__(self, "accum_steps", schedule.first_accum_steps)
-        text = None if schedule.kind in ("constant", "callable") else schedule.text
-        object.__setattr__(self, "accum_schedule", text)
-        super().__post_init__()
-        if schedule.kind == ADAPTIVE and not self.log_noise_scale:
+        # accum_steps takes every form of a schedule: the schedule (``schedule``, not a
+        # declared setting; to_dict() has accum_steps, its K0, and accum_schedule, its text)
+        # is made before the fields are checked.
+        self.hold_schedule()
+        Settings.__post_init__(self)
+        if isinstance(self.schedule, AdaptiveSchedule) and not self.log_noise_scale:
             object.__setattr__(self, "log_noise_scale", True)  # adaptive K reads it
 
     def transforms_gradients(self) -> bool:
@@ -281,7 +265,6 @@ __all__ = [
     "DEFAULTS",
     "FIELDS",
     "MIGRATION_HINTS",
-    "ADAPTIVE",
     "LR_SCALINGS",
     "NONFINITE_POLICIES",
     "NOT_GIVEN",

@@ -43,6 +43,9 @@ ALLOWED = (
 class Schedule:
     """K by window (0-based window index), one value; checked when made.
 
+    Ask a schedule's kind with ``isinstance`` (e.g. ``isinstance(s, AdaptiveSchedule)``), or
+    ``varies`` for "may K change"; ``kind`` is its name, for messages and records only.
+
     Attributes:
       kind: ``"constant"``, ``"piecewise"``, ``"adaptive"`` or ``"callable"``.
       first_accum_steps: K0, the first window's K (an int >= 1).
@@ -61,9 +64,15 @@ class Schedule:
 
     @property
     def text(self) -> Optional[str]:
-        """The schedule as the Trainer's ``accum_schedule`` text (``None``: a constant K, which
-        is ``accum_steps`` alone; ``TypeError`` for a callable, which has no text)."""
-        raise TypeError(f"a {self.kind} schedule has no text form")
+        """The schedule as ``accum_schedule`` text; ``None`` for a constant K (``accum_steps``
+        alone says it) and a callable (which has no text form)."""
+        return None
+
+    @property
+    def most_accum_steps(self) -> int:
+        """The largest K a window may take (the largest effective batch is this many
+        micro-batches); ``TypeError`` for a callable, whose K is known only when traced."""
+        raise TypeError(f"the K of a {self.kind} schedule is known only when traced")
 
     def micro_batches(self, start: int, stop: int) -> int:
         """Micro-batches in windows ``start .. stop - 1``: their K summed, or, where K is chosen
@@ -90,8 +99,8 @@ class ConstantSchedule(Schedule):
         return False
 
     @property
-    def text(self) -> Optional[str]:
-        return None
+    def most_accum_steps(self) -> int:
+        return self.accum_steps
 
     def micro_batches(self, start: int, stop: int) -> int:
         return (stop - start) * self.accum_steps
@@ -125,6 +134,10 @@ class PiecewiseSchedule(Schedule):
     def text(self) -> Optional[str]:
         return ",".join(f"{w}:{k}" for w, k in self.pieces)
 
+    @property
+    def most_accum_steps(self) -> int:
+        return max(k for _, k in self.pieces)
+
     def micro_batches(self, start: int, stop: int) -> int:
         total = 0
         for i, (begin, k) in enumerate(self.pieces):
@@ -136,7 +149,7 @@ class PiecewiseSchedule(Schedule):
 @dataclasses.dataclass(frozen=True)
 class AdaptiveSchedule(Schedule):
     """K follows the measured noise scale / micro-batch, a power of two in ``[k_min, k_max]``
-    (``ga_tfx.window.schedule`` has the rule), from ``start`` (None: ``k_min``)."""
+    (``ga_tfx.window.next_k`` has the rule), from ``start`` (None: ``k_min``)."""
 
     k_min: int
     k_max: int
@@ -159,8 +172,12 @@ class AdaptiveSchedule(Schedule):
     def text(self) -> Optional[str]:
         return f"{ADAPTIVE}:{self.k_min}-{self.k_max}"
 
+    @property
+    def most_accum_steps(self) -> int:
+        return max(self.first_accum_steps, self.k_max)
+
     def micro_batches(self, start: int, stop: int) -> int:
-        return (stop - start) * max(self.first_accum_steps, self.k_max)
+        return (stop - start) * self.most_accum_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,15 +232,6 @@ def parse_schedule(text: str, start: Optional[int] = None) -> Schedule:
     return PiecewiseSchedule(tuple(pairs))
 
 
-def schedule_problem(text: str) -> Optional[str]:
-    """What is wrong with schedule ``text`` (a spec's rule), or ``None``."""
-    try:
-        parse_schedule(text)
-    except SettingError as error:
-        return f"is not a schedule: {error}"
-    return None
-
-
 def is_schedule_form(value: Any) -> bool:
     """Whether ``accum_steps=value`` is a schedule (not an integer K): a :class:`Schedule`, a
     list of pairs, schedule text or a callable."""
@@ -264,35 +272,70 @@ def as_schedule(value: Any, start: Optional[int] = None, name: str = "accum_step
     return ConstantSchedule(value)  # checked there, naming accum_steps (e.g. '4', a str)
 
 
-def schedule_of(accum_steps: Any, accum_schedule: Any = None) -> Schedule:
+def schedule_of(
+    accum_steps: Any, accum_schedule: Any = None, default_accum_steps: Optional[int] = None
+) -> Schedule:
     """The one :class:`Schedule` of a holder of ``accum_steps`` and ``accum_schedule`` (the
-    library's config, the Trainer's settings, the CLI's options): ``accum_steps`` in any form
-    (see :func:`as_schedule`) when ``accum_schedule`` is None, else ``accum_schedule`` (an
-    adaptive one from ``accum_steps``). ``SettingError`` when both are schedules."""
+    library's config, the Trainer's settings, the CLI's options), and the one rule between
+    the two:
+
+    * ``accum_schedule`` None: ``accum_steps`` in any form (see :func:`as_schedule`);
+      ``accum_steps`` None: ``default_accum_steps`` (the CLI's 4; None: no default).
+    * ``accum_schedule`` given: that schedule. ``accum_steps`` is its first K: given, it must
+      equal a piecewise or callable schedule's first K, and an adaptive one starts there; left
+      out (None), the schedule's own first K counts (an adaptive one starts at
+      ``default_accum_steps``, or at its MIN).
+
+    ``SettingError``, one line naming the values: ``accum_steps`` not the schedule's first K,
+    both schedules, or a bad value."""
+    given = default_accum_steps if accum_steps is None else accum_steps
     if accum_schedule is None:
-        return as_schedule(accum_steps)
+        return as_schedule(given)
     if is_schedule_form(accum_steps):
         raise SettingError(
             f"give accum_schedule or a schedule as accum_steps, not both (got "
             f"accum_steps={accum_steps!r} and accum_schedule={accum_schedule!r})."
         )
-    start = _validation.check_accum_steps(accum_steps)
-    return as_schedule(accum_schedule, start, name="accum_schedule")
+    start = None if given is None else _validation.check_accum_steps(given)
+    schedule = as_schedule(accum_schedule, start, name="accum_schedule")
+    if accum_steps is not None and schedule.first_accum_steps != start:
+        raise SettingError(
+            f"accum_steps={accum_steps!r} is not the first K of accum_schedule="
+            f"{accum_schedule!r} (K={schedule.first_accum_steps}): give "
+            f"accum_steps={schedule.first_accum_steps} (ga-tfx: or leave --accum-steps out)."
+        )
+    return schedule
 
 
 @dataclasses.dataclass(frozen=True)
 class HoldsSchedule:
     """Base of a settings dataclass with ``accum_steps`` and ``accum_schedule`` fields (the
-    Trainer's settings, the CLI's options): its ``schedule``, the :class:`Schedule` made once
-    from them after the fields are checked, not a declared setting."""
+    library's config, the Trainer's settings, the CLI's options): its ``schedule``, the
+    :class:`Schedule` made once from them by :func:`schedule_of` (its rule), not a declared
+    setting. Once made, ``accum_steps`` is the int K0 (the first window's K: the run's first
+    K, which everything that plans windows reads) and ``accum_schedule`` the schedule's
+    ``text`` (None for a constant K or a callable).
 
+    ``DEFAULT_ACCUM_STEPS``: the K when ``accum_steps`` is left out (None) and no schedule
+    says it (None: none; ``accum_steps`` is then required).
+    """
+
+    DEFAULT_ACCUM_STEPS: ClassVar[Optional[int]] = None
     schedule: Schedule = dataclasses.field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # Settings' __post_init__ checks the fields first.
+        # Settings' __post_init__ checks the fields first (accum_steps: an int, or None).
         super().__post_init__()  # type: ignore[misc]
+        self.hold_schedule()
+
+    def hold_schedule(self) -> None:
+        """Makes ``schedule`` from ``accum_steps`` and ``accum_schedule``, then sets those two
+        to K0 and the schedule's text."""
         given = self.accum_steps, self.accum_schedule  # type: ignore[attr-defined]
-        object.__setattr__(self, "schedule", schedule_of(*given))
+        schedule = schedule_of(*given, self.DEFAULT_ACCUM_STEPS)
+        object.__setattr__(self, "schedule", schedule)
+        object.__setattr__(self, "accum_steps", schedule.first_accum_steps)
+        object.__setattr__(self, "accum_schedule", schedule.text)
 
 
 __all__ = [

@@ -137,11 +137,13 @@ def update_warning(train_examples: Optional[int], effective_batch_size: int) -> 
 
 
 def largest_effective_batch(options) -> int:
-    """The largest effective batch the run can train with (the Tuner may pick a larger
-    ``accum_steps`` than ``options.accumulation.accum_steps``)."""
+    """The largest effective batch the run can train with: its schedule's largest K (the
+    Tuner may pick a larger ``accum_steps`` than that) times the micro-batch."""
     run, tuning = options.accumulation, options.tuning
-    accum = max(tuning.search_accum_steps) if tuning.tune else run.accum_steps
-    return max(accum, run.accum_steps) * run.micro_batch_size
+    accum = run.schedule.most_accum_steps
+    if tuning.tune:
+        accum = max(accum, *tuning.search_accum_steps)
+    return accum * run.micro_batch_size
 
 
 def warn_before_run(rows: int, options) -> None:

@@ -19,7 +19,7 @@ from ga_tfx._schema import (
     setting,
     specs,
 )
-from ga_tfx.components.trainer.settings import AccumulationSettings, check_updates
+from ga_tfx.components.trainer.settings import AccumulationSettings, check_windows_per_epoch
 from ga_tfx.components.tuner.options import TunerOptions
 from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
 from ga_tfx.schedules import HoldsSchedule
@@ -47,16 +47,28 @@ class AccumulationOptions(HoldsSchedule, Settings):
     """How the Trainer trains: accumulation, length, checkpoints, strategy, seed.
 
     ``schedule``: K by window (:class:`~ga_tfx.schedules.Schedule`), made once from
-    ``accum_steps`` and ``accum_schedule``: a piecewise schedule's first K replaces
-    ``accum_steps``, an adaptive one starts there (``schedule.first_accum_steps``).
+    ``accum_steps`` and ``accum_schedule`` by the rule of every holder
+    (:func:`ga_tfx.schedules.schedule_of`): ``accum_steps`` left out (None) is
+    ``DEFAULT_ACCUM_STEPS`` (4), or a piecewise schedule's first K; given, it must be that
+    first K; an adaptive schedule starts at it. Once made, ``accum_steps`` is the run's first
+    K (an int).
 
-    ``train_updates`` counts windows of ``accum_steps * micro_batch_size`` examples (an update
-    each, unless skipped as non-finite: the Trainer's ``train_args.num_steps``);
+    ``train_updates`` counts windows (the first of ``accum_steps * micro_batch_size``
+    examples; an update each, unless skipped as non-finite: the Trainer's
+    ``train_args.num_steps``);
     ``eval_steps`` counts evaluation micro-batches. ``seed`` seeds the data order of the Trainer
     (and the Tuner's search and trials). Defaults suit the shipped data.
     """
 
-    accum_steps: int = like(AccumulationSettings, "accum_steps", 4)
+    DEFAULT_ACCUM_STEPS = 4
+    accum_steps: Optional[int] = like(
+        AccumulationSettings,
+        "accum_steps",
+        None,
+        optional=True,
+        help="micro-batches per window, an optimizer update each; left out (None): 4, or the "
+        "first K of a piecewise --accum-schedule (given beside one, it must be that first K)",
+    )
     micro_batch_size: int = like(AccumulationSettings, "micro_batch_size", 32)
     train_updates: Optional[int] = setting(
         None,
@@ -102,9 +114,9 @@ class AccumulationOptions(HoldsSchedule, Settings):
         AccumulationSettings,
         "accum_schedule",
         help="K by window, 'FROM:K,...' (e.g. '0:2,20:4': K=2 for windows 0-19, then 4; its "
-        "first K replaces --accum-steps), or 'adaptive[:MIN-MAX]' (from --accum-steps, K follows "
-        "the measured noise scale / micro-batch, powers of two in [MIN, MAX], default 2-64); "
-        "None: --accum-steps throughout",
+        "first K is the run's --accum-steps), or 'adaptive[:MIN-MAX]' (from --accum-steps, K "
+        "follows the measured noise scale / micro-batch, powers of two in [MIN, MAX], default "
+        "2-64); None: --accum-steps throughout",
     )
     lr_scaling: str = like(AccumulationSettings, "lr_scaling")
     log_noise_scale: bool = like(AccumulationSettings, "log_noise_scale")
@@ -311,13 +323,13 @@ class TrainingOptions:
     def __post_init__(self):
         accumulation, tuning, csv = self.accumulation, self.tuning, self.csv
         if accumulation.train_updates is not None:  # the digits evaluate every 20 windows
-            check_updates(
+            check_windows_per_epoch(
                 accumulation.train_updates,
                 accumulation.updates_per_epoch
                 if accumulation.updates_per_epoch is not None or csv.label is not None
                 else DIGITS_UPDATES_PER_EPOCH,
             )
-        if tuning.probes and accumulation.accum_steps < 2:
+        if tuning.probes and accumulation.schedule.first_accum_steps < 2:
             raise SettingError(
                 f"accum_steps={accumulation.accum_steps}: tune_strategy 'noise_scale' probes at "
                 "accum_steps (--accum-steps), which must be >= 2 (the noise scale needs at least "
@@ -359,7 +371,8 @@ class TrainingOptions:
         ``updates_per_epoch`` (default ``DIGITS_UPDATES_PER_EPOCH``). ``--label`` data with
         ``train_updates`` given: that, and ``updates_per_epoch`` (default: one evaluation at
         the end). Otherwise from ``train_rows`` (the training split's rows): ``epochs`` passes
-        of ``ceil(train_rows / effective batch)`` windows, at least ``MIN_TRAIN_UPDATES``,
+        of ``ceil(train_rows / effective batch)`` windows (the first window's: the schedule's
+        first K times the micro-batch), at least ``MIN_TRAIN_UPDATES``,
         evaluated every pass (or every ``MIN_TRAIN_UPDATES // epochs`` windows when a pass is
         shorter), rounded up to whole epochs. ``ValueError`` when the rows are needed and not
         known (e.g. compiling for Kubeflow: give ``train_updates``).
@@ -368,16 +381,19 @@ class TrainingOptions:
         if self.csv.label is None:
             windows = run.train_updates or DIGITS_TRAIN_UPDATES
             per_epoch = run.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
-            return windows, check_updates(windows, per_epoch)
+            return windows, check_windows_per_epoch(windows, per_epoch)
         if run.train_updates is not None:
-            return run.train_updates, check_updates(run.train_updates, run.updates_per_epoch)
+            return run.train_updates, check_windows_per_epoch(
+                run.train_updates, run.updates_per_epoch
+            )
         if not train_rows:
             raise SettingError(
                 "train_updates (--train-updates N) is needed here: for --label data it is "
                 "derived from the number of training rows, which only `ga-tfx run` counts "
                 f"(got train_rows={train_rows!r})."
             )
-        per_pass = -(-train_rows // (run.accum_steps * run.micro_batch_size))
+        first_k = run.schedule.first_accum_steps  # the run's first K, its schedule's
+        per_pass = -(-train_rows // (first_k * run.micro_batch_size))
         wanted = max(run.epochs * per_pass, MIN_TRAIN_UPDATES)
         per_epoch = run.updates_per_epoch or max(per_pass, -(-MIN_TRAIN_UPDATES // run.epochs))
         return -(-wanted // per_epoch) * per_epoch, per_epoch

@@ -104,6 +104,15 @@ def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(cap
     assert data_check.largest_effective_batch(tuned) == 2048  # what a trial may train with
 
 
+def test_the_largest_effective_batch_is_the_schedules_largest_k():
+    # A schedule's windows are as large as its largest K, whatever --accum-steps' default says.
+    grows = TrainingOptions.of(micro_batch_size=256, accum_schedule="0:2,10:8")
+    assert data_check.largest_effective_batch(grows) == 8 * 256
+    assert data_check.largest_effective_batch(TrainingOptions.of(accum_schedule="0:2")) == 64
+    adaptive = TrainingOptions.of(micro_batch_size=256, accum_schedule="adaptive:2-16")
+    assert data_check.largest_effective_batch(adaptive) == 16 * 256
+
+
 def test_the_curated_schema_allows_what_the_pre_check_allows():
     schema = schema_pb2.Schema()
     with open(digits.SCHEMA_FILE) as f:

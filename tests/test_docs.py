@@ -248,3 +248,13 @@ def test_readme_links_resolve():
             with open(target, encoding="utf-8") as f:
                 headings = re.findall(r"^#+ (.*)$", f.read(), re.M)
             assert anchor in {_slug(h) for h in headings}, f"README.md: no anchor in {link!r}"
+
+
+def test_every_public_name_is_in_the_front_ends_api_table():
+    """docs/front-ends.md's "What you get" is the users' index of the public names: every name
+    of ``ga_tfx.__all__`` has a row there (``ga_tfx.NAME``), so none is documented only in
+    ARCHITECTURE.md or setup.md."""
+    with open(os.path.join(ROOT, "docs", "front-ends.md"), encoding="utf-8") as f:
+        table = f.read().split("## What you get", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`ga_tfx\.(\w+)", table))
+    assert sorted(set(ga_tfx.__all__) - listed) == []

@@ -266,8 +266,11 @@ def test_every_front_end_checkpoints_its_window_core_under_one_key_in_one_layout
         "chain/members/nonfinite_guard/consecutive_nonfinite/.ATTRIBUTES/VARIABLE_VALUE",
         "state/windows/.ATTRIBUTES/VARIABLE_VALUE",
         "state/micro_batches_done/.ATTRIBUTES/VARIABLE_VALUE",
+        # The current K (accum_steps is always the first K; the 0.2.0 layout renamed it).
+        "state/current_accum_steps/.ATTRIBUTES/VARIABLE_VALUE",
     }
     assert expected <= layouts["fit"], sorted(layouts["fit"])
+    assert "state/accum_steps/.ATTRIBUTES/VARIABLE_VALUE" not in layouts["fit"]
     assert layouts["optimizer_wrapper"] == layouts["fit"]
     loop_own = {f"state/{v}/.ATTRIBUTES/VARIABLE_VALUE" for v in ("epoch", "epoch_start")}
     assert layouts["training_loop"] == layouts["fit"] | loop_own

@@ -73,7 +73,7 @@ def test_micro_batches_of_windows_follow_the_schedule():
         ({"accum_steps": [("a",)]}, r"accum_steps must be an integer >= 1, a list of .* got"),
         ({"accum_steps": "adaptive:8-2"}, r"'adaptive:8-2' is not a schedule: .*MIN <= MAX"),
         ({"accum_steps": 2, "accum_schedule": 5}, r"accum_schedule must be 'FROM:K.*got 5"),
-        ({"accum_steps": 4, "accum_schedule": "0:2,5:4"}, r"accum_steps=4 is not the sch"),
+        ({"accum_steps": 4, "accum_schedule": "0:2,5:4"}, r"accum_steps=4 is not the first K"),
         ({"accum_steps": "0:2", "accum_schedule": "0:2"}, r"give accum_schedule or a sch"),
         ({"accum_steps": lambda w: 0}, r"accum_steps\(0\) must be an integer >= 1"),
     ],
@@ -82,3 +82,58 @@ def test_a_bad_schedule_is_one_error_naming_the_value_and_what_is_allowed(settin
     with pytest.raises(SettingError, match=match) as error:
         resolve("test", None, settings)
     assert "\n" not in str(error.value)
+
+
+def _trainer_settings(**given):
+    from ga_tfx.components.trainer.settings import AccumulationSettings
+
+    return AccumulationSettings(micro_batch_size=8, label_key="y", **given)
+
+
+def _pipeline_options(**given):
+    from ga_tfx.pipelines.options import AccumulationOptions
+
+    return AccumulationOptions(**given)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **given: AccumulationConfig(**given),
+        _trainer_settings,
+        _pipeline_options,
+    ],
+    ids=["config", "trainer-settings", "pipeline-options"],
+)
+def test_every_holder_refuses_an_accum_steps_that_is_not_its_schedules_first_k(make):
+    # One rule (ga_tfx.schedules.schedule_of), checked when the holder is made, one line
+    # naming both values; the Trainer's settings used to fail only in run_fn, the options
+    # replaced accum_steps silently.
+    with pytest.raises(SettingError) as error:
+        make(accum_steps=4, accum_schedule="0:2,5:4")
+    message = str(error.value)
+    assert "accum_steps=4" in message and "'0:2,5:4'" in message and "K=2" in message
+    assert "\n" not in message
+    # The first K given as accum_steps: the same schedule, accum_steps is K0.
+    made = make(accum_steps=2, accum_schedule="0:2, 5:4")
+    assert made.accum_steps == 2 and made.accum_schedule == "0:2,5:4"
+    assert made.schedule == schedules.PiecewiseSchedule(((0, 2), (5, 4)))
+
+
+def test_the_pipelines_accum_steps_left_out_is_the_schedules_first_k_or_4():
+    # The declared rule for `--accum-schedule` without `--accum-steps`: a piecewise
+    # schedule's first K; an adaptive schedule starts at the default 4; no schedule: 4.
+    assert _pipeline_options(accum_schedule="0:2,5:8").accum_steps == 2
+    adaptive = _pipeline_options(accum_schedule="adaptive:2-16")
+    assert adaptive.accum_steps == 4 and adaptive.schedule.first_accum_steps == 4
+    assert _pipeline_options().accum_steps == 4
+    assert _pipeline_options().schedule == schedules.ConstantSchedule(4)
+
+
+def test_a_callable_schedule_has_no_text_and_every_kind_is_asked_one_way():
+    callable_schedule = schedules.CallableSchedule(lambda window: 3)
+    assert callable_schedule.text is None
+    assert schedules.ConstantSchedule(3).text is None
+    # Made once: accum_schedule's text is not parsed again by its field's rule.
+    config = AccumulationConfig(accum_steps=2, accum_schedule="0:2,5:4")
+    assert isinstance(config.schedule, schedules.PiecewiseSchedule)

@@ -221,12 +221,12 @@ def test_spec_errors(spec, value, error):
 @pytest.mark.tfx  # the pipeline's parts import TFX
 @pytest.mark.parametrize("schedule, first", [(None, 4), ("0:2,10:8", 2), ("adaptive:2-16", 4)])
 def test_the_trainer_gets_the_first_k_of_the_options_schedule_value(schedule, first):
-    # --accum-steps 4: a piecewise schedule's first K replaces it, an adaptive one starts there.
+    # --accum-steps left out: a piecewise schedule's first K, an adaptive one starts at 4.
     from ga_tfx.pipelines.parts.training import trainer_settings
 
     import types
 
-    run = options.AccumulationOptions(accum_steps=4, accum_schedule=schedule)
+    run = options.AccumulationOptions(accum_schedule=schedule)
     code = types.SimpleNamespace(label_key="y", raw_label_key=None, curated_schema=object())
     settings = trainer_settings(code, run, updates_per_epoch=10)
     assert settings["accum_steps"] == first and settings["accum_schedule"] == schedule
@@ -234,3 +234,20 @@ def test_the_trainer_gets_the_first_k_of_the_options_schedule_value(schedule, fi
     made = settings_lib.from_dict(dict(settings, micro_batch_size=8))
     assert made.schedule == run.schedule and made.schedule.first_accum_steps == first
     settings_lib.accumulation_config(made)  # the library takes them as they are
+
+
+def test_a_label_runs_length_is_planned_at_the_schedules_first_k():
+    # `--accum-schedule 0:2,500:8` without --accum-steps trains from window 0 at K=2: 20 passes
+    # over 10001 rows are ceil(10001 / (2 x 32)) = 157 windows each, not the 79 of the flag's
+    # default K=4.
+    scheduled = TrainingOptions.of(label="y", accum_schedule="0:2,500:8")
+    assert scheduled.windows_plan(train_rows=10001) == (20 * 157, 157)
+
+
+@pytest.mark.tfx  # `ga-tfx run` checks the options after importing the TFX runner (local.py)
+def test_an_accum_steps_flag_that_is_not_the_schedules_first_k_is_a_flag_error(capsys):
+    argv = ["run", "--accum-steps", "4", "--accum-schedule", "0:2,5:4"]
+    assert cli.main(argv + ["--output-dir", "/nonexistent/never/written"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("ga-tfx run: error: accum_steps=4 is not the first K")
+    assert "'0:2,5:4'" in last

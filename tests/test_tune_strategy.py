@@ -307,7 +307,7 @@ def test_every_option_that_is_a_tuner_option_reaches_the_probe(tmp_path):
 
 @pytest.mark.parametrize("cap, every", [(1, 1), (7, 1), (10, 1), (20, 2), (26, 2), (100, 10)])
 def test_a_probe_with_a_target_is_evaluated_about_ten_times_up_to_the_cap_exactly(cap, every):
-    assert tuner_fn.probe_check_updates(cap) == every
+    assert tuner_fn.probe_check_windows(cap) == every
     assert cap % every == 0 and every <= max(1, math.ceil(cap / tuner_fn.PROBE_TARGET_CHECKS))
 
 

@@ -116,7 +116,7 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
         )
         train_args = train_args or trainer_pb2.TrainArgs()
         if isinstance(train_args, trainer_pb2.TrainArgs) and settings.updates_per_epoch:
-            settings_lib.check_updates(train_args.num_steps, settings.updates_per_epoch)
+            settings_lib.check_windows_per_epoch(train_args.num_steps, settings.updates_per_epoch)
         spec = GradientAccumulationTrainerSpec(
             examples=examples,
             transform_graph=transform_graph,

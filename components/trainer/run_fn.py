@@ -14,10 +14,10 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
    each, unless skipped as non-finite);
    ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
    datasets repeat endlessly);
-4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per update) and
+4. TensorBoard logs in ``model_run_dir`` (Keras' own plus ``ga_tfx/`` scalars per window) and
    resumable checkpoints every ``checkpoint_every_updates`` updates or
    ``checkpoint_every_seconds`` seconds (whichever comes first, mid-epoch too), on SIGTERM or
-   SIGINT, and after the last update (:mod:`~ga_tfx.components.trainer.checkpoints`), in a
+   SIGINT, and after the last window (:mod:`~ga_tfx.components.trainer.checkpoints`), in a
    directory shared by all attempts of the same training
    (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`): a Trainer re-run after a
    crash restores the latest one (weights, optimizer, accumulation and AccumBN state) and skips
@@ -56,6 +56,7 @@ from ga_tfx.components.trainer import (
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.engine import recovery
+from ga_tfx.schedules import AdaptiveSchedule
 
 import contextlib
 import dataclasses
@@ -162,7 +163,7 @@ def run_settings(fn_args, settings) -> Run:
         settings=settings,
         hparams=settings_lib.hyperparameter_values(fn_args.hyperparameters),
         windows=windows,
-        per_epoch=settings_lib.check_updates(windows, settings.updates_per_epoch),
+        per_epoch=settings_lib.check_windows_per_epoch(windows, settings.updates_per_epoch),
     )
 
 
@@ -354,7 +355,7 @@ def _train(
     metrics = {}
     schedule = settings.schedule
     plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)
-    adaptive = schedule.kind == "adaptive"
+    adaptive = isinstance(schedule, AdaptiveSchedule)
     for initial_epoch, epochs, windows, skip in plan:
         history = model.fit(
             # A fresh dataset per fit, from the same seed: the order resumes too.
@@ -378,7 +379,7 @@ def _data_position(checkpoint, settings, windows):
     """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
     chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``: the
     window core's count, restored with the checkpoint)."""
-    if settings.schedule.kind != "adaptive":
+    if not isinstance(settings.schedule, AdaptiveSchedule):
         return settings.schedule.micro_batches(0, windows)
     if checkpoint.windows_done != windows:
         raise RuntimeError(f"{checkpoint.windows_done} windows trained, the plan expects {windows}")

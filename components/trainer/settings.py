@@ -34,7 +34,9 @@ class AccumulationSettings(HoldsSchedule, Settings):
     """How the Trainer forms batches and updates (checked when created: always valid).
 
     ``schedule``: K by window (:class:`~ga_tfx.schedules.Schedule`), made once from
-    ``accum_steps`` and ``accum_schedule`` (an adaptive schedule starts at ``accum_steps``)."""
+    ``accum_steps`` and ``accum_schedule`` by :func:`ga_tfx.schedules.schedule_of` (checked
+    when the settings are made: ``accum_steps`` must be a piecewise schedule's first K; an
+    adaptive schedule starts at ``accum_steps``)."""
 
     accum_steps: int = like(AccumulationConfig, "accum_steps", tunable=True)
     micro_batch_size: int = setting(
@@ -238,19 +240,16 @@ def accum_steps_for(effective_batch_size: Any, micro_batch_size: Any) -> int:
     return effective_batch_size // micro_batch_size
 
 
-def check_updates(train_updates: int, updates_per_epoch: Optional[int]) -> int:
-    """Updates per epoch (``updates_per_epoch`` or all of them); ``ValueError`` unless it
-    divides ``train_updates`` (``train_args.num_steps``: windows, an update each unless
-    skipped)."""
-    if not train_updates:
+def check_windows_per_epoch(windows: int, updates_per_epoch: Optional[int]) -> int:
+    """Windows per epoch (``updates_per_epoch``, which counts windows, or all of them);
+    ``ValueError`` unless it divides ``windows`` (``train_args.num_steps``: windows, an update
+    each unless skipped)."""
+    if not windows:
+        raise SettingError(f"train_args.num_steps (windows) must be set and > 0, got {windows!r}.")
+    per_epoch = updates_per_epoch or windows
+    if windows % per_epoch:
         raise SettingError(
-            f"train_args.num_steps (windows) must be set and > 0, got {train_updates!r}."
-        )
-    per_epoch = updates_per_epoch or train_updates
-    if train_updates % per_epoch:
-        raise SettingError(
-            f"updates_per_epoch={per_epoch} must divide train_args.num_steps="
-            f"{train_updates} (windows)."
+            f"updates_per_epoch={per_epoch} must divide train_args.num_steps={windows} (windows)."
         )
     return per_epoch
 

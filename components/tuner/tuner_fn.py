@@ -56,7 +56,7 @@ nearest (log2 scale) to ``B_simple / micro_batch_size``. The search space may th
 the recommendation with its reason (``"probe"``). With ``target_loss`` the probe ends at
 the first evaluation whose ``val_loss`` is at or below it (:class:`ga_tfx.tuning.StopAtLoss`),
 ``train_args.num_steps`` windows being the cap: it is evaluated about
-:data:`PROBE_TARGET_CHECKS` times, every :func:`probe_check_updates` windows (short epochs),
+:data:`PROBE_TARGET_CHECKS` times, every :func:`probe_check_windows` windows (short epochs),
 and its record says whether it reached the target.
 
 The budget rule (``train_args.num_steps``)
@@ -279,7 +279,7 @@ def trial_budget(num_steps: Optional[int], search_space: AccumulationSearchSpace
     return samples
 
 
-def probe_check_updates(num_steps: int) -> int:
+def probe_check_windows(num_steps: int) -> int:
     """Windows between two evaluations of a probe with a ``target_loss``: the largest divisor
     of ``num_steps`` (the cap) not above ``num_steps / PROBE_TARGET_CHECKS`` (rounded up), so
     that the probe is evaluated about ``PROBE_TARGET_CHECKS`` times and its epochs add up to
@@ -324,7 +324,7 @@ def tuner_fn(fn_args) -> TunerFnResult:
     )
     epochs = 1
     if config.target_loss is not None:
-        epochs = fn_args.train_steps // probe_check_updates(fn_args.train_steps)
+        epochs = fn_args.train_steps // probe_check_windows(fn_args.train_steps)
         samples //= epochs
     schema, transform_output = data.schema_and_transform(fn_args)
     build = load_hp_build_model(config.model_fn, transform_output)

@@ -55,12 +55,15 @@ The package, one concern per file; ``core`` imports the others, none of them imp
 ``accumulator``, ``chain`` and ``noise_sums`` they read as one state, as optax's ``MultiSteps``
 keeps one ``MultiStepsState``; or of the config and the state alone): ``events``
 (:class:`WindowEnd`, :data:`RECORD_FIELDS`, :class:`NonFiniteGradientError`), ``state``
-(:class:`WindowState`, its records), ``core`` (:class:`WindowCore`, :data:`CHECKPOINT_KEY`),
-``steps`` (a window end's gradient, layers and accounting), ``schedule`` (K schedules,
-``lr_scaling``), ``noise`` (the noise scale), ``split`` (the out-of-memory split), ``shims``
-(loss-scale optimizers, applying summed gradients, XLA);
-beside the core, ``runner`` (the traced window runner of ``fit`` and ``TrainingLoop``) and
-``replay`` (the out-of-memory replay of every front-end).
+(:class:`WindowState`, its records), ``accumulator``
+(:class:`~ga_tfx.window.accumulator.GradientAccumulator`, the window's gradient sums),
+``core`` (:class:`WindowCore`, :data:`CHECKPOINT_KEY`), ``clock`` (micro-steps counted, a
+window found complete, the data's end by policy), ``steps`` (a window end's gradient, layers
+and accounting), ``next_k`` (the next window's K by the schedule's rule, ``lr_scaling``; the
+schedule itself is a value of :mod:`ga_tfx.schedules`), ``noise`` (the noise scale),
+``split`` (the out-of-memory split), ``shims`` (loss-scale optimizers, applying summed
+gradients, XLA); beside the core, ``runner`` (the traced window runner of ``fit`` and
+``TrainingLoop``) and ``replay`` (the out-of-memory replay of every front-end).
 """
 
 from ga_tfx.window import clock
@@ -71,7 +74,7 @@ from ga_tfx.window.events import (
     NonFiniteGradientError,
     WindowEnd,
 )
-from ga_tfx.window.schedule import ADAPTIVE_PATIENCE, ADAPTIVE_WARMUP
+from ga_tfx.window.next_k import ADAPTIVE_PATIENCE, ADAPTIVE_WARMUP
 from ga_tfx.window.shims import (
     all_finite,
     apply_aggregated_gradients,

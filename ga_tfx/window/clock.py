@@ -20,7 +20,7 @@ def count(core: Any, micro_steps: Any = 1) -> tf.Tensor:
 def is_complete(core: Any, pending: Any) -> tf.Tensor:
     """Whether a window holding ``pending`` micro-batches is complete: ``K`` of them, the K
     the core holds now (a schedule may change it at a window's end)."""
-    return pending >= core.state.accum_steps.read_value()
+    return pending >= core.state.current_accum_steps.read_value()
 
 
 def end_of_data(

@@ -66,7 +66,7 @@ class WindowCore(tf.Module):
         self.accumulator = GradientAccumulator(variables)
         self.state = state if state is not None else WindowState()
         with tf.init_scope():  # once, also when the core is made while a function is traced
-            self.state.accum_steps.assign(accumulation.accum_steps)  # a restore overrides it
+            self.state.current_accum_steps.assign(accumulation.accum_steps)  # restores override
         self.noise_sums = noise.noise_sums(name)
         self._layers = Untracked(list(window_layers))
         for layer in window_layers:
@@ -94,7 +94,7 @@ class WindowCore(tf.Module):
     def current_accum_steps(self) -> int:
         """K of the current window (host): the schedule's first K (``config.accum_steps``), or
         its latest choice. (``accum_steps`` everywhere else is the first K.)"""
-        return int(self.state.accum_steps.numpy())
+        return int(self.state.current_accum_steps.numpy())
 
     @property
     def micro_batch_split(self) -> int:

@@ -194,7 +194,7 @@ class WindowRunner:
         (complete or not) is finished with ``finish_last`` (a Python bool), else left pending.
         Returns the logs of the last micro-batch.
         """
-        window = self.core.state.accum_steps.read_value()  # K: a schedule may change it
+        window = self.core.state.current_accum_steps.read_value()  # K: a schedule may change it
         # The first micro-batch outside the loops: an exhausted iterator ends the epoch here,
         # and the logs have their structure before the loops carry them.
         logs = self.micro_batch(next(iterator))

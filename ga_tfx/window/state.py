@@ -19,9 +19,10 @@ class WindowState(tf.Module):
       noise_trace_ema, noise_grad_sq_ema: float64, the moving averages of the noise-scale
         estimates ``S`` and ``G²`` (without bias correction; their ratio needs none).
       noise_windows: windows that gave a noise-scale estimate.
-      accum_steps: K of the current (next) window: the schedule's (:mod:`ga_tfx.config`)
-        choice at the last window end, or the config's ``accum_steps``.
-      adaptive_streak: windows in a row whose adaptive target K differed from ``accum_steps``.
+      current_accum_steps: the current K, of the window under way (or next): the schedule's
+        (:mod:`ga_tfx.schedules`) choice at the last window end, or the config's
+        ``accum_steps`` (K0) before the first; read as ``WindowCore.current_accum_steps``.
+      adaptive_streak: windows in a row whose adaptive target K differed from the current K.
       base_learning_rate: float64, the learning rate at K0 (``lr_scaling``), or 0.
       micro_batch_split: each micro-batch the front-end gives is processed as this many
         consecutive slices (1; doubled by :meth:`WindowCore.recover_from_oom`): the micro-batch
@@ -49,7 +50,7 @@ class WindowState(tf.Module):
             self.noise_trace_ema = _scalar(0.0, tf.float64, "noise_trace_ema")
             self.noise_grad_sq_ema = _scalar(0.0, tf.float64, "noise_grad_sq_ema")
             self.noise_windows = _scalar(0, tf.int64, "noise_windows")
-            self.accum_steps = _scalar(0, tf.int64, "accum_steps")  # 0: not set yet
+            self.current_accum_steps = _scalar(0, tf.int64, "current_accum_steps")  # 0: not set yet
             self.adaptive_streak = _scalar(0, tf.int64, "adaptive_streak")
             self.base_learning_rate = _scalar(0.0, tf.float64, "base_learning_rate")
             self.micro_batch_split = _scalar(1, tf.int64, "micro_batch_split")

@@ -8,7 +8,8 @@ rate, the record)."""
 
 from ga_tfx._keras import tf
 from ga_tfx.transforms import global_norm
-from ga_tfx.window import noise, schedule
+from ga_tfx.window import next_k as schedule
+from ga_tfx.window import noise
 from ga_tfx.window.accumulator import GradientAccumulator
 from ga_tfx.window.shims import all_finite
 from ga_tfx.window.state import write_record

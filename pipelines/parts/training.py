@@ -32,13 +32,12 @@ def trials_file(pipeline_root: str) -> str:
 
 def trainer_settings(code, run, updates_per_epoch: int) -> Dict[str, Any]:
     """The Trainer's settings: those the accumulation options ``run`` carry (each declared
-    ``like()`` a Trainer setting), the label, the first window's K (the schedule's) and the
-    epoch (``updates_per_epoch`` updates)."""
+    ``like()`` a Trainer setting: ``accum_steps`` is the run's first K), the label and the
+    epoch (``updates_per_epoch`` windows)."""
     settings = dict(
         values_for(run, AccumulationSettings),
         label_key=code.label_key,
         raw_label_key=code.raw_label_key,
-        accum_steps=run.schedule.first_accum_steps,
         updates_per_epoch=updates_per_epoch,
     )
     if code.curated_schema is None:  # any CSV: one shuffle over the whole training split
@@ -94,7 +93,7 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
         else list(tuning.search_agc_clip_factor)
     )
     # A trial trains tuning_updates, not the Trainer's epochs; a search sets the AGC factor.
-    ga_settings = dict(settings, accum_steps=run.accum_steps)
+    ga_settings = dict(settings)
     del ga_settings["updates_per_epoch"]
     if not probe:
         del ga_settings["agc_clip_factor"]
@@ -110,8 +109,8 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
     }
 
 
-def trainer(code, run, settings: Dict[str, Any], transform, tuner, updates: int, resume_root):
-    """The ga-tfx Trainer: ``updates`` windows over Transform's output with ``settings``
+def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows: int, resume_root):
+    """The ga-tfx Trainer: ``windows`` windows over Transform's output with ``settings``
     (:func:`trainer_settings`), evaluated on ``run.eval_steps`` micro-batches, the Tuner's best
     hyperparameters when ``tuner`` is not None, its resumable checkpoints under
     ``resume_root``."""
@@ -120,7 +119,7 @@ def trainer(code, run, settings: Dict[str, Any], transform, tuner, updates: int,
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=tuner.outputs["best_hyperparameters"] if tuner is not None else None,
         **user_code_args(code, "model_fn"),
-        train_args=tfx.proto.TrainArgs(num_steps=updates),
+        train_args=tfx.proto.TrainArgs(num_steps=windows),
         eval_args=tfx.proto.EvalArgs(num_steps=run.eval_steps),
         resume_root=resume_root,
         **settings,

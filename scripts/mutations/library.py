@@ -67,6 +67,20 @@ MUTATIONS = [
         "            end = stop\n",
         ("tests/test_schedule_values.py", "-k", "micro_batches"),
     ),
+    Mutation(  # the Trainer's settings and the CLI's options took any accum_steps beside it
+        "schedules.first_k_rule_off",
+        "ga_tfx/schedules.py",
+        "    if accum_steps is not None and schedule.first_accum_steps != start:\n",
+        "    if False:\n",
+        ("tests/test_schedule_values.py", "-k", "refuses_an_accum_steps"),
+    ),
+    Mutation(  # the data check's largest batch read at the first K
+        "schedules.most_k_of_a_piecewise_is_its_first",
+        "ga_tfx/schedules.py",
+        "        return max(k for _, k in self.pieces)\n",
+        "        return self.pieces[0][1]\n",
+        ("tests/test_bad_data.py", "-k", "schedules_largest_k"),
+    ),
     Mutation(
         "bn.between_micro_batch_variance_dropped",
         "ga_tfx/batchnorm/moments.py",

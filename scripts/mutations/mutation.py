@@ -30,7 +30,7 @@ RUNNER = "ga_tfx/window/runner.py"  # the traced window runner of fit and Traini
 CONFIG = "ga_tfx/config.py"
 # The window core (ga_tfx/window/), one file per concern.
 CORE, SHIMS, SPLIT = "ga_tfx/window/core.py", "ga_tfx/window/shims.py", "ga_tfx/window/split.py"
-NOISE, SCHEDULE = "ga_tfx/window/noise.py", "ga_tfx/window/schedule.py"
+NOISE, SCHEDULE = "ga_tfx/window/noise.py", "ga_tfx/window/next_k.py"
 STEPS = "ga_tfx/window/steps.py"
 PACING, ACCUMULATOR = "ga_tfx/engine/pacing.py", "ga_tfx/window/accumulator.py"
 PREEMPTION = "ga_tfx/preemption.py"

@@ -29,7 +29,7 @@ MUTATIONS = [
     Mutation(  # --tuning-target-loss: one evaluation at the cap, so the probe never stops early
         "tune.target_probe_read_only_at_the_cap",
         "components/tuner/tuner_fn.py",
-        "        epochs = fn_args.train_steps // probe_check_updates(fn_args.train_steps)\n",
+        "        epochs = fn_args.train_steps // probe_check_windows(fn_args.train_steps)\n",
         "        epochs = 1\n",
         ("tests/test_tune_strategy.py", "-k", "easy_target"),
     ),

@@ -34,8 +34,8 @@ MUTATIONS = [
     Mutation(
         "clock.window_one_too_long",  # the wrapper's windows (fit's and the loop's are sized)
         "ga_tfx/window/clock.py",
-        "    return pending >= core.state.accum_steps.read_value()",
-        "    return pending > core.state.accum_steps.read_value()",
+        "    return pending >= core.state.current_accum_steps.read_value()",
+        "    return pending > core.state.current_accum_steps.read_value()",
         ("tests/test_optimizer_api.py", "-k", "custom_loop_matches_big_batch"),
     ),
     Mutation(

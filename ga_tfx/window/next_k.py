@@ -1,5 +1,6 @@
-"""K and learning-rate schedule arithmetic at a window end (``accum_steps`` schedules,
-``lr_scaling``), as functions of the config and the core's state."""
+"""The next window's K and learning rate, decided at a window end: the schedule's rule
+(``config.schedule``, the value in :mod:`ga_tfx.schedules`) and ``lr_scaling``, as functions of
+the config and the core's state."""
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
@@ -25,9 +26,9 @@ def next_accum_steps(
 ) -> tf.Tensor:
     """Cross-replica, at a window end: the schedule's (``config.schedule``, a
     :class:`~ga_tfx.schedules.Schedule`) K for the next window (window index ``windows``,
-    0-based), stored in ``state.accum_steps``."""
+    0-based), stored in ``state.current_accum_steps``."""
     schedule = config.schedule
-    current = state.accum_steps.read_value()
+    current = state.current_accum_steps.read_value()
     if not schedule.varies:
         return current
     if isinstance(schedule, PiecewiseSchedule):
@@ -62,7 +63,7 @@ def next_accum_steps(
         switch = streak >= ADAPTIVE_PATIENCE
         state.adaptive_streak.assign(tf.where(switch, tf.constant(0, tf.int64), streak))
         chosen = tf.where(switch, tf.cast(target, tf.int64), current)
-    return state.accum_steps.assign(chosen)
+    return state.current_accum_steps.assign(chosen)
 
 
 def scale_learning_rate(
