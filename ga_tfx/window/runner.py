@@ -168,8 +168,13 @@ class WindowRunner:
         return logs
 
     def _end_of_data(self, policy: Optional[str] = None) -> Any:
-        """Cross-replica: the data ended inside a window; the clock ends it by ``policy``."""
-        return clock.end_of_data(self.core, self.strategy, self.finish, policy)
+        """Cross-replica: the data ended inside a window; the clock ends it by ``policy``.
+        The window end's code goes into the clock's ``tf.cond``, not its traced function
+        (:attr:`finish`), as in :meth:`_window`: under MultiWorkerMirroredStrategy a traced
+        function called in a ``tf.cond`` branch left a captured input unfed ("You must feed a
+        value for placeholder ... cond/then", tests/test_training_loop_multi_worker.py, whose
+        data ends inside a short window)."""
+        return clock.end_of_data(self.core, self.strategy, self._finish_window, policy)
 
     def fill(self, iterator: Any, count: Any, logs: Any) -> Any:
         """Cross-replica: ``count`` more micro-batches (``next(iterator)``: the data's end
