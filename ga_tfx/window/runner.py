@@ -26,13 +26,15 @@ autograph's conversion (it was about 40% of a small ``fit``'s start-up); the use
 call (the model's call, a loss, a ``train_step``, the optimizer, a transform) is converted
 where it is called (``ga_tfx._tf_keras_internals.autograph_converted``). The exception is the
 out-of-memory split's loop, Python control flow on tensors, converted whole. On one replica the
-micro-batch step and the window end stay one function each in the graph (``_noinline``):
-Grappler optimizes each once, not a copy per call site. With ``eager`` (``run_eagerly``)
+micro-batch step and the window end stay one function each in the graph (not inlined,
+``ga_tfx._tf_keras_internals.not_inlined``): Grappler optimizes each once, not a copy per call
+site. With ``eager`` (``run_eagerly``)
 nothing is traced.
 
 The out-of-memory replay that retraces it is beside it (:mod:`ga_tfx.window.replay`).
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
 from ga_tfx.window import clock
 from ga_tfx.window.shims import xla_step
@@ -99,7 +101,7 @@ class WindowRunner:
         if self._eager:
             return function
         inline = inline or self.strategy.num_replicas_in_sync > 1
-        attributes = None if inline else {"_noinline": True}
+        attributes = None if inline else internals.not_inlined()
         return tf.function(
             function,
             reduce_retracing=True,
