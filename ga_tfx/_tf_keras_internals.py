@@ -202,11 +202,10 @@ def set_steps_per_execution(model: tf_keras.Model, steps: int) -> None:
 
     The one assignment to a Keras private attribute in ga-tfx: ``partial_window="carry"`` makes
     the first execution of an epoch ``K - pending`` micro-batches long (Keras' data handler
-    does the same for the last execution of an epoch).
+    does the same for the last execution of an epoch). Written, not read first: a write from
+    the host needs no read back from the device.
     """
-    variable = model._steps_per_execution
-    if int(variable.numpy()) != steps:
-        variable.assign(steps)
+    model._steps_per_execution.assign(steps)
 
 
 def watches_batches(callback: tf_keras.callbacks.Callback) -> bool:

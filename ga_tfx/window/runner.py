@@ -137,23 +137,21 @@ class WindowRunner:
         """Micro-batches accumulated and not yet ended (host integer)."""
         return int(self.core.micro_steps.numpy())
 
-    def end_pending_window(self, policy: Optional[str] = None) -> None:
+    def end_pending_window(self, policy: Optional[str] = None) -> bool:
         """Host side, after the data ended (or a call of whole windows): a complete pending
         window is finished; a short one is ended by the clock by ``policy`` (``None``: the
-        config's ``partial_window``): finished (``"apply"``), discarded (``"drop"``) or kept
-        (``"carry"``). No-op without a pending window."""
+        config's ``partial_window``): finished (``"apply"``; a flush), discarded (``"drop"``)
+        or kept (``"carry"``). Returns whether a window ended (finished, skipped or discarded;
+        ``False``: none was pending, or a short one is carried). Two host reads: the pending
+        count and, with one pending, whether it is complete."""
         pending = self.pending()
         if pending == 0:
-            return
+            return False
         if clock.is_complete(self.core, pending):
             self.finish()
-        else:
-            self.end_of_data(policy)
-
-    def flush(self) -> None:
-        """Finishes the pending window now, whatever the policy (no-op without one)."""
-        if self.pending() > 0:
-            self.finish()
+            return True
+        self.end_of_data(policy)
+        return clock.ends_short_window(self.core, policy)
 
     # ------------------------------------------------------------------ traced pieces
     def _run_micro_batch(self, data: Any) -> Any:

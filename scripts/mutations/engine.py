@@ -32,8 +32,8 @@ MUTATIONS = [
     Mutation(
         "engine.drop_policy_ignored",
         LOOP,
-        "        self.runner.end_pending_window(self._ending)\n",
-        '        self.runner.end_pending_window("apply")\n',
+        "        if self.runner.end_pending_window(self._ending):\n",
+        '        if self.runner.end_pending_window("apply"):\n',
         ("tests/test_windows.py", "-k", "policies and drop"),
     ),
     Mutation(
