@@ -123,9 +123,8 @@ class LoopRun:
         refuse_carried_window(error, spans_epochs, "TrainingLoop")
         return loop.window_core
 
-    def _read_window_again(self, error: BaseException, pending: int) -> None:
-        """After an out-of-memory recovery, which discarded the window (``pending`` of its
-        micro-batches were consumed, those of the failed call included): the data from its
+    def _read_window_again(self, _: BaseException) -> None:
+        """After an out-of-memory recovery, which discarded the window: the data from its
         first micro-batch, the window traced with the split micro-batch, and the budget given
         back the micro-batches of the window's earlier calls (the failed call's were not
         counted against it). (The data position, derived from the core's count, is back
