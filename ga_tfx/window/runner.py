@@ -28,8 +28,7 @@ where it is called (``ga_tfx._tf_keras_internals.autograph_converted``). The exc
 out-of-memory split's loop, Python control flow on tensors, converted whole. On one replica the
 micro-batch step and the window end stay one function each in the graph (not inlined,
 ``ga_tfx._tf_keras_internals.not_inlined``): Grappler optimizes each once, not a copy per call
-site. With ``eager`` (``run_eagerly``)
-nothing is traced.
+site. With ``eager`` (``run_eagerly``) nothing is traced.
 
 The out-of-memory replay that retraces it is beside it (:mod:`ga_tfx.window.replay`).
 """
