@@ -75,8 +75,9 @@ def _import_private(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError as error:
         raise TfKerasInternalsError(
-            f"ga_tfx needs the tf-keras internal module {module!r}, which tf-keras "
-            f"{tf_keras.__version__} does not have ({error}). ga_tfx was tested with tf-keras "
+            f"ga_tfx needs the private module {module!r}, which this installation (tf-keras "
+            f"{tf_keras.__version__}, TensorFlow {tf.__version__}) does not have ({error}). "
+            "ga_tfx was tested with tf-keras "
             f"{', '.join(v + '.x' for v in PROVEN_TF_KERAS_VERSIONS)}."
         ) from error
 
@@ -86,6 +87,9 @@ _functional = _import_private("tf_keras.src.engine.functional")
 _control_flow_util = _import_private("tf_keras.src.utils.control_flow_util")
 _distribute_values = _import_private("tensorflow.python.distribute.values")
 _base_layer_utils = _import_private("tf_keras.src.engine.base_layer_utils")
+_ag_ctx = _import_private("tensorflow.python.autograph.core.ag_ctx")
+_autograph_config = _import_private("tensorflow.python.autograph.core.config")
+_function_attributes = _import_private("tensorflow.python.eager.polymorphic_function.attributes")
 
 # (owner, attribute) pairs that must exist on the classes/modules of the installed tf-keras.
 _REQUIRED: Tuple[Tuple[Any, str], ...] = (
@@ -111,6 +115,12 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (_distribute_values.DistributedVariable, "_get_on_device_or_primary"),
     (_base_layer_utils, "call_context"),
     (_base_layer_utils.CallContext, "saving"),
+    (_ag_ctx, "ControlStatusCtx"),
+    (_ag_ctx, "Status"),
+    (_autograph_config, "CONVERSION_RULES"),
+    (_autograph_config, "DoNotConvert"),
+    (tf.__internal__.autograph, "tf_convert"),
+    (_function_attributes, "NO_INLINE"),
 )
 
 # (class, attribute) pairs for instance attributes: tf-keras sets them on its objects in
@@ -192,11 +202,10 @@ def set_steps_per_execution(model: tf_keras.Model, steps: int) -> None:
 
     The one assignment to a Keras private attribute in ga-tfx: ``partial_window="carry"`` makes
     the first execution of an epoch ``K - pending`` micro-batches long (Keras' data handler
-    does the same for the last execution of an epoch).
+    does the same for the last execution of an epoch). Written, not read first: a write from
+    the host needs no read back from the device.
     """
-    variable = model._steps_per_execution
-    if int(variable.numpy()) != steps:
-        variable.assign(steps)
+    model._steps_per_execution.assign(steps)
 
 
 def watches_batches(callback: tf_keras.callbacks.Callback) -> bool:
@@ -402,18 +411,21 @@ def local_component(variable: Any) -> Any:
     return get_local() if get_local is not None else variable
 
 
+def not_inlined() -> Dict[str, Any]:
+    """``tf.function``'s ``experimental_attributes`` that keep a function one function in the
+    graph, called where it is used, not inlined at each call site (TensorFlow's private
+    ``_noinline`` attribute; :class:`ga_tfx.window.runner.WindowRunner`)."""
+    return {_function_attributes.NO_INLINE: True}
+
+
 def autograph_converted(function: Callable) -> Callable:
     """``function`` as a ``tf.function`` with autograph would run it (Python control flow on
     tensors converted), also where its caller is traced without conversion (the window's end,
-    :mod:`ga_tfx.engine.loop`): for user code called from library code. Unchanged when running
-    eagerly, or where TensorFlow lacks the private module (its rule then applies as before)."""
+    :mod:`ga_tfx.window.runner`): for user code called from library code. Unchanged when
+    running eagerly."""
     if tf.executing_eagerly():
         return function
-    try:
-        from tensorflow.python.autograph.core import ag_ctx
-    except ImportError:
-        return function
-    enabled = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
+    enabled = _ag_ctx.ControlStatusCtx(status=_ag_ctx.Status.ENABLED)
 
     # Converted through a plain function of ours: tf_convert re-wraps a decorated callable
     # in place (Keras' Layer.__call__), which left a model's call unconverted. Inside it,
@@ -442,16 +454,12 @@ def leave_tf_keras_unconverted_by_autograph() -> None:
     function (a small ga_tfx ``fit``: 42 s -> 2.6 s with the rule). Code outside tf_keras
     (ga_tfx's windowed loop, users' layers) is converted as before.
     """
-    try:
-        from tensorflow.python.autograph.core import config as autograph_config
-    except ImportError:  # a TensorFlow without this private module: nothing to adjust
-        return
-    rules = autograph_config.CONVERSION_RULES
+    rules = _autograph_config.CONVERSION_RULES
     if not any(
-        isinstance(rule, autograph_config.DoNotConvert) and rule.matches("tf_keras")
+        isinstance(rule, _autograph_config.DoNotConvert) and rule.matches("tf_keras")
         for rule in rules
     ):
-        autograph_config.CONVERSION_RULES = rules + (autograph_config.DoNotConvert("tf_keras"),)
+        _autograph_config.CONVERSION_RULES = rules + (_autograph_config.DoNotConvert("tf_keras"),)
 
 
 check_internals()

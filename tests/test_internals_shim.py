@@ -303,6 +303,41 @@ def test_batchnorm_internals():
     np.testing.assert_allclose(layer.moving_mean.numpy(), 0.5 * np.ones(3))
 
 
+def test_tensorflow_internals_are_in_the_import_time_check():
+    """The autograph internals and the not-inlined attribute are TensorFlow's, not read by a
+    private attribute name: they are checked at import all the same, so that a rename fails
+    there, not silently (autograph then converting nothing, or every function inlined)."""
+    checked = set(internals._REQUIRED)
+    assert {
+        (internals._ag_ctx, "ControlStatusCtx"),
+        (internals._ag_ctx, "Status"),
+        (internals._autograph_config, "CONVERSION_RULES"),
+        (internals._autograph_config, "DoNotConvert"),
+        (tf.__internal__.autograph, "tf_convert"),
+        (internals._function_attributes, "NO_INLINE"),
+    } <= checked
+
+
+def test_not_inlined_keeps_a_function_called_in_the_graph():
+    def graph_functions(attributes):
+        inner = tf.function(lambda x: x * 2.0 + 1.0, experimental_attributes=attributes)
+        outer = tf.function(lambda x: inner(x) + inner(x + 1.0))
+        graph = outer.get_concrete_function(tf.TensorSpec([], tf.float32)).graph
+        # After Grappler's function inlining (what runs), as the runtime optimizes it.
+        from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+        from tensorflow.python.grappler import tf_optimizer
+
+        meta = meta_graph_pb2.MetaGraphDef()
+        meta.graph_def.CopyFrom(graph.as_graph_def())
+        meta.collection_def["train_op"].node_list.value.extend([t.op.name for t in graph.outputs])
+        optimized = tf_optimizer.OptimizeGraph(config_pb2.ConfigProto(), meta)
+        return {node.op for node in optimized.node}
+
+    calls = {"PartitionedCall", "StatefulPartitionedCall"}
+    assert calls & graph_functions(internals.not_inlined())
+    assert not calls & graph_functions(None)  # by default Grappler inlines it
+
+
 def test_autotrackable_children_reads_attributes_now():
     module = tf.Module()
     module.first = tf.Variable(1.0)
@@ -345,7 +380,8 @@ _PRIVATE = re.compile(
     r"tf_keras\.src|\._steps_per_execution|\._train_counter|\._flatten_layers|"
     r"\._track_trackable|\._get_compile_args|\._validate_target_and_loss|_cluster_coordinator|"
     r"_is_graph_network|\._param_shape|\._param_dtype|\._assign_moving_average|"
-    r"\._get_training_value|_get_on_device_or_primary|autograph\.core|tf\.__internal__|\bvars\("
+    r"\._get_training_value|_get_on_device_or_primary|autograph\.core|tf\.__internal__|\bvars\(|"
+    r"_noinline|polymorphic_function"
 )
 
 

@@ -20,6 +20,7 @@ weights.
 import ga_tfx
 from ga_tfx import keras, tf
 from ga_tfx._state import Untracked
+from ga_tfx.window.replay import OutOfMemoryRecovered
 
 import contextlib
 
@@ -247,7 +248,7 @@ def test_fit_that_cannot_read_the_window_again_says_where_to_continue():
     def fit_once(arguments):  # a fit that runs out of memory
         raise error
 
-    with pytest.raises(recovery.OutOfMemoryRecovered, match="shuffled arrays.*epoch 0"):
+    with pytest.raises(OutOfMemoryRecovered, match="shuffled arrays.*epoch 0"):
         arguments = dict(x=x, y=y, batch_size=8, shuffle=True)
         recovery.fit_replayed(model, arguments, fit_once, position)
     assert model.window_core.micro_batch_split == 2  # recovered, only the data is the caller's
@@ -255,7 +256,7 @@ def test_fit_that_cannot_read_the_window_again_says_where_to_continue():
 
 def test_fit_under_carry_refuses_an_out_of_memory_error_with_the_same_rule():
     # fit does not tell a carried window from the others: under carry it refuses every one,
-    # with TrainingLoop's message (recovery.refuse_carried_window), and recovers nothing.
+    # with TrainingLoop's message (refuse_carried_window), and recovers nothing.
     x, y = classification_data(n=N, seed=3)
     model = ga_tfx.wrap_model(_model(), 4, partial_window="carry")
     model.compile(keras.optimizers.SGD(LR), sparse_ce())

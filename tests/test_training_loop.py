@@ -637,6 +637,15 @@ class _OldLoopState(WindowState):
         self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
 
 
+def test_accum_steps_is_the_configs_and_read_only():
+    x, y = classification_data(n=2 * K * MICRO)
+    loop = make_loop(None, adam, tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO))
+    assert loop.accum_steps == loop.accumulation.accum_steps == K
+    with pytest.raises(AttributeError):
+        loop.accum_steps = K + 1  # one K, the config's: no copy that could diverge from it
+    assert loop.accumulation.accum_steps == K
+
+
 def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(tmp_path):
     """One count of the data consumed, the window core's: after 13 micro-batches (epoch 0's 9,
     a window and one micro-batch of epoch 1) the core counts 12 in finished windows and 1
@@ -687,3 +696,8 @@ def test_the_data_position_is_the_cores_count_and_an_old_checkpoint_is_refused(t
     refused = make_loop(None, adam, data, seed=99, checkpoint_dir=str(tmp_path / "old"))
     with pytest.raises(ValueError, match="holds no window core under 'ga_window_core/'.*0.2.0"):
         refused.restore()
+    # A run after the refused restore restores first again: it refuses too, rather than
+    # train from scratch into that checkpoint_dir.
+    with pytest.raises(ValueError, match="holds no window core under 'ga_window_core/'.*0.2.0"):
+        refused.run(epochs=1)
+    assert refused.window_core.windows == 0

@@ -7,7 +7,8 @@ with SGD (Nesterov momentum; interrupted mid-window after ``INTERRUPT_AFTER`` mi
 then resumed by new loop objects from the shared checkpoint directory) and with Adam
 (uninterrupted), measures the gradient noise scale on the closed-form problem of
 tests/test_noise_scale.py, and writes ``OUT/weights.npz``, ``OUT/weights_adam.npz`` and
-``OUT/stats.json``. The data (see :func:`data`) has a NaN window and a short last window; it
+``OUT/stats.json``. The data (see :func:`data`) has a NaN window and ends inside a short last
+window (fewer than K micro-batches, applied under the default ``partial_window="apply"``); it
 is read from two TFRecord files, so that the AUTO auto-shard policy would give each worker
 other files (the loop sets DATA: every worker takes its part of each global micro-batch).
 """
@@ -24,9 +25,11 @@ import numpy as np
 from tests import test_noise_scale as closed_form
 
 MICRO, K, EPOCHS = 7, 3, 2
-N_SAMPLES = 57  # 9 micro-batches: 8 of 7 samples, 1 of 1 sample; windows of 21, 21, 15
+# 8 micro-batches: 7 of 7 samples, 1 of 1 sample; windows of 3, 3 and 2 micro-batches (21, 21
+# and 8 samples): the data ends inside the last window, which partial_window="apply" applies.
+N_SAMPLES = 50
 NAN_MICRO_BATCH = 4  # window 2 has a NaN input: skipped in every epoch
-INTERRUPT_AFTER = 13  # micro-batches: epoch 2, inside its first window
+INTERRUPT_AFTER = 12  # micro-batches: epoch 2, inside its second window
 
 
 def data():
@@ -38,7 +41,7 @@ def data():
 
 
 def write_files(out):
-    """Writes :func:`data` to two TFRecord files (samples 0..27 and 28..56), in order."""
+    """Writes :func:`data` to two TFRecord files (samples 0..27 and 28..), in order."""
     x, y = data()
     paths = []
     for index, rows in enumerate((range(0, 28), range(28, N_SAMPLES))):

@@ -55,8 +55,8 @@ from ga_tfx.components.trainer import (
 )
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.engine import recovery
 from ga_tfx.schedules import AdaptiveSchedule
+from ga_tfx.window.replay import replay
 
 import contextlib
 import dataclasses
@@ -235,8 +235,8 @@ def train(model, fn_args, run: Run, schema, checkpoint, logger):
     callbacks = _callbacks(fn_args.model_run_dir, logger, checkpoint)
     # After an out-of-memory recovery (the window discarded, the micro-batch halved: same
     # samples per update) fit cannot read the window again: the plan again, from the first
-    # window not done (recovery.replay).
-    metrics = recovery.replay(
+    # window not done (replay).
+    metrics = replay(
         lambda: _train(
             model,
             fn_args,
@@ -248,7 +248,7 @@ def train(model, fn_args, run: Run, schema, checkpoint, logger):
             run.per_epoch,
             callbacks,
         ),
-        lambda error, pending: logging.warning("ga_tfx: %s", error),
+        lambda error: logging.warning("ga_tfx: %s", error),
     )
     return resumed, metrics
 

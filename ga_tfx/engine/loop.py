@@ -130,8 +130,10 @@ class WindowLoop:
         self.follow_schedule()
         if pacer is not None:
             # Whole windows; a window "carry" leaves pending at an epoch end is completed
-            # first anyway: CarryAlignment sets the epoch's first execution after this.
-            k = model.window_core.current_accum_steps
+            # first anyway: CarryAlignment sets the epoch's first execution after this. K is
+            # the model's: fit paces only without a schedule. (steps is read, not the value
+            # last set here: Keras' data handler shortens an epoch's last execution.)
+            k = model.accum_steps
             windows = pacer.next_windows(time.perf_counter() - started, steps / k)
             self.set_steps_per_execution(windows * k)
         return self._dispatch_window_ends(logs)
@@ -185,12 +187,10 @@ class WindowLoop:
         ended by the clock by the policy (:meth:`WindowRunner.end_pending_window
         <ga_tfx.window.runner.WindowRunner.end_pending_window>`): finished (``"apply"``; the
         traced function has already done so unless the data ended), discarded (``"drop"``)
-        or kept (``"carry"``; CarryAlignment realigns the next epoch). Once a window ended,
-        the next execution is whole windows again."""
-        if self.pending() == 0:
-            return
-        self.runner.end_pending_window(self._ending)
-        if self.pending() == 0:  # ended: applied, skipped or dropped (not carried)
+        or kept (``"carry"``; CarryAlignment realigns the next epoch). Once a window ended
+        (applied, skipped or dropped; not carried), the next execution is whole windows
+        again."""
+        if self.runner.end_pending_window(self._ending):
             self.set_steps_per_execution()
 
     def stop_pacing(self) -> None:
@@ -204,9 +204,8 @@ class WindowLoop:
         return self.runner.pending()
 
     def flush(self) -> None:
-        """Applies the pending window now (no-op when there is none)."""
-        if self.pending() > 0:
-            self.runner.flush()
+        """Finishes the pending window now, whatever the policy (no-op when there is none)."""
+        if self.runner.end_pending_window("apply"):
             self._dispatch_window_ends({})
 
     # ------------------------------------------------------------------ traced pieces

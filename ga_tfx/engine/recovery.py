@@ -1,8 +1,8 @@
 """``fit``'s out-of-memory recovery: the window again, at half the micro-batch.
 
 The replay itself is every front-end's, beside the window runner (:mod:`ga_tfx.window.replay`:
-:func:`replay`, :class:`OutOfMemoryRecovered`, :func:`refuse_carried_window`, imported here
-for the front-ends that name them from ``fit``'s module). This module is how ``fit`` reads the
+:func:`~ga_tfx.window.replay.replay`, :class:`~ga_tfx.window.replay.OutOfMemoryRecovered`,
+:func:`~ga_tfx.window.replay.refuse_carried_window`). This module is how ``fit`` reads the
 window's data again.
 
 ``fit`` (:func:`fit_replayed`) continues with the rest of the interrupted epoch (its data from
@@ -21,12 +21,7 @@ with their own data plan.
 """
 
 from ga_tfx._keras import keras, tf
-from ga_tfx.window.replay import (
-    OutOfMemoryRecovered,
-    out_of_memory,
-    refuse_carried_window,
-    replay,
-)
+from ga_tfx.window.replay import OutOfMemoryRecovered, refuse_carried_window, replay
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -66,7 +61,7 @@ def fit_replayed(
             histories.append(fit_once(attempt))
         return join_histories(histories)
 
-    def rewind(error: BaseException, pending: int) -> None:
+    def rewind(error: BaseException) -> None:
         failed = getattr(model, "history", None)  # Keras sets it at the fit's start
         if failed is not None and failed.epoch and all(failed is not h for h in histories):
             histories.append(failed)  # the epochs done before the error
@@ -155,11 +150,7 @@ def join_histories(histories: List[Any]) -> Any:
 
 __all__: Tuple[str, ...] = (
     "FitPosition",
-    "OutOfMemoryRecovered",
     "continuation",
     "fit_replayed",
     "join_histories",
-    "out_of_memory",
-    "refuse_carried_window",
-    "replay",
 )

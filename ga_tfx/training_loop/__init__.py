@@ -250,7 +250,6 @@ class TrainingLoop(LoopSteps):
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
-        self.accum_steps = self.accumulation.accum_steps
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.inputs_fn, self.targets_fn = inputs_fn, targets_fn
         self.sample_count_fn = sample_count_fn
@@ -325,6 +324,12 @@ class TrainingLoop(LoopSteps):
 
     # ------------------------------------------------------------------ public state
     @property
+    def accum_steps(self) -> int:
+        """``K``, micro-batches per update: the config's (``loop.accumulation.accum_steps``;
+        read only)."""
+        return self.accumulation.accum_steps
+
+    @property
     def epoch(self) -> int:
         """The current epoch (0-based; restored from checkpoints)."""
         return int(self.state.epoch.numpy())
@@ -360,9 +365,12 @@ class TrainingLoop(LoopSteps):
         return self._checkpoints.save()
 
     def restore(self) -> bool:
-        """Restores the latest checkpoint of ``checkpoint_dir``; ``False`` if there is none."""
+        """Restores the latest checkpoint of ``checkpoint_dir``; ``False`` if there is none.
+        ``ValueError`` for a checkpoint written before 0.2.0; until a restore succeeds, every
+        :meth:`run` restores first (so refuses such a checkpoint again)."""
+        restored = self._checkpoints.restore()
         self._restored = True
-        return self._checkpoints.restore()
+        return restored
 
     # ------------------------------------------------------------------ the loop
     def run(

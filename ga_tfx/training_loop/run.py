@@ -46,23 +46,29 @@ class LoopRun:
         self.budget: Optional[int] = None  # micro-batches left to this call (None: no limit)
         self.iterator: Any = None  # the current epoch's data
         self._window_start = 0  # micro-batches pending before the current window's call
+        # Host copies of the core's counters, kept from the window events (read once a run):
+        # updates applied, and K of the next window.
+        self.updates = 0
+        self.current_accum_steps = 0
 
     def __call__(self, epochs: int, max_updates: Optional[int], budget: Optional[int]) -> dict:
         """Trains until ``epochs`` epochs (counted from the start of training) or
         ``max_updates`` updates, or ``budget`` micro-batches of this call (``None``: no
         limit); returns the logs of the last finished window (``{}`` if none)."""
         loop, runner = self.loop, self.runner
+        core = loop.window_core
         self.budget = budget
-        loop.window_core.start_events()
+        core.start_events()
+        self.updates, self.current_accum_steps = core.updates, core.current_accum_steps
         loop.stop_training = False
         self.log.start()
         logs: dict = {}
         while loop.epoch < epochs and not loop.stop_training:
-            if max_updates is not None and loop.window_core.updates >= max_updates:
+            if max_updates is not None and self.updates >= max_updates:
                 break
             self.iterator = self._epoch_data()
             while not loop.stop_training:
-                if max_updates is not None and loop.window_core.updates >= max_updates:
+                if max_updates is not None and self.updates >= max_updates:
                     break
                 # An out-of-memory error: the window again from its first micro-batch, at
                 # half the micro-batch (replay).
@@ -99,7 +105,7 @@ class LoopRun:
         Returns the micro-batches taken and those asked for."""
         self._stop_if_requested()
         self._window_start = self.runner.pending()
-        wanted = self.loop.window_core.current_accum_steps - self._window_start
+        wanted = self.current_accum_steps - self._window_start
         finish = self.budget is None or self.budget >= wanted
         take = wanted if finish else cast(int, self.budget)  # not finish: budget is an int
         taken = self.runner.window(self.iterator, tf.constant(take, tf.int64), finish)
@@ -117,9 +123,8 @@ class LoopRun:
         refuse_carried_window(error, spans_epochs, "TrainingLoop")
         return loop.window_core
 
-    def _read_window_again(self, error: BaseException, pending: int) -> None:
-        """After an out-of-memory recovery, which discarded the window (``pending`` of its
-        micro-batches were consumed, those of the failed call included): the data from its
+    def _read_window_again(self, _: BaseException) -> None:
+        """After an out-of-memory recovery, which discarded the window: the data from its
         first micro-batch, the window traced with the split micro-batch, and the budget given
         back the micro-batches of the window's earlier calls (the failed call's were not
         counted against it). (The data position, derived from the core's count, is back
@@ -148,16 +153,20 @@ class LoopRun:
         call (the window core's events); returns the last one's logs (``{}``: none)."""
         logs: dict = {}
         for event in self.loop.window_core.poll():
+            self.updates, self.current_accum_steps = event.update, event.next_accum_steps
             logs = self._dispatch_window_end(event)
         return logs
 
     def _dispatch_window_end(self, event: WindowEnd) -> dict:
+        """One window end: its logs (the figures of the event, which holds the learning rate
+        after it and the counters; the guard's non-finite count read here), the skip check,
+        a checkpoint every ``checkpoint_every_n_updates`` and the update callbacks."""
         loop = self.loop
         guard = loop.window_core.guard
         logs = self.log.window_ended(
             event,
-            learning_rate=loop.learning_rate,
-            skipped_windows=loop.window_core.skipped_windows,
+            learning_rate=event.learning_rate,
+            skipped_windows=event.window - event.update,
             nonfinite_windows=0 if guard is None else int(guard.nonfinite_windows.numpy()),
         )
         loop.window_core.check_skips()

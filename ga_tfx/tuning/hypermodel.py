@@ -44,9 +44,9 @@ from ga_tfx._keras import keras, tf
 from ga_tfx._schema import spec_of
 from ga_tfx.batchnorm.conversion import replace_batchnorm_layers
 from ga_tfx.config import AccumulationConfig
-from ga_tfx.engine import recovery
 from ga_tfx.models import wrap_model
 from ga_tfx.tuning.search_space import AccumulationSearchSpace
+from ga_tfx.window.replay import OutOfMemoryRecovered, out_of_memory, replay
 
 import math
 from typing import Any, Callable, Dict, List, Optional, Union, cast
@@ -198,11 +198,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             # An out-of-memory error is first retried by the engine at half the micro-batch
             # and twice K (the same effective batch; ga_tfx.engine.recovery), down to one
             # sample; only then does the trial fail.
-            return recovery.replay(
-                lambda: model.fit(x, y, callbacks=callbacks, **kwargs), _start_over
-            )
+            return replay(lambda: model.fit(x, y, callbacks=callbacks, **kwargs), _start_over)
         except (tf.errors.ResourceExhaustedError, RuntimeError) as error:
-            oom = recovery.out_of_memory(error)
+            oom = out_of_memory(error)
             if oom is None:
                 raise
             core = getattr(model, "window_core", None)
@@ -221,11 +219,11 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
             ) from error
 
 
-def _start_over(error: BaseException, pending: int) -> None:
+def _start_over(error: BaseException) -> None:
     """A trial's fit that recovered from an out-of-memory error but cannot read the window's
     data again: in the trial's first window nothing was trained, so the trial starts over at
     the smaller micro-batch (the engine's split stays); later, the error stands."""
-    recovered = cast(recovery.OutOfMemoryRecovered, error)  # (the one error replayed here)
+    recovered = cast(OutOfMemoryRecovered, error)  # (the one error replayed here)
     if (recovered.epoch, recovered.position) != (0, 0):
         raise error
 

@@ -11,10 +11,10 @@ from ga_tfx._keras import tf
 from typing import Any, Callable, Optional
 
 
-def count(core: Any, micro_steps: Any = 1) -> tf.Tensor:
-    """Counts ``micro_steps`` (default 1) more micro-batches in the window; returns the
-    window's count after them (int64 scalar)."""
-    return core.micro_steps.assign_add(tf.cast(micro_steps, tf.int64))
+def count(core: Any) -> tf.Tensor:
+    """Counts one more micro-batch in the window; returns the window's count after it (int64
+    scalar)."""
+    return core.micro_steps.assign_add(tf.constant(1, tf.int64))
 
 
 def is_complete(core: Any, pending: Any) -> tf.Tensor:
@@ -32,7 +32,7 @@ def end_of_data(
     it), or ``"carry"`` it into the next epoch's first window. Returns a bool scalar tensor:
     whether an update was applied. (The config validated the policy once; ``policy`` is a
     front-end's override, ``"apply"`` for ``train_on_batch``.)"""
-    policy = policy or core.accumulation.partial_window
+    policy = _policy(core, policy)
     pending = core.micro_steps.read_value() > 0
     none = lambda: tf.constant(False)  # noqa: E731
     if policy == "apply":
@@ -40,6 +40,16 @@ def end_of_data(
     if policy == "drop":
         return tf.cond(pending, lambda: _drop(core, strategy), none)
     return tf.constant(False)  # carry
+
+
+def ends_short_window(core: Any, policy: Optional[str] = None) -> bool:
+    """Whether :func:`end_of_data` by ``policy`` (default the config's ``partial_window``)
+    ends a short pending window (applied or dropped), not keeps it (``"carry"``)."""
+    return _policy(core, policy) != "carry"
+
+
+def _policy(core: Any, policy: Optional[str]) -> str:
+    return policy or core.accumulation.partial_window
 
 
 def _drop(core: Any, strategy: Any) -> tf.Tensor:

@@ -216,12 +216,13 @@ class WindowCore(tf.Module):
         ``micro_batch_split`` slices (:func:`ga_tfx.window.split.run_micro_batch`)."""
         return split.run_micro_batch(self, strategy, step, data)
 
-    def recover_from_oom(self, strategy: Any, error: BaseException) -> int:
+    def recover_from_oom(self, strategy: Any, error: BaseException) -> None:
         """Host side, after ``error`` (a ``ResourceExhaustedError``) inside a window: discards
         the window in progress (buffers, AccumBN statistics; the weights and the optimizer
-        are those of the window's start, as no update ran), doubles ``micro_batch_split`` (the
-        micro-batch halves, K doubles: the same samples per update) and returns the micro-
-        batches the discarded window had consumed, for the front-end to read them again.
+        are those of the window's start, as no update ran) and doubles ``micro_batch_split``
+        (the micro-batch halves, K doubles: the same samples per update). The discarded
+        window's micro-batches are taken back from ``micro_batches_done``: the front-end reads
+        them again.
 
         Raises ``RuntimeError`` (from ``error``) when the micro-batch cannot be split further
         (a slice of one sample) or ``oom_recovery`` is off.
@@ -232,7 +233,6 @@ class WindowCore(tf.Module):
         self.discard(strategy)
         self.state.micro_batches_done.assign_sub(pending)  # to be read again, not consumed
         self.state.micro_batch_split.assign(2 * split_now)
-        return pending
 
     def _replica_steps(
         self, optimizer: Any, jit_compile: bool, extra_gradient: Optional[Callable]

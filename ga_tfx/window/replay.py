@@ -30,7 +30,7 @@ class OutOfMemoryRecovered(RuntimeError):
 
 def replay(
     run: Callable[[], T],
-    rewind: Callable[[BaseException, int], None],
+    rewind: Callable[[BaseException], None],
     core: Optional[Callable[[BaseException], Any]] = None,
     strategy: Any = None,
 ) -> T:
@@ -39,24 +39,23 @@ def replay(
     * ``tf.errors.ResourceExhaustedError`` from ``run()``, for a front-end that gives ``core``
       (``core(error)``: its window core, or it raises when it cannot replay): the core
       discards the window and halves the micro-batch (``recover_from_oom`` in ``strategy``;
-      its ``RuntimeError`` when it cannot ends the replay), then ``rewind(error, pending)``
-      puts the front-end's data back to the window's first micro-batch (``pending``: the
-      micro-batches of the window consumed before the error). Without ``core`` the error is
+      its ``RuntimeError`` when it cannot ends the replay), then ``rewind(error)`` puts the
+      front-end's data back to the window's first micro-batch. Without ``core`` the error is
       raised.
     * :class:`OutOfMemoryRecovered` from ``run()`` (a ``fit`` whose core recovered but that
-      cannot read the window's data again): ``rewind(error, 0)`` re-plans the data, or
-      raises.
+      cannot read the window's data again): ``rewind(error)`` re-plans the data, or raises.
 
     Then ``run()`` runs again."""
     while True:
         try:
             return run()
         except OutOfMemoryRecovered as error:
-            rewind(error, 0)
+            rewind(error)
         except tf.errors.ResourceExhaustedError as error:
             if core is None:
                 raise
-            rewind(error, core(error).recover_from_oom(strategy, error))
+            core(error).recover_from_oom(strategy, error)
+            rewind(error)
 
 
 def out_of_memory(error: BaseException) -> Optional[tf.errors.ResourceExhaustedError]:

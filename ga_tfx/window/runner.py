@@ -26,13 +26,14 @@ autograph's conversion (it was about 40% of a small ``fit``'s start-up); the use
 call (the model's call, a loss, a ``train_step``, the optimizer, a transform) is converted
 where it is called (``ga_tfx._tf_keras_internals.autograph_converted``). The exception is the
 out-of-memory split's loop, Python control flow on tensors, converted whole. On one replica the
-micro-batch step and the window end stay one function each in the graph (``_noinline``):
-Grappler optimizes each once, not a copy per call site. With ``eager`` (``run_eagerly``)
-nothing is traced.
+micro-batch step and the window end stay one function each in the graph (not inlined,
+``ga_tfx._tf_keras_internals.not_inlined``): Grappler optimizes each once, not a copy per call
+site. With ``eager`` (``run_eagerly``) nothing is traced.
 
 The out-of-memory replay that retraces it is beside it (:mod:`ga_tfx.window.replay`).
 """
 
+from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import tf
 from ga_tfx.window import clock
 from ga_tfx.window.shims import xla_step
@@ -99,7 +100,7 @@ class WindowRunner:
         if self._eager:
             return function
         inline = inline or self.strategy.num_replicas_in_sync > 1
-        attributes = None if inline else {"_noinline": True}
+        attributes = None if inline else internals.not_inlined()
         return tf.function(
             function,
             reduce_retracing=True,
@@ -135,23 +136,21 @@ class WindowRunner:
         """Micro-batches accumulated and not yet ended (host integer)."""
         return int(self.core.micro_steps.numpy())
 
-    def end_pending_window(self, policy: Optional[str] = None) -> None:
+    def end_pending_window(self, policy: Optional[str] = None) -> bool:
         """Host side, after the data ended (or a call of whole windows): a complete pending
         window is finished; a short one is ended by the clock by ``policy`` (``None``: the
-        config's ``partial_window``): finished (``"apply"``), discarded (``"drop"``) or kept
-        (``"carry"``). No-op without a pending window."""
+        config's ``partial_window``): finished (``"apply"``; a flush), discarded (``"drop"``)
+        or kept (``"carry"``). Returns whether a window ended (finished, skipped or discarded;
+        ``False``: none was pending, or a short one is carried). Two host reads: the pending
+        count and, with one pending, whether it is complete."""
         pending = self.pending()
         if pending == 0:
-            return
+            return False
         if clock.is_complete(self.core, pending):
             self.finish()
-        else:
-            self.end_of_data(policy)
-
-    def flush(self) -> None:
-        """Finishes the pending window now, whatever the policy (no-op without one)."""
-        if self.pending() > 0:
-            self.finish()
+            return True
+        self.end_of_data(policy)
+        return clock.ends_short_window(self.core, policy)
 
     # ------------------------------------------------------------------ traced pieces
     def _run_micro_batch(self, data: Any) -> Any:
@@ -168,8 +167,13 @@ class WindowRunner:
         return logs
 
     def _end_of_data(self, policy: Optional[str] = None) -> Any:
-        """Cross-replica: the data ended inside a window; the clock ends it by ``policy``."""
-        return clock.end_of_data(self.core, self.strategy, self.finish, policy)
+        """Cross-replica: the data ended inside a window; the clock ends it by ``policy``.
+        The window end's code goes into the clock's ``tf.cond``, not its traced function
+        (:attr:`finish`), as in :meth:`_window`: under MultiWorkerMirroredStrategy a traced
+        function called in a ``tf.cond`` branch left a captured input unfed ("You must feed a
+        value for placeholder ... cond/then", tests/test_training_loop_multi_worker.py, whose
+        data ends inside a short window)."""
+        return clock.end_of_data(self.core, self.strategy, self._finish_window, policy)
 
     def fill(self, iterator: Any, count: Any, logs: Any) -> Any:
         """Cross-replica: ``count`` more micro-batches (``next(iterator)``: the data's end

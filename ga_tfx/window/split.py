@@ -22,17 +22,15 @@ def track_rows(state: WindowState, samples: Any) -> Any:
 def run_micro_batch(core: Any, strategy: Any, step: Callable[[Any], Any], data: Any) -> Any:
     """Cross-replica context: ``strategy.run(step)`` on the micro-batch ``data``, as
     ``micro_batch_split`` consecutive slices of each replica's part; returns the last
-    call's outputs. With ``oom_recovery`` off, ``strategy.run(step, args=(data,))``.
-    Front-ends trace it only once the split is above 1 (after a recovery they trace their
-    step again): at 1 they run ``step`` on the whole micro-batch, with no loop.
+    call's outputs. The window runner traces it only under ``oom_recovery`` and once the
+    split is above 1 (after a recovery it traces its step again): otherwise it runs ``step``
+    on the whole micro-batch, with no loop.
 
     Slices of a micro-batch of ``b`` samples have ``ceil(b / split)`` samples (the last
     fewer): the same sub-micro-batches, in the same order, as a run at that micro-batch.
     The loop over slices runs in cross-replica context: ``step`` (Keras' metrics, a
     ``merge_call``) never runs inside a replica-context loop.
     """
-    if not core.accumulation.oom_recovery:
-        return strategy.run(step, args=(data,))
     split = core.state.micro_batch_split.read_value()
 
     def sliced(part: Any, i: Any) -> Any:

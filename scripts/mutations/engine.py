@@ -32,8 +32,8 @@ MUTATIONS = [
     Mutation(
         "engine.drop_policy_ignored",
         LOOP,
-        "        self.runner.end_pending_window(self._ending)\n",
-        '        self.runner.end_pending_window("apply")\n',
+        "        if self.runner.end_pending_window(self._ending):\n",
+        '        if self.runner.end_pending_window("apply"):\n',
         ("tests/test_windows.py", "-k", "policies and drop"),
     ),
     Mutation(
@@ -89,7 +89,7 @@ MUTATIONS = [
     Mutation(
         "oom.replay_gives_up",  # the one replay (fit, TrainingLoop, the Tuner, the Trainer)
         "ga_tfx/window/replay.py",
-        "            rewind(error, core(error).recover_from_oom(strategy, error))\n",
+        "            core(error).recover_from_oom(strategy, error)\n            rewind(error)\n",
         "            raise\n",
         ("tests/test_oom_recovery.py", "-k", "mid_training_with_the_same_result"),
     ),
