@@ -116,7 +116,6 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
             "ga_tfx.GradientAccumulateOptimizer", config, dict(settings, accum_steps=accum_steps)
         )
         self.optimizer = optimizer
-        self.accum_steps = self._accumulation.accum_steps
         self._transforms = tuple(transforms)
         self._window_layers = Untracked(_window_layers_of(window_layers))
         for layer in self._window_layers.value:  # driven from their first training call
@@ -124,6 +123,12 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
                 layer.ga_attach_to_engine()
         self._eager_calls_before = eager_calls_so_far()
         self._core_holder = Untracked()  # the WindowCore, built at the first apply_gradients
+
+    @property
+    def accum_steps(self) -> int:
+        """Micro-batches per update (``K``; with a schedule, the first window's:
+        ``window_core.current_accum_steps`` is the current one). Read-only: the config's."""
+        return self._accumulation.accum_steps
 
     # ------------------------------------------------------------ the wrapped optimizer's state
     @property

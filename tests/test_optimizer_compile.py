@@ -151,6 +151,8 @@ def test_keras_format_save_and_load_keep_the_wrapper_and_its_pending_window(tmp_
     optimizer = loaded.optimizer
     assert isinstance(optimizer, ga_tfx.GradientAccumulateOptimizer)
     assert (optimizer.accum_steps, optimizer.get_config()["agc_clip_factor"]) == (K, 0.1)
+    with pytest.raises(AttributeError):
+        optimizer.accum_steps = K + 1  # one K, the config's: no copy that could diverge from it
     assert (iterations(optimizer), int(optimizer.window_core.micro_steps.numpy())) == (1, 3)
     model.fit(x[42:], y[42:], batch_size=MICRO, shuffle=False, verbose=0)
     loaded.fit(x[42:], y[42:], batch_size=MICRO, shuffle=False, verbose=0)
