@@ -31,6 +31,12 @@ def attach_state(owner: Any, holder: Untracked, module: Any, name: str) -> None:
     _tf_keras_internals.track_trackable(owner, module, name)
 
 
+def holds_under(path: str, prefix: str) -> bool:
+    """Whether the checkpoint ``path`` holds a variable whose object path starts with
+    ``prefix`` (e.g. ``"ga_window_core/"``): how a layout is told from another."""
+    return any(name.startswith(prefix) for name, _ in tf.train.list_variables(path))
+
+
 def stored_values(path: str, keys: Sequence[str]) -> Dict[str, int]:
     """The integers the checkpoint ``path`` holds under ``keys`` (object paths, as
     ``tf.train.Checkpoint`` names them: ``model/ga_window_core/state/windows``); keys it does not

@@ -24,7 +24,7 @@ replaces the ``checkpoint`` index file (an atomic rename), then deletes checkpoi
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
-from ga_tfx._state import stored_values
+from ga_tfx._state import holds_under, stored_values
 from ga_tfx.components.trainer.preemption import StopRequest, TrainingInterrupted
 from ga_tfx.distribution import remove_worker_dir, worker_write_dir
 from ga_tfx.window import CHECKPOINT_KEY
@@ -238,7 +238,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
 def refuse_pre_0_2_layout(path: str) -> None:
     """``ValueError`` naming the key and what to do if the checkpoint ``path`` keeps the window
     core under 0.1.0's key (:data:`PRE_0_2_CORE`)."""
-    if any(name.startswith(PRE_0_2_CORE) for name, _ in tf.train.list_variables(path)):
+    if holds_under(path, PRE_0_2_CORE):
         raise ValueError(
             f"The checkpoint {path} keeps the window core under {PRE_0_2_CORE!r}: it was "
             "written before ga-tfx 0.2.0, whose checkpoints keep it under "

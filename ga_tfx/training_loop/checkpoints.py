@@ -1,6 +1,7 @@
 """``TrainingLoop``'s checkpoints: one ``tf.train.CheckpointManager``, written by the chief."""
 
 from ga_tfx._keras import tf
+from ga_tfx._state import holds_under
 from ga_tfx.distribution import is_chief
 from ga_tfx.window import CHECKPOINT_KEY
 
@@ -62,7 +63,7 @@ class LoopCheckpoints:
         if latest is None:
             return False
         prefix = CHECKPOINT_KEY + "/"
-        if not any(name.startswith(prefix) for name, _ in tf.train.list_variables(latest)):
+        if not holds_under(latest, prefix):
             raise ValueError(
                 f"The checkpoint {latest} holds no window core under {prefix!r}: it was "
                 "written before ga-tfx 0.2.0, whose TrainingLoop checkpoints keep the core "
