@@ -4,6 +4,7 @@
 # stand-in made from the Debian 13 root of scripts/debian13_root.sh (docker/base.Dockerfile).
 #
 #   build_image.sh [--tfx 1.21|1.16] [--tag NAME]    (default: --tfx 1.21 --tag ga-tfx:TFX-local)
+# GA_TFX_IMAGE_TAG, when set, is the default tag (two work trees on one machine, each its own image).
 #
 # Installs Debian's docker.io and starts dockerd where they are missing (root needed; a one-line
 # error where that is impossible). Cached outside the clone, in Docker's own store: the root
@@ -30,7 +31,7 @@ case "$tfx" in
         [ -n "$python" ] || die "--tfx 1.16 needs pyenv's Python 3.10 (/root/.pyenv/versions/3.10.*)" ;;
   *) die "--tfx '$tfx': allowed 1.21 or 1.16" ;;
 esac
-tag="${tag:-ga-tfx:$tfx-local}"
+tag="${tag:-${GA_TFX_IMAGE_TAG:-ga-tfx:$tfx-local}}"
 
 ensure_docker() {
   if ! command -v dockerd >/dev/null 2>&1; then
