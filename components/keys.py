@@ -15,3 +15,7 @@ MODEL_FN = "model_fn"  # dotted path of the module defining build_model(hparams)
 MODEL_FN_PROPERTY = MODEL_FN
 # The alternative to accum_steps: accum_steps = EFFECTIVE_BATCH_SIZE / micro_batch_size.
 EFFECTIVE_BATCH_SIZE = "effective_batch_size"
+# The Trainer's length in windows as a plain int execution property, which a compiled job can
+# take as a runtime parameter (``train_args`` is a proto: a RuntimeParameter could only hold its
+# whole JSON); set, it is ``train_args.num_steps``.
+TRAIN_WINDOWS_PROPERTY = "train_windows"

@@ -39,6 +39,14 @@ def _add_training_flags(parser):
 
 def _add_kubeflow_flags(group):
     group.add_argument(
+        "--backend",
+        choices=sorted(kubeflow.BACKENDS),
+        default=kubeflow.DEFAULT_BACKEND,
+        help="the backend the file is for: "
+        + "; ".join(f"{k}: {v}" for k, v in kubeflow.BACKENDS.items())
+        + f" (default {kubeflow.DEFAULT_BACKEND})",
+    )
+    group.add_argument(
         "--pipeline-spec",
         choices=sorted(kubeflow.PIPELINE_SPECS),
         default=kubeflow.DEFAULT_PIPELINE_SPEC,
@@ -74,8 +82,9 @@ def _add_kubeflow_flags(group):
             f"--{step}-resources",
             metavar="SPEC",
             help=f"the {step.capitalize()} container's resources, e.g. "
-            "cpu=8,memory=32G,accelerator=NVIDIA_TESLA_T4,count=1 (accelerators: Vertex's "
-            "names or nvidia.com/gpu)",
+            "cpu=8,memory=32G,accelerator=NVIDIA_TESLA_T4,count=1; accelerators in the "
+            "backend's names: vertex NVIDIA_TESLA_T4, NVIDIA_L4, ...; kfp a Kubernetes "
+            "resource, nvidia.com/gpu, amd.com/gpu, ... (kfp also requests what it limits)",
         )
 
 
@@ -157,23 +166,34 @@ def _add_compile_command(sub):
     """``ga-tfx compile``: the image, the cluster's paths, the Kubeflow job's form, training."""
     compile_ = sub.add_parser(
         "compile",
-        help="compile the pipeline for Kubeflow Pipelines v2 (PipelineJob JSON)",
-        description="Writes a PipelineJob JSON (KubeflowV2DagRunner) whose steps run in "
-        "--image (built from docker/Dockerfile). Paths are as the cluster sees "
-        "them.",
+        help="compile the pipeline for Kubeflow: open-source KFP (PipelineSpec YAML) or "
+        "Vertex AI (PipelineJob JSON)",
+        description="Writes the job (TFX's KubeflowV2DagRunner) whose steps run in --image "
+        "(built from docker/Dockerfile): --backend kfp the bare PipelineSpec YAML that "
+        "open-source Kubeflow Pipelines uploads, --backend vertex the PipelineJob JSON. "
+        "--data-root, --serving-dir and the training length are the defaults of runtime "
+        "parameters (data_root, serving_dir, train_windows) that each run may set; each run "
+        "is created with its pipeline root. Paths are as the pods see them.",
     )
     compile_.add_argument(
         "--image", required=True, help="container image with TFX and ga-tfx (docker/Dockerfile)"
     )
-    compile_.add_argument("--pipeline-root", required=True, help="e.g. gs://bucket/root")
+    compile_.add_argument(
+        "--pipeline-root",
+        required=True,
+        help="e.g. gs://bucket/root: the runs' pipeline root (kfp: not in the file, give it "
+        "when creating each run; vertex: runtimeConfig's default) and the Trainer's "
+        "checkpoints' root; gs:// or a mounted path, not minio://",
+    )
     compile_.add_argument("--data-root", required=True, help="e.g. gs://bucket/digits")
     compile_.add_argument(
         "--serving-dir", required=True, help="where the Pusher copies blessed models"
     )
     compile_.add_argument(
         "--output",
-        default="ga_tfx_digits_pipeline.json",
-        help="the PipelineJob JSON to write (default ga_tfx_digits_pipeline.json)",
+        default=None,
+        help="the file to write: .yaml for kfp, .json for vertex (default "
+        "ga_tfx_digits_pipeline.yaml or .json)",
     )
     compile_.add_argument("--pipeline-name", default="ga-tfx-digits")
     _add_kubeflow_flags(compile_.add_argument_group("Kubeflow (the job's form, Beam, resources)"))
@@ -300,8 +320,10 @@ def _tuning_report(console, output_dir):
 def _compile(args):
     from ga_tfx.pipelines.kubeflow import compile_pipeline
 
-    job = compile_pipeline(
-        args.output,
+    backend = args.backend
+    output = args.output or f"ga_tfx_digits_pipeline.{'yaml' if backend == 'kfp' else 'json'}"
+    written = compile_pipeline(
+        output,
         args.image,
         args.pipeline_name,
         args.pipeline_root,
@@ -309,19 +331,23 @@ def _compile(args):
         args.serving_dir,
         training_options(args),
         kubeflow.beam_args(args.beam_runner, args.image, args.pipeline_root, args.beam_arg),
+        backend=backend,
         pipeline_spec=args.pipeline_spec,
         trainer_retries=args.trainer_retries,
         resources={
-            step: kubeflow.Resources.parse(text, f"--{step}-resources")
+            step: kubeflow.Resources.parse(text, f"--{step}-resources", backend)
             for step, text in (("trainer", args.trainer_resources), ("tuner", args.tuner_resources))
             if text
         },
     )
-    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    spec = written if backend == "kfp" else written["pipelineSpec"]
+    tasks = spec["root"]["dag"]["tasks"]
     print(
-        f"wrote {args.output}: {len(tasks)} steps ({', '.join(tasks)}), image {args.image}, "
-        f"pipeline spec {job['pipelineSpec']['schemaVersion']} "
-        f"({kubeflow.PIPELINE_SPECS[args.pipeline_spec]})"
+        f"wrote {output} ({backend}): {len(tasks)} steps ({', '.join(tasks)}), image "
+        f"{args.image}, pipeline spec {spec['schemaVersion']} "
+        f"({kubeflow.PIPELINE_SPECS[args.pipeline_spec]}); runtime parameters "
+        f"{', '.join(kubeflow.RUNTIME_PARAMETERS)}; create each run with its pipeline root as "
+        f"{kubeflow.RUN_PIPELINE_ROOT[backend]}"
     )
     return 0
 

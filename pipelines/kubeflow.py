@@ -17,12 +17,16 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components.trainer import distribution, preemption
 from ga_tfx.pipelines import pipeline as pipeline_lib
 from ga_tfx.pipelines.kubeflow_options import (
+    DEFAULT_BACKEND,
     DEFAULT_PIPELINE_SPEC,
     DEFAULT_TRAINER_RETRIES,
-    PIPELINE_SPECS,
     RETRY_BACKOFF,
+    RUNTIME_PARAMETERS,
     Resources,
     beam_args,
+    check_cluster_path,
+    check_output_file,
+    check_schema,
 )
 
 import json
@@ -52,6 +56,23 @@ def _steps(pipeline) -> Dict[str, Any]:
     return found
 
 
+def runtime_parameters(data_root: str, serving_model_dir: str, windows: int) -> Dict[str, Any]:
+    """The job's runtime parameters (:data:`RUNTIME_PARAMETERS`) as TFX's
+    ``RuntimeParameter`` objects, their defaults the given values. TFX's Kubeflow V2 compiler
+    turns each into a root input of the PipelineSpec (``root.inputDefinitions.parameters``,
+    tfx ``orchestration/kubeflow/v2/pipeline_builder.py``, ``PipelineBuilder.build``) and each
+    task input set to it into ``componentInputParameter`` (``step_builder.py``,
+    ``StepBuilder.build``); it compiles no default (``compiler_utils.build_parameter_type_spec``
+    writes the type only): :func:`compile_pipeline` writes them."""
+    values = dict(data_root=data_root, serving_dir=serving_model_dir, train_windows=windows)
+    return {
+        name: tfx.dsl.experimental.RuntimeParameter(
+            name=name, ptype=ptype, default=values[name], description=description
+        )
+        for name, (ptype, description) in RUNTIME_PARAMETERS.items()
+    }
+
+
 def compile_pipeline(
     output_file: str,
     image: str,
@@ -62,31 +83,59 @@ def compile_pipeline(
     options: pipeline_lib.TrainingOptions = pipeline_lib.TrainingOptions(),
     beam_pipeline_args: Optional[List[str]] = None,
     *,
+    backend: str = DEFAULT_BACKEND,
     pipeline_spec: str = DEFAULT_PIPELINE_SPEC,
     trainer_retries: int = DEFAULT_TRAINER_RETRIES,
     resources: Optional[Dict[str, Resources]] = None,
 ) -> Dict[str, Any]:
-    """Writes the PipelineJob JSON to ``output_file`` and returns it as a dict.
+    """Writes the job for ``backend`` to ``output_file`` and returns what it wrote, as a dict.
 
-    ``pipeline_root``, ``data_root`` and ``serving_model_dir`` are paths as the cluster sees
-    them (e.g. ``gs://bucket/...``); nothing is checked or read here. ``beam_pipeline_args``:
-    default :func:`beam_args` for DirectRunner. ``pipeline_spec``: the schema,
-    :data:`PIPELINE_SPECS` says which backend reads which. ``trainer_retries``: the Trainer
-    task's ``retryPolicy.maxRetryCount`` (0: none). ``resources``: ``"trainer"`` or ``"tuner"`` ->
-    :class:`Resources` for that step's container.
+    ``backend="kfp"`` (open-source Kubeflow Pipelines 2.x): ``output_file`` ends in ``.yaml``
+    (or ``.yml``) and holds the bare PipelineSpec that TFX's ``KubeflowV2DagRunner`` compiles
+    (the ``pipelineSpec`` of its PipelineJob, schema 2.1 only), as YAML: what KFP's API server
+    takes on upload (kubeflow/pipelines ``backend/src/apiserver/template/template.go``,
+    ``isPipelineSpec``: a PipelineSpec with ``pipelineInfo.name`` and ``root``) and kfp's client
+    loads before upload (``kfp/client/client.py``, ``_extract_pipeline_yaml``). No pipeline
+    root is in it: a run is created with one (KFP: the run's ``pipeline_root``, the API's
+    ``runtime_config.pipeline_root``, which its driver reads as ``gcsOutputDirectory``:
+    ``backend/src/v2/driver/root_dag.go``; without it KFP's default, ``minio://...``, which TFX
+    cannot write). ``backend="vertex"``: the PipelineJob JSON, as TFX writes it
+    (``displayName``, ``labels``, ``pipelineSpec``, ``runtimeConfig`` with
+    ``gcsOutputDirectory`` = ``pipeline_root``, a default that the PipelineJob's
+    ``pipeline_root`` overrides), schema 2.1 or 2.0.
+
+    Runtime parameters (both backends; :data:`RUNTIME_PARAMETERS`): ``data_root`` (STRING, the
+    CSV folder ExampleGen reads as ``input_base``), ``serving_dir`` (STRING, the Pusher's
+    folder) and ``train_windows`` (NUMBER_INTEGER, the Trainer's length in windows): root
+    ``inputDefinitions.parameters``, read by the tasks as ``componentInputParameter``, their
+    defaults the arguments (``data_root``, ``serving_model_dir``, the options' windows): under
+    kfp in each one's ``defaultValue``, under vertex in ``runtimeConfig.parameterValues``
+    (2.0: ``runtimeConfig.parameters``). The Trainer's checkpoints stay under the compiled
+    ``<pipeline_root>/.ga_tfx_resume/<pipeline_name>`` whatever pipeline root a run has.
+
+    ``pipeline_root``, ``data_root`` and ``serving_model_dir`` are paths as the pods see them,
+    checked for a scheme TFX can write (:func:`check_cluster_path`); nothing is read.
+    ``beam_pipeline_args``: default :func:`beam_args` for DirectRunner. ``pipeline_spec``: the
+    schema, :data:`PIPELINE_SPECS` says which backend reads which. ``trainer_retries``: the
+    Trainer task's ``retryPolicy.maxRetryCount`` (0: none). ``resources``: ``"trainer"`` or
+    ``"tuner"`` -> :class:`Resources` for that step's container, in ``backend``'s vocabulary.
     """
-    if pipeline_spec not in PIPELINE_SPECS:
-        raise ValueError(
-            f"pipeline spec {pipeline_spec!r}: allowed "
-            + "; ".join(f"{k} ({v})" for k, v in PIPELINE_SPECS.items())
-        )
+    check_schema(pipeline_spec, backend)
+    check_output_file(output_file, backend)
+    for flag, path in (
+        ("--pipeline-root", pipeline_root),
+        ("--data-root", data_root),
+        ("--serving-dir", serving_model_dir),
+    ):
+        check_cluster_path(flag, path, backend)
     if trainer_retries < 0:
         raise ValueError(f"trainer retries {trainer_retries}: allowed 0 or more")
+    parameters = runtime_parameters(data_root, serving_model_dir, options.windows_plan()[0])
     pipeline = pipeline_lib.create_pipeline(
         pipeline_name,
         pipeline_root,
-        data_root,
-        serving_model_dir,
+        parameters["data_root"],
+        parameters["serving_dir"],
         options,
         beam_pipeline_args=(
             beam_pipeline_args
@@ -94,6 +143,7 @@ def compile_pipeline(
             else beam_args("DirectRunner", image, pipeline_root)
         ),
         curated_schema_file=IMAGE_DIGITS_SCHEMA,
+        runtime_windows=parameters["train_windows"],
     )
     steps = _steps(pipeline)
     for step, wanted in (resources or {}).items():
@@ -102,6 +152,11 @@ def compile_pipeline(
                 f"resources for the {step}: the pipeline has no {step} step (it has "
                 f"{', '.join(node.id for node in pipeline.components)})"
             )
+        if wanted.backend != backend:
+            raise ValueError(
+                f"resources for the {step} are in --backend {wanted.backend}'s vocabulary, "
+                f"the job is for --backend {backend}"
+            )
         steps[step].with_platform_config(wanted.spec())
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
@@ -109,16 +164,36 @@ def compile_pipeline(
             default_commands=list(CONTAINER_COMMAND),
             use_pipeline_spec_2_1=pipeline_spec == "2.1",
         ),
-        output_dir=os.path.dirname(os.path.abspath(output_file)),
-        output_filename=os.path.basename(output_file),
     )
-    job = runner.run(pipeline)
+    job = runner.run(
+        pipeline,
+        parameter_values={name: p.default for name, p in parameters.items()},
+        write_out=False,
+    )
     if trainer_retries:
         task = job["pipelineSpec"]["root"]["dag"]["tasks"][steps["trainer"].id]
         task["retryPolicy"] = dict(maxRetryCount=trainer_retries, **RETRY_BACKOFF)
-        with open(output_file, "w") as f:
-            json.dump(job, f, indent=2, sort_keys=True)
+    if backend == "kfp":
+        return _write_kfp_spec(output_file, job["pipelineSpec"], parameters)
+    with open(output_file, "w") as f:
+        json.dump(job, f, indent=2, sort_keys=True)
     return job
+
+
+def _write_kfp_spec(output_file: str, spec: Dict[str, Any], parameters) -> Dict[str, Any]:
+    """Writes the bare PipelineSpec ``spec`` as YAML, each root input parameter with its
+    ``defaultValue`` (KFP's API server fills a run's missing parameters from them:
+    kubeflow/pipelines ``backend/src/v2/compiler/argocompiler/argo.go``, "fill root component
+    default parameters"), and returns it."""
+    import yaml
+
+    root_inputs = spec["root"]["inputDefinitions"]["parameters"]
+    for name, parameter in parameters.items():
+        root_inputs[name]["defaultValue"] = parameter.default
+        root_inputs[name]["description"] = parameter.description
+    with open(output_file, "w") as f:
+        yaml.safe_dump(spec, f, sort_keys=True)
+    return spec
 
 
 def main():

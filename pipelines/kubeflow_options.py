@@ -1,11 +1,13 @@
-"""The settings of ``ga-tfx compile`` beyond the training: the PipelineSpec's schema, the Beam
-runner of the Beam steps, the Trainer's retries and the steps' resources. Imports neither TFX
-nor kfp (the command's parser reads it for every command).
+"""The settings of ``ga-tfx compile`` beyond the training: the backend and the file it takes,
+the PipelineSpec's schema, the job's runtime parameters, the paths TFX can write, the Beam
+runner of the Beam steps, the Trainer's retries and the steps' resources in each backend's
+vocabulary. Imports neither TFX nor kfp (the command's parser reads it for every command).
 """
 
 from ga_tfx.pipelines import beam
 
 import dataclasses
+import os
 import re
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -25,9 +27,19 @@ BEAM_RUNNERS = ("DirectRunner", "DataflowRunner")
 # checkpoint; the retry resumes): KFP's retryPolicy on the Trainer task; 0 compiles none.
 DEFAULT_TRAINER_RETRIES = 3
 RETRY_BACKOFF = {"backoffDuration": "30s", "backoffFactor": 2.0, "backoffMaxDuration": "600s"}
-# Accelerator names: Vertex AI's machine-spec accelerator types, and the Kubernetes resource
-# names the open-source KFP backend puts in the pod's limits.
-ACCELERATORS = (
+# The two backends ``ga-tfx compile --backend`` writes for, and what each file is.
+BACKENDS = {
+    "kfp": "open-source Kubeflow Pipelines 2.x: the bare PipelineSpec as YAML, what its API "
+    "server takes on upload",
+    "vertex": "Vertex AI Pipelines: the PipelineJob JSON (the PipelineSpec, its runtimeConfig)",
+}
+DEFAULT_BACKEND = "vertex"  # today's file; open-source KFP asks for --backend kfp
+# The file each backend takes: kfp 2.x's client loads only .yaml/.yml (or an archive of one)
+# before upload (kfp/client/client.py, _extract_pipeline_yaml); Vertex's PipelineJob is JSON.
+OUTPUT_SUFFIXES = {"kfp": (".yaml", ".yml"), "vertex": (".json",)}
+# Vertex AI's machine-spec accelerator types (its ``AcceleratorType`` enum). Vertex names the
+# device model; a Kubernetes cluster names a device plugin's resource instead.
+VERTEX_ACCELERATORS = (
     "NVIDIA_TESLA_T4",
     "NVIDIA_TESLA_V100",
     "NVIDIA_TESLA_P100",
@@ -41,9 +53,32 @@ ACCELERATORS = (
     "TPU_V2",
     "TPU_V3",
     "TPU_V5_LITEPOD",
-    "nvidia.com/gpu",
-    "amd.com/gpu",
 )
+# Open-source KFP: the driver puts the accelerator type, as it is, as a resource name into the
+# pod's limits (kubeflow/pipelines backend/src/v2/driver/driver.go, initPodSpecPatch: 
+# ``res.Limits[k8score.ResourceName(acceleratorType)]``): a Kubernetes extended resource,
+# ``<domain>/<name>`` outside kubernetes.io, as a device plugin advertises it. These are the
+# usual ones; any such name is taken.
+KUBERNETES_ACCELERATORS = ("nvidia.com/gpu", "amd.com/gpu", "google.com/tpu")
+_EXTENDED_RESOURCE = re.compile(
+    r"(?!(?:[a-z0-9-]+\.)*kubernetes\.io/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+# The compiled job's runtime parameters: name -> (type, what it is). Each task that needs one
+# reads the root's input (``componentInputParameter``), whose default is the compile flag's
+# value; a run sets its own (KFP: the run's parameters; Vertex: the PipelineJob's
+# ``parameter_values``), so one compiled job serves many runs.
+RUNTIME_PARAMETERS = {
+    "data_root": (str, "the folder of CSV files ExampleGen reads (--data-root)"),
+    "serving_dir": (str, "where the Pusher copies a blessed model (--serving-dir)"),
+    "train_windows": (int, "the Trainer's length in windows (--train-updates)"),
+}
+# How a run is given its pipeline root (the file holds none under kfp; Vertex's holds a default).
+RUN_PIPELINE_ROOT = {
+    "kfp": "the run's pipeline_root (kfp.Client().create_run_from_pipeline_package(..., "
+    "pipeline_root=...), the API's runtime_config.pipeline_root)",
+    "vertex": "the PipelineJob's pipeline_root (aiplatform.PipelineJob(..., pipeline_root=...), "
+    "runtimeConfig.gcsOutputDirectory)",
+}
 _MEMORY_UNITS = {
     "": 1.0,
     "G": 1.0,
@@ -57,18 +92,23 @@ _MEMORY_UNITS = {
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    """What a step's container asks for: the PipelineSpec's ``resources`` (``cpuLimit`` in
-    cores, ``memoryLimit`` in GB, ``accelerator`` type and count). Parsed from the flag text
+    """What a step's container asks for, in ``backend``'s vocabulary: ``cpu`` cores, memory in
+    GB, an accelerator type and count. Parsed from the flag text
     ``cpu=8,memory=32G,accelerator=NVIDIA_TESLA_T4,count=1`` (every key optional; memory in
-    G, M, T or Gi, Mi, Ti; count defaults to 1 with an accelerator)."""
+    G, M, T or Gi, Mi, Ti; count defaults to 1 with an accelerator).
+
+    ``backend="vertex"``: Vertex's accelerator types (:data:`VERTEX_ACCELERATORS`); ``"kfp"``:
+    a Kubernetes extended resource name (:data:`KUBERNETES_ACCELERATORS`). Each refuses the
+    other's names, naming the equivalent. How each is compiled: :meth:`spec`."""
 
     cpu: Optional[float] = None
     memory_gb: Optional[float] = None
     accelerator: Optional[str] = None
     accelerator_count: int = 0
+    backend: str = DEFAULT_BACKEND
 
     @classmethod
-    def parse(cls, text: str, flag: str = "resources") -> "Resources":
+    def parse(cls, text: str, flag: str = "resources", backend: str = DEFAULT_BACKEND):
         fields: Dict[str, Any] = {}
         for item in filter(None, (part.strip() for part in text.split(","))):
             key, _, value = item.partition("=")
@@ -94,20 +134,19 @@ class Resources:
         if fields.get("accelerator") and "accelerator_count" not in fields:
             fields["accelerator_count"] = 1
         try:
-            return cls(**fields)
+            return cls(**fields, backend=backend)
         except ValueError as error:
             raise ValueError(f"{flag}: {error}") from None
 
     def __post_init__(self):
         """Checked once, as it is made (parsed or built in code)."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r}: allowed {', '.join(BACKENDS)}")
         for name, value in (("cpu", self.cpu), ("memory", self.memory_gb)):
             if value is not None and not value > 0:
                 raise ValueError(f"{name}={value} must be positive")
-        if self.accelerator is not None and self.accelerator not in ACCELERATORS:
-            raise ValueError(
-                f"accelerator={self.accelerator!r} is not a known type; allowed: "
-                + ", ".join(ACCELERATORS)
-            )
+        if self.accelerator is not None:
+            _check_accelerator(self.accelerator, self.backend)
         if (self.accelerator is None) != (
             self.accelerator_count == 0
         ) or self.accelerator_count < 0:
@@ -118,18 +157,119 @@ class Resources:
 
     def spec(self):
         """As kfp's ``PipelineContainerSpec.ResourceSpec`` (TFX copies a component's platform
-        config into its container's ``resources``)."""
+        config into its container's ``resources``), with the fields both stacks' kfp-pipeline-spec
+        have (0.2.2 under TFX 1.16, kfp 2.16's under TFX 1.21: ``cpu_limit``, ``memory_limit``,
+        ``cpu_request``, ``memory_request``, ``accelerator.type``/``count``; the newer string
+        fields ``resource_*`` exist only in the latter).
+
+        Vertex: the limits and the accelerator, from which it picks the machine. KFP: the
+        requests as well, equal to the limits: the driver writes ``cpu_request`` and
+        ``memory_request`` into the pod's requests and the limits into its limits
+        (backend/src/v2/driver/driver.go, initPodSpecPatch); with both set the pod is
+        Guaranteed (the last that Kubernetes evicts under node pressure) whatever default
+        request a namespace's LimitRange would give. The accelerator goes only into the limits,
+        as Kubernetes wants for an extended resource (its request is the limit; a request
+        without a limit is refused)."""
         from kfp.pipeline_spec import pipeline_spec_pb2
 
         result = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec()
         if self.cpu is not None:
             result.cpu_limit = self.cpu
+            if self.backend == "kfp":
+                result.cpu_request = self.cpu
         if self.memory_gb is not None:
             result.memory_limit = self.memory_gb
+            if self.backend == "kfp":
+                result.memory_request = self.memory_gb
         if self.accelerator:
             result.accelerator.type = self.accelerator
             result.accelerator.count = self.accelerator_count
         return result
+
+
+def _check_accelerator(name: str, backend: str) -> None:
+    """``ValueError`` unless ``name`` is an accelerator in ``backend``'s vocabulary; a name of
+    the other backend's is refused naming this one's equivalent."""
+    if backend == "vertex":
+        if name in VERTEX_ACCELERATORS:
+            return
+        if _EXTENDED_RESOURCE.fullmatch(name):
+            raise ValueError(
+                f"accelerator={name!r} is a Kubernetes resource name (--backend kfp); Vertex "
+                "names the device model: one of " + ", ".join(VERTEX_ACCELERATORS)
+            )
+        raise ValueError(
+            f"accelerator={name!r} is not a known type; allowed: " + ", ".join(VERTEX_ACCELERATORS)
+        )
+    if _EXTENDED_RESOURCE.fullmatch(name):
+        return
+    if name in VERTEX_ACCELERATORS:
+        plugin = "google.com/tpu" if name.startswith("TPU_") else "nvidia.com/gpu"
+        raise ValueError(
+            f"accelerator={name!r} is Vertex's name (--backend vertex); a Kubernetes pod "
+            f"asks for the device plugin's resource: {plugin} (the model by a node selector)"
+        )
+    raise ValueError(
+        f"accelerator={name!r} is not a Kubernetes resource name; allowed: <domain>/<name> of a "
+        "device plugin, e.g. " + ", ".join(KUBERNETES_ACCELERATORS)
+    )
+
+
+def check_schema(pipeline_spec: str, backend: str) -> str:
+    """``pipeline_spec`` if ``backend`` reads it, else ``ValueError`` in one line."""
+    if pipeline_spec not in PIPELINE_SPECS:
+        raise ValueError(
+            f"pipeline spec {pipeline_spec!r}: allowed "
+            + "; ".join(f"{k} ({v})" for k, v in PIPELINE_SPECS.items())
+        )
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: allowed {', '.join(BACKENDS)}")
+    if backend == "kfp" and pipeline_spec != "2.1":
+        raise ValueError(
+            f"--pipeline-spec {pipeline_spec} with --backend kfp: open-source KFP resolves only "
+            "2.1's parameter forms (kubeflow/pipelines backend/src/v2/driver/resolve.go); use "
+            "--pipeline-spec 2.1, or --backend vertex for 2.0"
+        )
+    return pipeline_spec
+
+
+def check_cluster_path(flag: str, value: str, backend: str = DEFAULT_BACKEND) -> str:
+    """``value`` if TFX's file I/O in the image can open it, else ``ValueError`` in one line.
+
+    The steps read and write through ``tfx.dsl.io.fileio``, i.e. ``tf.io.gfile``: it opens
+    ``gs://`` (TensorFlow's own GCS file system) and paths (a volume mounted at the same place
+    in every pod); ``minio://``, ``s3://`` and ``hdfs://`` raise "File system scheme '...' not
+    implemented" there (TensorFlow 2.16 and 2.21 without tensorflow-io, which the image does
+    not install; checked with ``tf.io.gfile.exists``). Open-source KFP's own default pipeline
+    root is ``minio://mlpipeline/v2/artifacts`` (kubeflow/pipelines
+    ``backend/src/v2/config/env.go``, ``defaultPipelineRoot``), used when a run names none
+    (``backend/src/v2/driver/root_dag.go``): a TFX job must be given one."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", value)
+    if scheme is None and value.startswith("/") or scheme and scheme.group(1) == "gs":
+        return value
+    what = f"{scheme.group(1)}:// is not implemented there" if scheme else "a relative path"
+    raise ValueError(
+        f"{flag} {value!r}: {what}; TFX's file I/O in the image (tf.io.gfile) writes gs://BUCKET/... "
+        "or an absolute path mounted in every pod (e.g. /mnt/pipeline); give a pipeline root of "
+        f"that kind to each run as {RUN_PIPELINE_ROOT[backend]}"
+    )
+
+
+def check_output_file(path: str, backend: str) -> str:
+    """``path`` if its suffix is one ``backend`` takes (:data:`OUTPUT_SUFFIXES`), else
+    ``ValueError`` naming the right one."""
+    if path.endswith(OUTPUT_SUFFIXES[backend]):
+        return path
+    stem = os.path.splitext(path)[0]
+    raise ValueError(
+        f"--output {path!r}: --backend {backend} writes "
+        + (
+            f"the bare PipelineSpec as YAML, which kfp's client uploads only from a .yaml "
+            f"file: use {stem}.yaml"
+            if backend == "kfp"
+            else f"the PipelineJob as JSON: use {stem}.json"
+        )
+    )
 
 
 def beam_args(runner: str, image: str, pipeline_root: str, extra: Sequence[str] = ()) -> List[str]:

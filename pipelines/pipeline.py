@@ -36,6 +36,7 @@ def create_pipeline(
     beam_pipeline_args: Optional[List[str]] = None,
     curated_schema_file: Optional[str] = None,
     train_rows: Optional[int] = None,
+    runtime_windows=None,
 ) -> tfx.dsl.Pipeline:
     """The digits pipeline over the CSV files in ``data_root`` (or, with ``options.csv.label``, the
     pipeline of any CSV: see :mod:`ga_tfx.pipelines.parts.data`).
@@ -43,8 +44,9 @@ def create_pipeline(
     Args:
       pipeline_name: the MLMD pipeline name (runs of the same name share a cache).
       pipeline_root: where component outputs go (local path or ``gs://``).
-      data_root: a directory of CSV files with ``pixel_00`` .. ``pixel_63`` and ``label``.
-      serving_model_dir: where the Pusher copies a blessed model.
+      data_root: a directory of CSV files with ``pixel_00`` .. ``pixel_63`` and ``label`` (or a
+        ``tfx.dsl.experimental.RuntimeParameter`` of ``ptype=str``: a compiled job's run sets it).
+      serving_model_dir: where the Pusher copies a blessed model (or a str RuntimeParameter).
       options: the training options (:class:`TrainingOptions`).
       metadata_connection_config: MLMD connection (local runs); ``None`` on Kubeflow.
       enable_cache: reuse the outputs of components whose inputs did not change.
@@ -54,9 +56,14 @@ def create_pipeline(
       train_rows: the training split's rows (about 2/3 of the rows with a label), from which a
         ``--label`` run without ``train_updates`` derives its length
         (:meth:`TrainingOptions.windows_plan`); None: not counted.
+      runtime_windows: a ``tfx.dsl.experimental.RuntimeParameter`` of ``ptype=int`` that the
+        Trainer reads as its length instead of the plan's windows (a compiled job's run sets
+        it; the windows per epoch stay the plan's); None: the plan's.
     """
     code = user_code.for_options(options.csv)
     windows, windows_per_epoch = options.windows_plan(train_rows)
+    if runtime_windows is not None:
+        windows = runtime_windows
 
     example_gen = data.example_gen(code, data_root)
     examples = example_gen.outputs["examples"]

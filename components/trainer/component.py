@@ -51,6 +51,10 @@ class GradientAccumulationTrainerSpec(specs_lib.TrainerSpec):
         **_setting_parameters(),
         # Dotted path of the module (or function) defining build_model, instead of module_file.
         **{keys.MODEL_FN_PROPERTY: ExecutionParameter(type=str, optional=True)},
+        # The length in windows instead of train_args.num_steps: an int, so that a compiled job
+        # can take it as a runtime parameter (TFX's RuntimeParameter holds an int, a float or a
+        # str; train_args is a TrainArgs proto, which it could only hold as its whole JSON).
+        **{keys.TRAIN_WINDOWS_PROPERTY: ExecutionParameter(type=int, optional=True)},
     )
 
 
@@ -86,13 +90,17 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
         eval_args: Optional[trainer_pb2.EvalArgs] = None,
         custom_config: Optional[Dict[str, Any]] = None,
         statistics: Optional[types.BaseChannel] = None,
+        train_windows: Optional[Union[int, data_types.RuntimeParameter]] = None,
         **settings: Any,
     ):
         """``settings``: the fields of
         :class:`~ga_tfx.components.trainer.settings.AccumulationSettings` (``micro_batch_size``,
         ``label_key`` and ``accum_steps`` -- or ``effective_batch_size`` -- required).
         ``statistics`` (StatisticsGen's output, TFX 1.21 and later, as the stock Trainer):
-        ``fn_args.num_examples`` per split for a ``build_model`` module."""
+        ``fn_args.num_examples`` per split for a ``build_model`` module. ``train_windows``:
+        the length in windows instead of ``train_args.num_steps`` (an int, or a
+        ``tfx.dsl.experimental.RuntimeParameter`` of ``ptype=int`` that a compiled job's run
+        sets; not both)."""
         if statistics is not None and STATISTICS_KEY is None:
             raise ValueError(
                 "statistics= needs TFX 1.21 or later, whose Trainer takes StatisticsGen's "
@@ -115,8 +123,21 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             dict(settings, **{keys.EFFECTIVE_BATCH_SIZE: effective_batch_size})
         )
         train_args = train_args or trainer_pb2.TrainArgs()
-        if isinstance(train_args, trainer_pb2.TrainArgs) and settings.updates_per_epoch:
-            settings_lib.check_windows_per_epoch(train_args.num_steps, settings.updates_per_epoch)
+        if train_windows is not None and (
+            not isinstance(train_args, trainer_pb2.TrainArgs) or train_args.num_steps
+        ):
+            raise ValueError(
+                f"Give the length once: train_windows={train_windows!r} or "
+                f"train_args.num_steps, not both (got train_args={train_args})."
+            )
+        if isinstance(train_windows, int):
+            windows: Optional[int] = train_windows
+        elif train_windows is None and isinstance(train_args, trainer_pb2.TrainArgs):
+            windows = train_args.num_steps
+        else:  # a runtime parameter (or a proto's): the run_fn checks it when it runs
+            windows = None
+        if windows is not None and settings.updates_per_epoch:
+            settings_lib.check_windows_per_epoch(windows, settings.updates_per_epoch)
         spec = GradientAccumulationTrainerSpec(
             examples=examples,
             transform_graph=transform_graph,
@@ -131,6 +152,7 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             model=types.Channel(type=standard_artifacts.Model),
             model_run=types.Channel(type=standard_artifacts.ModelRun),
             **({keys.MODEL_FN_PROPERTY: model_fn} if model_fn else {}),
+            **({keys.TRAIN_WINDOWS_PROPERTY: train_windows} if train_windows is not None else {}),
             **settings.to_exec_properties(),
         )
         super().__init__(spec=spec)

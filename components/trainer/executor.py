@@ -11,8 +11,10 @@ from ga_tfx.components.trainer import run_fn as run_fn_lib
 from ga_tfx.components.trainer import settings as settings_lib
 
 from absl import logging
+from google.protobuf import json_format
 from tfx.components.trainer import executor as trainer_executor
 from tfx.dsl.io import fileio
+from tfx.proto import trainer_pb2
 
 
 class Executor(trainer_executor.GenericExecutor):
@@ -39,6 +41,12 @@ class Executor(trainer_executor.GenericExecutor):
         )
         build_model = user_module.load_build_model(**where)
         make_serving_fn = user_module.load_optional(export.SERVING_FN_NAME, **where)
+        windows = exec_properties.get(keys.TRAIN_WINDOWS_PROPERTY)
+        if windows is not None:  # the length as an int (a compiled job's runtime parameter)
+            exec_properties = dict(
+                exec_properties,
+                train_args=json_format.MessageToJson(trainer_pb2.TrainArgs(num_steps=int(windows))),
+            )
         fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
         fn_args.custom_config = dict(
             fn_args.custom_config or {}, **{keys.GA_TFX: settings.to_exec_properties()}

@@ -41,8 +41,19 @@ def evaluator(code, blessing, examples, trainer, baseline):
     )
 
 
-def pusher(trainer, evaluator, serving_model_dir: str):
-    """Copies the Trainer's model to ``serving_model_dir`` when the Evaluator blessed it."""
+def pusher(trainer, evaluator, serving_model_dir):
+    """Copies the Trainer's model to ``serving_model_dir`` when the Evaluator blessed it: TFX's
+    Pusher, or, when the folder is a runtime parameter (a compiled job's
+    ``tfx.dsl.experimental.RuntimeParameter``), :class:`ServingDirPusher` (id ``Pusher``),
+    which takes the folder as a str where the stock one takes a proto."""
+    if isinstance(serving_model_dir, tfx.dsl.experimental.RuntimeParameter):
+        from ga_tfx.pipelines.serving_pusher import ServingDirPusher
+
+        return ServingDirPusher(
+            model=trainer.outputs["model"],
+            model_blessing=evaluator.outputs["blessing"],
+            serving_dir=serving_model_dir,
+        ).with_id("Pusher")
     return tfx.components.Pusher(
         model=trainer.outputs["model"],
         model_blessing=evaluator.outputs["blessing"],

@@ -109,17 +109,24 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
     }
 
 
-def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows: int, resume_root):
+def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows, resume_root):
     """The ga-tfx Trainer: ``windows`` windows over Transform's output with ``settings``
     (:func:`trainer_settings`), evaluated on ``run.eval_steps`` micro-batches, the Tuner's best
     hyperparameters when ``tuner`` is not None, its resumable checkpoints under
-    ``resume_root``."""
+    ``resume_root``. ``windows``: an int (``train_args.num_steps``), or a compiled job's
+    ``tfx.dsl.experimental.RuntimeParameter`` (the Trainer's int ``train_windows``: a runtime
+    parameter cannot be a field of the ``TrainArgs`` proto)."""
+    length = (
+        dict(train_windows=windows)
+        if isinstance(windows, tfx.dsl.experimental.RuntimeParameter)
+        else dict(train_args=tfx.proto.TrainArgs(num_steps=windows))
+    )
     return GradientAccumulationTrainer(
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=tuner.outputs["best_hyperparameters"] if tuner is not None else None,
         **user_code_args(code, "model_fn"),
-        train_args=tfx.proto.TrainArgs(num_steps=windows),
+        **length,
         eval_args=tfx.proto.EvalArgs(num_steps=run.eval_steps),
         resume_root=resume_root,
         **settings,
