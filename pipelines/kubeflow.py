@@ -30,7 +30,6 @@ from ga_tfx.pipelines.kubeflow_options import (
 )
 
 import json
-import os
 import runpy
 import sys
 from typing import Any, Dict, List, Optional

@@ -55,7 +55,7 @@ VERTEX_ACCELERATORS = (
     "TPU_V5_LITEPOD",
 )
 # Open-source KFP: the driver puts the accelerator type, as it is, as a resource name into the
-# pod's limits (kubeflow/pipelines backend/src/v2/driver/driver.go, initPodSpecPatch: 
+# pod's limits (kubeflow/pipelines backend/src/v2/driver/driver.go, initPodSpecPatch:
 # ``res.Limits[k8score.ResourceName(acceleratorType)]``): a Kubernetes extended resource,
 # ``<domain>/<name>`` outside kubernetes.io, as a device plugin advertises it. These are the
 # usual ones; any such name is taken.
@@ -248,10 +248,14 @@ def check_cluster_path(flag: str, value: str, backend: str = DEFAULT_BACKEND) ->
     if scheme is None and value.startswith("/") or scheme and scheme.group(1) == "gs":
         return value
     what = f"{scheme.group(1)}:// is not implemented there" if scheme else "a relative path"
+    runs = (
+        f"; give a pipeline root of that kind to each run as {RUN_PIPELINE_ROOT[backend]}"
+        if flag == "--pipeline-root"
+        else ""
+    )
     raise ValueError(
-        f"{flag} {value!r}: {what}; TFX's file I/O in the image (tf.io.gfile) writes gs://BUCKET/... "
-        "or an absolute path mounted in every pod (e.g. /mnt/pipeline); give a pipeline root of "
-        f"that kind to each run as {RUN_PIPELINE_ROOT[backend]}"
+        f"{flag} {value!r}: {what}; TFX's file I/O in the image (tf.io.gfile) writes "
+        "gs://BUCKET/... or an absolute path mounted in every pod (e.g. /mnt/pipeline)" + runs
     )
 
 

@@ -63,7 +63,8 @@ TRAINER = "GradientAccumulationTrainer"
 GOLDEN_OPTIONS = TrainingOptions.of(tune=True)
 
 
-def compile_job(directory, options, name="job.json"):
+def compile_job(directory, options, name=None, backend="vertex"):
+    name = name or ("job.yaml" if backend == "kfp" else "job.json")
     return kubeflow.compile_pipeline(
         os.path.join(directory, name),
         IMAGE,
@@ -72,6 +73,7 @@ def compile_job(directory, options, name="job.json"):
         CLUSTER_PATHS["data_root"],
         CLUSTER_PATHS["serving_model_dir"],
         options,
+        backend=backend,
     )
 
 
@@ -96,7 +98,21 @@ def parse_strictly(job):
 def trainer_parameters(spec):
     """{name: python value} of the Trainer task's constant parameters."""
     params = spec.root.dag.tasks[TRAINER].inputs.parameters
-    return {name: constant_of(param) for name, param in params.items()}
+    return {
+        name: constant_of(param)
+        for name, param in params.items()
+        if param.WhichOneof("kind") == "runtime_value"
+    }
+
+
+def runtime_inputs(spec):
+    """{(task, its input): the root input parameter it reads} over every task."""
+    return {
+        (name, key): param.component_input_parameter
+        for name, task in spec.root.dag.tasks.items()
+        for key, param in task.inputs.parameters.items()
+        if param.WhichOneof("kind") == "component_input_parameter"
+    }
 
 
 def constant_of(param):
@@ -132,7 +148,21 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
 
     assert whole.display_name == NAME and spec.pipeline_info.name == NAME
     assert spec.schema_version == "2.1.0"  # the default: what open-source KFP reads
-    assert job["runtimeConfig"] == {"gcsOutputDirectory": CLUSTER_PATHS["pipeline_root"]}
+    updates = options.windows_plan()[0]
+    assert job["runtimeConfig"] == {
+        "gcsOutputDirectory": CLUSTER_PATHS["pipeline_root"],
+        # The runtime parameters' defaults: the compile's values.
+        "parameterValues": {
+            "data_root": CLUSTER_PATHS["data_root"],
+            "serving_dir": CLUSTER_PATHS["serving_model_dir"],
+            "train_windows": updates,
+        },
+    }
+    assert runtime_inputs(spec) == {
+        ("CsvExampleGen", "input_base"): "data_root",
+        ("Pusher", "serving_dir"): "serving_dir",
+        (TRAINER, "train_windows"): "train_windows",
+    }
     tasks = spec.root.dag.tasks
     expected = PIPELINE_COMPONENTS if tune else PIPELINE_COMPONENTS - {"Tuner"}
     assert set(tasks) == expected
@@ -186,7 +216,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     for name, value in expected_params.items():
         assert params.get(name) == value, name
     assert ("agc_clip_factor" in params) == (run.agc_clip_factor is not None)
-    assert json.loads(params["train_args"]) == {"num_steps": updates}
+    assert json.loads(params["train_args"]) == {}  # the length: train_windows, above
     assert json.loads(params["eval_args"]) == {"num_steps": run.eval_steps}
     assert "module_file" not in params  # the model comes from the installed package
     if tune:
@@ -290,6 +320,191 @@ def test_the_golden_comparison_sees_a_changed_accum_steps(tuned_job, tmp_path):
     assert differences == [data_check, trainer_accum, tuner_config]
 
 
+# ------------------------------------------------------------------ the kfp file
+
+
+@pytest.fixture(scope="module")
+def kfp_file(tmp_path_factory):
+    """``--backend kfp``'s file (the golden's options) and what compile_pipeline returned."""
+    directory = tmp_path_factory.mktemp("kfp")
+    spec = compile_job(str(directory), GOLDEN_OPTIONS, backend="kfp")
+    return str(directory / "job.yaml"), spec
+
+
+def string_leaves(value, where=""):
+    """(path, string) of every string in a JSON value."""
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in string_leaves(v, f"{where}/{k}")]
+    if isinstance(value, list):
+        return [leaf for i, v in enumerate(value) for leaf in string_leaves(v, f"{where}/{i}")]
+    return [(where, value)] if isinstance(value, str) else []
+
+
+def test_the_kfp_file_is_the_bare_pipeline_spec_that_kfps_client_loads(kfp_file, tuned_job):
+    """kfp's own client-side loading code takes the file: ``Client.upload_pipeline`` and
+    ``create_run_from_pipeline_package`` read a package with ``_extract_pipeline_yaml``
+    (kfp/client/client.py, kfp 2.5 and 2.16), and ``kfp.components.load_component_from_file``
+    reads it as a pipeline with the runtime parameters as its inputs, defaults included."""
+    import yaml
+    from kfp import components
+    from kfp.client import client as kfp_client
+
+    path, spec = kfp_file
+    with open(path) as f:
+        assert yaml.safe_load(f) == spec  # what was written is what was returned
+    loaded = kfp_client._extract_pipeline_yaml(path)
+    assert json_format.MessageToDict(loaded.pipeline_spec) == spec
+    strict = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    assert strict.pipeline_info.name == NAME and strict.schema_version == "2.1.0"
+    # The same PipelineSpec as the Vertex form's, but for the defaults of the root inputs.
+    vertex_spec = copy.deepcopy(tuned_job[0]["pipelineSpec"])
+    kfp_spec = copy.deepcopy(spec)
+    for parameter in kfp_spec["root"]["inputDefinitions"]["parameters"].values():
+        del parameter["defaultValue"], parameter["description"]
+    assert kfp_spec == vertex_spec
+    # No PipelineJob around it, no pipeline root in it.
+    assert not {"displayName", "labels", "runtimeConfig", "pipelineSpec"} & set(spec)
+    assert "defaultPipelineRoot" not in spec
+    # The compiled pipeline root is only in the Trainer's checkpoint root and the Tuner's
+    # trials file (compile-time choices, docs/pipelines.md); the runs' outputs go under the
+    # pipeline root each run is created with.
+    assert {
+        where.split("/")[4]
+        for where, text in string_leaves(spec)
+        if CLUSTER_PATHS["pipeline_root"] in text
+    } == {TRAINER, "Tuner"}
+
+    pipeline = components.load_component_from_file(path)
+    assert pipeline.name == NAME
+    defaults = {name: spec.default for name, spec in pipeline.component_spec.inputs.items()}
+    assert defaults == {
+        "data_root": CLUSTER_PATHS["data_root"],
+        "serving_dir": CLUSTER_PATHS["serving_model_dir"],
+        "train_windows": GOLDEN_OPTIONS.windows_plan()[0],
+    }
+    types = {name: spec.type for name, spec in pipeline.component_spec.inputs.items()}
+    assert types == {"data_root": "String", "serving_dir": "String", "train_windows": "Integer"}
+
+
+def test_the_kfp_tasks_read_the_runtime_parameters_not_constants(kfp_file):
+    """ExampleGen's ``input_base``, the Pusher's ``serving_dir`` and the Trainer's
+    ``train_windows`` are the root's inputs; no task carries the data root, the serving folder
+    or the length as a constant (the defaults are only in the root's input definitions)."""
+    _, spec = kfp_file
+    strict = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    assert runtime_inputs(strict) == {
+        ("CsvExampleGen", "input_base"): "data_root",
+        ("Pusher", "serving_dir"): "serving_dir",
+        (TRAINER, "train_windows"): "train_windows",
+    }
+    assert {
+        name: parameter.parameter_type
+        for name, parameter in strict.root.input_definitions.parameters.items()
+    } == {
+        "data_root": pipeline_spec_pb2.ParameterType.STRING,
+        "serving_dir": pipeline_spec_pb2.ParameterType.STRING,
+        "train_windows": pipeline_spec_pb2.ParameterType.NUMBER_INTEGER,
+    }
+    leaves = string_leaves(spec)
+    for value in (CLUSTER_PATHS["data_root"], CLUSTER_PATHS["serving_model_dir"]):
+        assert [where for where, text in leaves if value in text] == [
+            f"/root/inputDefinitions/parameters/{name}/defaultValue"
+            for name in ("data_root", "serving_dir")
+            if spec["root"]["inputDefinitions"]["parameters"][name]["defaultValue"] == value
+        ]
+    trainer = strict.root.dag.tasks[TRAINER].inputs.parameters
+    assert json.loads(constant_of(trainer["train_args"])) == {}  # no compiled num_steps
+    pusher = strict.root.dag.tasks["Pusher"].inputs.parameters
+    assert "push_destination" not in pusher  # the folder comes from serving_dir alone
+    executors = spec["deploymentSpec"]["executors"]
+    pusher_executor = executors[spec["components"]["Pusher"]["executorLabel"]]["container"]
+    args = pusher_executor["args"]
+    assert args[args.index("--executor_class_path") + 1] == (
+        "ga_tfx.pipelines.serving_pusher.Executor"
+    )
+
+
+def test_todays_pipeline_job_json_is_refused_by_the_same_loading_code(tuned_job, tmp_path):
+    """The Vertex form (``job.json``, what ``ga-tfx compile`` wrote for every backend before
+    ``--backend``): kfp's client refuses a ``.json`` package, and the same file named ``.yaml``
+    fails on the PipelineJob's own fields."""
+    from kfp.client import client as kfp_client
+
+    _, directory = tuned_job
+    job_json = os.path.join(directory, "job.json")
+    with pytest.raises(ValueError, match=r"should end with one of the following formats"):
+        kfp_client._extract_pipeline_yaml(job_json)
+    renamed = tmp_path / "job.yaml"
+    renamed.write_text(open(job_json).read())
+    with pytest.raises(json_format.ParseError, match="displayName"):
+        kfp_client._extract_pipeline_yaml(str(renamed))
+
+
+def test_compile_refuses_what_the_backend_cannot_take_in_one_line(tmp_path, capsys):
+    """``--pipeline-spec 2.0`` with ``--backend kfp``, a ``.json`` output under kfp, and a
+    ``minio://`` pipeline root: each the command's last line, exit 2, nothing written."""
+    from ga_tfx.pipelines import cli
+
+    common = ["compile", "--image", "reg/ga-tfx:1", "--data-root", "gs://b/digits"]
+    common += ["--serving-dir", "gs://b/serving", "--backend", "kfp"]
+    cases = [
+        (
+            ["--pipeline-root", "gs://b/r", "--pipeline-spec", "2.0", "--output", "j.yaml"],
+            "--pipeline-spec 2.0 with --backend kfp: open-source KFP resolves only 2.1's",
+        ),
+        (
+            ["--pipeline-root", "gs://b/r", "--output", str(tmp_path / "j.json")],
+            f"--output {str(tmp_path / 'j.json')!r}: --backend kfp writes the bare "
+            f"PipelineSpec as YAML, which kfp's client uploads only from a .yaml file: use "
+            f"{tmp_path / 'j'}.yaml",
+        ),
+        (
+            ["--pipeline-root", "minio://mlpipeline/v2/artifacts", "--output", "j.yaml"],
+            "--pipeline-root 'minio://mlpipeline/v2/artifacts': minio:// is not implemented "
+            "there; TFX's file I/O in the image (tf.io.gfile) writes gs://BUCKET/...",
+        ),
+    ]
+    for flags, line in cases:
+        assert cli.main(common + flags) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ga-tfx compile: error: " + line), err
+    assert not os.listdir(tmp_path)
+
+
+def test_the_compile_command_writes_the_kfp_yaml_with_kubernetes_resources(tmp_path, capsys):
+    from ga_tfx.pipelines import cli
+
+    output = tmp_path / "digits.yaml"
+    flags = ["compile", "--backend", "kfp", "--image", "reg/ga-tfx:1"]
+    flags += ["--pipeline-root", "/mnt/pipeline", "--data-root", "/mnt/data"]
+    flags += ["--serving-dir", "/mnt/serving", "--output", str(output), "--train-updates", "30"]
+    flags += ["--trainer-resources", "cpu=4,memory=16G,accelerator=nvidia.com/gpu,count=2"]
+    assert cli.main(flags) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {output} (kfp): 9 steps" in out and "runtime_config.pipeline_root" in out
+    from kfp.client import client as kfp_client
+
+    spec = kfp_client._extract_pipeline_yaml(str(output)).pipeline_spec
+    assert spec.root.input_definitions.parameters["train_windows"].default_value.number_value == 30
+    executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
+    trainer = executors[spec.components[TRAINER].executor_label]["container"]
+    assert trainer["resources"] == {  # what the driver puts into the pod's requests and limits
+        "cpuLimit": 4.0,
+        "cpuRequest": 4.0,
+        "memoryLimit": 16.0,
+        "memoryRequest": 16.0,
+        "accelerator": {"type": "nvidia.com/gpu", "count": "2"},
+    }
+    # A Vertex name under kfp: refused, naming the Kubernetes resource.
+    flags[-1] = "accelerator=NVIDIA_L4"
+    assert cli.main(flags) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.endswith(
+        "accelerator='NVIDIA_L4' is Vertex's name (--backend vertex); a Kubernetes pod asks "
+        "for the device plugin's resource: nvidia.com/gpu (the model by a node selector)"
+    )
+
+
 # ------------------------------------------------------------------ 3. the Trainer step runs
 
 
@@ -340,10 +555,15 @@ def write_transformed_digits(directory, train_rows=256, eval_rows=128):
     return examples, graph
 
 
-def executor_input(component, task, inputs, outputs, output_file, overrides=None):
+def executor_input(
+    component, task, inputs, outputs, output_file, overrides=None, run_parameters=()
+):
     """The ExecutorInput JSON that replaces ``{{$}}``: artifacts typed as the compiled
     component declares them, the task's compiled constants as (schema 2.1.0) parameter
-    values."""
+    values, and an input that reads a root input parameter (``componentInputParameter``) with
+    the run's value from ``run_parameters``, as KFP's driver resolves it
+    (kubeflow/pipelines backend/src/v2/driver/resolve.go)."""
+    run_parameters = dict(run_parameters)
 
     def artifacts(definitions, uris, metadata):
         return {
@@ -370,7 +590,11 @@ def executor_input(component, task, inputs, outputs, output_file, overrides=None
             ),
             "parameterValues": dict(
                 {
-                    name: param["runtimeValue"]["constant"]
+                    name: (
+                        run_parameters[param["componentInputParameter"]]
+                        if "componentInputParameter" in param
+                        else param["runtimeValue"]["constant"]
+                    )
                     for name, param in task["inputs"]["parameters"].items()
                 },
                 **(overrides or {}),
@@ -390,13 +614,14 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
     options = TrainingOptions.of(
         accum_steps=2,
         micro_batch_size=16,
-        train_updates=4,
+        train_updates=6,  # the compiled default; the run below sets 4
         updates_per_epoch=2,
         eval_steps=2,
         agc_clip_factor=0.05,
     )
     job = compile_job(str(tmp_path), options)
     spec = job["pipelineSpec"]
+    assert job["runtimeConfig"]["parameterValues"]["train_windows"] == 6
     assert spec["schemaVersion"] == "2.1.0"  # parameters travel as inputs.parameterValues
     task = spec["root"]["dag"]["tasks"][TRAINER]
     component = spec["components"][task["componentRef"]["name"]]
@@ -415,6 +640,8 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
         # The compiled resume root is under the cluster's pipeline root (gs://...): here, a
         # local folder, as a cluster's bucket would be for its pods.
         {"resume_root": str(tmp_path / "resume")},
+        # The run's own length (a runtime parameter), not the compiled default.
+        run_parameters=dict(job["runtimeConfig"]["parameterValues"], train_windows=4),
     )
     assert task["inputs"]["parameters"]["resume_root"]["runtimeValue"]["constant"] == (
         CLUSTER_PATHS["pipeline_root"] + "/.ga_tfx_resume/" + NAME
@@ -444,7 +671,8 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
         "model": [model_uri],
         "model_run": [model_run_uri],
     }
-    # The compiled settings reached the training: 4 updates of 2 x 16 examples.
+    # The compiled settings and the run's length reached the training: 4 updates (the run's
+    # train_windows, not the compiled 6) of 2 x 16 examples.
     scalars = {}
     for path in glob.glob(os.path.join(model_run_uri, "ga_tfx", "events*")):
         for event in tf.compat.v1.train.summary_iterator(path):
@@ -545,6 +773,12 @@ def test_compile_flags_set_the_schema_retries_resources_and_beam(tmp_path, capsy
     job = json.loads(output.read_text())
     _, spec = parse_strictly(job)  # the retry policy and resources are kfp's own fields
     assert spec.schema_version == "2.0.0"
+    # 2.0: the runtime parameters' defaults in TFX's legacy form.
+    assert job["runtimeConfig"]["parameters"] == {
+        "data_root": {"stringValue": "gs://b/digits"},
+        "serving_dir": {"stringValue": "gs://b/serving"},
+        "train_windows": {"intValue": str(TrainingOptions().windows_plan()[0])},
+    }
     task = spec.root.dag.tasks[TRAINER]
     assert task.retry_policy.max_retry_count == 5
     assert task.retry_policy.backoff_duration.seconds == 30
