@@ -477,7 +477,7 @@ def test_the_compile_command_writes_the_kfp_yaml_with_kubernetes_resources(tmp_p
     output = tmp_path / "digits.yaml"
     flags = ["compile", "--backend", "kfp", "--image", "reg/ga-tfx:1"]
     flags += ["--pipeline-root", "/mnt/pipeline", "--data-root", "/mnt/data"]
-    flags += ["--serving-dir", "/mnt/serving", "--output", str(output), "--train-updates", "30"]
+    flags += ["--serving-dir", "/mnt/serving", "--output", str(output), "--train-updates", "40"]
     flags += ["--trainer-resources", "cpu=4,memory=16G,accelerator=nvidia.com/gpu,count=2"]
     assert cli.main(flags) == 0
     out = capsys.readouterr().out
@@ -485,7 +485,7 @@ def test_the_compile_command_writes_the_kfp_yaml_with_kubernetes_resources(tmp_p
     from kfp.client import client as kfp_client
 
     spec = kfp_client._extract_pipeline_yaml(str(output)).pipeline_spec
-    assert spec.root.input_definitions.parameters["train_windows"].default_value.number_value == 30
+    assert spec.root.input_definitions.parameters["train_windows"].default_value.number_value == 40
     executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
     trainer = executors[spec.components[TRAINER].executor_label]["container"]
     assert trainer["resources"] == {  # what the driver puts into the pod's requests and limits
