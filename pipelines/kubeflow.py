@@ -111,6 +111,11 @@ def compile_pipeline(
     kfp in each one's ``defaultValue``, under vertex in ``runtimeConfig.parameterValues``
     (2.0: ``runtimeConfig.parameters``). The Trainer's checkpoints stay under the compiled
     ``<pipeline_root>/.ga_tfx_resume/<pipeline_name>`` whatever pipeline root a run has.
+    A run's values reach the tasks as each backend passes them: KFP takes the run's
+    ``runtime_config.parameters``, fills the missing ones from the defaults
+    (``backend/src/v2/compiler/argocompiler/argo.go``) and resolves each
+    ``componentInputParameter`` to it (``backend/src/v2/driver/resolve.go``); Vertex takes the
+    PipelineJob's ``parameter_values`` over ``runtimeConfig.parameterValues``.
 
     ``pipeline_root``, ``data_root`` and ``serving_model_dir`` are paths as the pods see them,
     checked for a scheme TFX can write (:func:`check_cluster_path`); nothing is read.
@@ -145,18 +150,7 @@ def compile_pipeline(
         runtime_windows=parameters["train_windows"],
     )
     steps = _steps(pipeline)
-    for step, wanted in (resources or {}).items():
-        if step not in steps:
-            raise ValueError(
-                f"resources for the {step}: the pipeline has no {step} step (it has "
-                f"{', '.join(node.id for node in pipeline.components)})"
-            )
-        if wanted.backend != backend:
-            raise ValueError(
-                f"resources for the {step} are in --backend {wanted.backend}'s vocabulary, "
-                f"the job is for --backend {backend}"
-            )
-        steps[step].with_platform_config(wanted.spec())
+    _set_resources(pipeline, steps, resources or {}, backend)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
             default_image=image,
@@ -177,6 +171,24 @@ def compile_pipeline(
     with open(output_file, "w") as f:
         json.dump(job, f, indent=2, sort_keys=True)
     return job
+
+
+def _set_resources(pipeline, steps, resources: Dict[str, Resources], backend: str) -> None:
+    """Each step's :class:`Resources` as its platform config (TFX compiles it into the step's
+    container ``resources``); ``ValueError`` for a step the pipeline lacks or resources in the
+    other backend's vocabulary."""
+    for step, wanted in resources.items():
+        if step not in steps:
+            raise ValueError(
+                f"resources for the {step}: the pipeline has no {step} step (it has "
+                f"{', '.join(node.id for node in pipeline.components)})"
+            )
+        if wanted.backend != backend:
+            raise ValueError(
+                f"resources for the {step} are in --backend {wanted.backend}'s vocabulary, "
+                f"the job is for --backend {backend}"
+            )
+        steps[step].with_platform_config(wanted.spec())
 
 
 def _write_kfp_spec(output_file: str, spec: Dict[str, Any], parameters) -> Dict[str, Any]:
