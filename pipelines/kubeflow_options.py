@@ -157,10 +157,11 @@ class Resources:
 
     def spec(self):
         """As kfp's ``PipelineContainerSpec.ResourceSpec`` (TFX copies a component's platform
-        config into its container's ``resources``), with the fields both stacks' kfp-pipeline-spec
-        have (0.2.2 under TFX 1.16, kfp 2.16's under TFX 1.21: ``cpu_limit``, ``memory_limit``,
-        ``cpu_request``, ``memory_request``, ``accelerator.type``/``count``; the newer string
-        fields ``resource_*`` exist only in the latter).
+        config into its container's ``resources``), with the fields both stacks'
+        kfp-pipeline-spec have (0.2.2 under TFX 1.16, 2.17.3 beside kfp 2.16 under TFX 1.21:
+        ``cpu_limit``, ``memory_limit``, ``cpu_request``, ``memory_request``,
+        ``accelerator.type``/``count``; the newer string fields ``resource_*`` exist only in the
+        latter).
 
         Vertex: the limits and the accelerator, from which it picks the machine. KFP: the
         requests as well, equal to the limits: the driver writes ``cpu_request`` and
