@@ -7,14 +7,14 @@ from .mutation import DIALECT, Mutation
 MUTATIONS = [
     Mutation(
         "data_check.empty_split_passes",
-        "pipelines/data_check.py",
+        "pipelines/common/statistics_check.py",
         "        if not counts[split]:\n",
         "        if False:\n",
         ("tests/test_bad_data.py", "-k", "empty_split"),
     ),
     Mutation(
         "data_check.anomalies_pass",
-        "pipelines/data_check.py",
+        "pipelines/common/statistics_check.py",
         "    if problems:\n",
         "    if False:\n",
         ("tests/test_bad_data.py", "-k", "gate_check"),
@@ -158,7 +158,7 @@ MUTATIONS = [
     ),
     Mutation(
         "csv.empty_split_blamed_on_size",
-        "pipelines/data_check.py",
+        "pipelines/common/statistics_check.py",
         "    if unlabeled:\n",
         "    if False:\n",
         ("tests/test_bad_data.py", "-k", "empty_split"),
