@@ -6,7 +6,9 @@ checking its own rules as it is made; the rules across two concerns are checked 
 :class:`TrainingOptions` itself. Options that are Trainer settings or search-space fields reuse
 those declarations (:func:`ga_tfx._schema.like`) with the pipeline's own defaults for the shipped
 data; the ``ga-tfx`` flags, their help and defaults are generated from these fields
-(:func:`add_training_flags`), and :func:`from_flags` hands each flag to its concern.
+(:func:`add_training_flags`), and :func:`from_flags` hands each flag to its concern. The CSV
+data's and the blessing's concerns are declared in :mod:`ga_tfx.pipelines.data_options` (and
+re-exported here).
 """
 
 from ga_tfx._schema import (
@@ -21,7 +23,7 @@ from ga_tfx._schema import (
 )
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_windows_per_epoch
 from ga_tfx.components.tuner.options import TunerOptions
-from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
+from ga_tfx.pipelines.data_options import DEFAULT_MIN_ACCURACY, BlessingOptions, CsvDataOptions
 from ga_tfx.schedules import HoldsSchedule
 from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
@@ -37,7 +39,6 @@ MIN_TRAIN_UPDATES = 1000
 # rows, so that a CSV sorted by the label (or by anything) trains on uniformly shuffled batches
 # each epoch. tf.data shuffles before it repeats, so the buffer holds at most the split.
 LABEL_SHUFFLE_BUFFER = 1_000_000
-DEFAULT_MIN_ACCURACY = 0.8  # the digits' and a --module-file's blessing threshold
 # --tune-strategy: a Keras Tuner random search, or the noise-scale probe (no search).
 TUNE_STRATEGIES = ("search", "noise_scale")
 
@@ -199,103 +200,6 @@ class TuningOptions(Settings):
     def probes(self) -> bool:
         """Whether the Tuner runs the noise-scale probe (``tune`` with ``noise_scale``)."""
         return self.tune and self.tune_strategy == "noise_scale"
-
-
-@dataclasses.dataclass(frozen=True)
-class CsvDataOptions(Settings):
-    """Your own CSV data (``label``; None: the shipped digits): the task, how its files are read
-    (the ``csv_*`` fields, :class:`~ga_tfx.pipelines.tabular.csv_dialect.CsvReading`), the
-    columns the generic model leaves out, or a module file of your own."""
-
-    label: Optional[str] = setting(
-        None,
-        kind=str,
-        optional=True,
-        help="the label column of your own CSV files (--data-root): trains the generic "
-        "model of ga_tfx.pipelines.tabular.generic; None: the shipped digits pipeline",
-    )
-    task: str = setting(
-        "classification",
-        kind=str,
-        choices=("classification", "regression"),
-        help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
-    )
-    exclude_columns: Tuple[str, ...] = setting(
-        (),
-        kind=str,
-        many=True,
-        empty=True,
-        help="--label data: columns the generic model leaves out (e.g. one the data summary "
-        "names as a possible leak, known only after the outcome)",
-    )
-    csv_delimiter: str = like(CsvReading, "csv_delimiter")
-    csv_decimal: str = like(CsvReading, "csv_decimal")
-    csv_missing: Tuple[str, ...] = like(CsvReading, "csv_missing")
-    csv_row_numbers: str = like(CsvReading, "csv_row_numbers")
-    csv_encoding: str = like(CsvReading, "csv_encoding")
-    module_file: Optional[str] = setting(
-        None,
-        kind=str,
-        optional=True,
-        help="your own TFX module file for --label data: preprocessing_fn(inputs[, "
-        "custom_config]) and build_model(hparams[, transform_output]) (None: the "
-        "generic module)",
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.label is None and (self.module_file or self.task != "classification"):
-            raise SettingError(
-                "module_file and task apply to your own CSV data: give its "
-                "label column with label (--label COLUMN)."
-            )
-        if self.exclude_columns and (self.label is None or self.module_file):
-            raise SettingError(
-                f"exclude_columns {list(self.exclude_columns)} applies to the generic model of "
-                "your own CSV data (--label COLUMN without --module-file; a module file "
-                "chooses its own columns)."
-            )
-        if self.label is not None and self.label in self.exclude_columns:
-            raise SettingError(
-                f"exclude_columns {list(self.exclude_columns)} holds the label {self.label!r}: "
-                "the label is never an input; name other columns."
-            )
-        reading = self.csv_reading()  # checks the encoding's name
-        if self.label is None and reading != CsvReading():
-            changed = [k for k, v in defaults(CsvReading).items() if getattr(reading, k) != v]
-            raise SettingError(
-                f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to your own CSV "
-                "data: give its label column with label (--label COLUMN)."
-            )
-
-    def csv_reading(self) -> CsvReading:
-        """How the CSV files of ``--data-root`` are read (the ``csv_*`` fields)."""
-        return CsvReading(**{name: getattr(self, name) for name in specs(CsvReading)})
-
-
-@dataclasses.dataclass(frozen=True)
-class BlessingOptions(Settings):
-    """When the Evaluator blesses (and the Pusher pushes) the trained model."""
-
-    min_accuracy: Optional[float] = setting(
-        None,
-        kind=float,
-        above=0,
-        maximum=1,
-        optional=True,
-        help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
-        f"least this (None: {DEFAULT_MIN_ACCURACY} for the shipped digits and a --module-file; "
-        "the generic --label model needs only to beat the majority class)",
-    )
-    max_rmse: Optional[float] = setting(
-        None,
-        kind=float,
-        above=0,
-        optional=True,
-        help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
-        "(None: the generic model needs only to beat the training mean; a --module-file "
-        "regression needs it)",
-    )
 
 
 # The options' concerns: TrainingOptions' field -> its class (the flags' order and groups).

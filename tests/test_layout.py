@@ -1,4 +1,5 @@
-"""The house's rules that the code's own text shows: which package imports which.
+"""The house's rules that the code's own text shows: which package imports which, how long a
+product file may be.
 
 Reads the source files (no import of the project): fast, in every environment with a source
 tree.
@@ -12,6 +13,8 @@ import pytest
 pytestmark = [pytest.mark.source_tree]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRODUCT = ("ga_tfx", "components", "pipelines")  # installed as ga_tfx, ga_tfx.components, ...
+MAX_LINES = 400
 
 
 def _python_files(folder):
@@ -44,3 +47,16 @@ def test_the_packages_below_pipelines_import_nothing_from_above(package):
         if module.startswith("ga_tfx.pipelines.") and module.split(".")[2] not in allowed
     ]
     assert not wrong, "; ".join(wrong)
+
+
+def test_no_product_file_is_over_400_lines():
+    """One concern per file: no Python file of the library, the components or the pipelines is
+    longer than ``MAX_LINES`` (tests, benchmarks and scripts are not the product)."""
+    long = []
+    for folder in PRODUCT:
+        for path in _python_files(folder):
+            with open(path, encoding="utf-8") as f:
+                lines = sum(1 for _ in f)
+            if lines > MAX_LINES:
+                long.append(f"{os.path.relpath(path, ROOT)}: {lines} lines")
+    assert not long, f"over {MAX_LINES} lines: " + "; ".join(long)

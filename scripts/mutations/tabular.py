@@ -21,7 +21,7 @@ MUTATIONS = [
     ),
     Mutation(
         "plan.identifier_rule_off",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION"
         " * present:",
         "if False:",
@@ -29,21 +29,21 @@ MUTATIONS = [
     ),
     Mutation(
         "plan.codes_are_quantities",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "            and (stats.max - stats.min) < CODE_MAX_RELATIVE_SPREAD * size\n",
         "            and False\n",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "plan.no_timestamps",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "            if whole and low <= stats.min and stats.max <= high:\n",
         "            if False:\n",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "plan.almost_empty_kept",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "if feature is None or present < max(1, MIN_PRESENT_FRACTION * rows):",
         "if feature is None or present < 1:",
         ("tests/test_data_plan.py",),
