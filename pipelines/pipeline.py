@@ -52,7 +52,7 @@ def create_pipeline(
       curated_schema_file: where ImportSchemaGen reads the curated digits schema when it runs
         (default: the file beside this package; the Kubeflow image's path when compiled).
       train_rows: the training split's rows (about 2/3 of the rows with a label), from which a
-        ``--label`` run without ``train_updates`` derives its length
+        ``--label`` run without ``train_windows`` derives its length
         (:meth:`TrainingOptions.windows_plan`); None: not counted.
     """
     code = user_code.for_options(options.csv)

@@ -115,8 +115,8 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             dict(settings, **{keys.EFFECTIVE_BATCH_SIZE: effective_batch_size})
         )
         train_args = train_args or trainer_pb2.TrainArgs()
-        if isinstance(train_args, trainer_pb2.TrainArgs) and settings.updates_per_epoch:
-            settings_lib.check_windows_per_epoch(train_args.num_steps, settings.updates_per_epoch)
+        if isinstance(train_args, trainer_pb2.TrainArgs) and settings.windows_per_epoch:
+            settings_lib.check_windows_per_epoch(train_args.num_steps, settings.windows_per_epoch)
         spec = GradientAccumulationTrainerSpec(
             examples=examples,
             transform_graph=transform_graph,

@@ -29,7 +29,7 @@ class Executor(trainer_executor.GenericExecutor):
         settings = settings_lib.from_dict(
             {
                 name: exec_properties[name]
-                for name in settings_lib.field_names()
+                for name in settings_lib.accepted_names()  # (a saved pipeline's old names)
                 if exec_properties.get(name) is not None
             }
         )
