@@ -84,7 +84,7 @@ EXTRAS_REQUIRE = {
 
 setup(
     name="ga-tfx",
-    version="0.2.0",  # the one declaration: ga_tfx.__version__ and `ga-tfx --version` read it
+    version="0.3.0",  # the one declaration: ga_tfx.__version__ and `ga-tfx --version` read it
     description="Gradient accumulation as a first-class citizen of TensorFlow Extended",
     packages=_packages(),
     package_dir=dict(NAMESPACED_FOLDERS),

@@ -226,7 +226,7 @@ def executor_args(side, out, inputs_file):
 def stock_config(settings):
     """The stock module's ``custom_config``: the ga-tfx side's effective batch, its
     evaluation micro-batch and its epoch (updates between evaluations)."""
-    values = (settings.effective_batch_size, settings.micro_batch_size, settings.updates_per_epoch)
+    values = (settings.effective_batch_size, settings.micro_batch_size, settings.windows_per_epoch)
     return dict(zip(CONFIG_KEYS, values))
 
 
@@ -241,5 +241,5 @@ def describe(job):
         f"{settings.effective_batch_size}. ga-tfx: the main job's `GradientAccumulationTrainer` "
         f"properties, {steps} updates of {settings.accum_steps} x {settings.micro_batch_size}. "
         f"Both: {evals} evaluation batches of {settings.micro_batch_size} every "
-        f"{settings.updates_per_epoch} updates."
+        f"{settings.windows_per_epoch} updates."
     )

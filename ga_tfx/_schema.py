@@ -17,6 +17,7 @@ Every bad value raises :class:`SettingError` naming the setting, the value and w
 import dataclasses
 import math
 import numbers
+import warnings
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 METADATA_KEY = "ga_tfx"
@@ -53,6 +54,9 @@ class Spec:
       tunable: a Tuner's best hyperparameters may override it (Trainer settings).
       flag: the command-line flag (default ``--`` + the name with dashes); ``""``: no flag.
       off_flag: a flag that sets an optional setting to ``None`` (e.g. ``--no-agc``).
+      renamed_from: the setting's name before 0.3.0, still accepted for one release (a dict
+        key a saved pipeline may carry, and its ``--flag``) with a one-line ``FutureWarning``
+        naming the new name (:func:`with_new_names`); removed in 0.4.0.
     """
 
     kind: type
@@ -68,6 +72,7 @@ class Spec:
     tunable: bool = False
     flag: Optional[str] = None
     off_flag: Optional[str] = None
+    renamed_from: Optional[str] = None
 
     def __post_init__(self):
         if self.kind not in _KINDS:
@@ -256,6 +261,35 @@ def values_for(settings: Any, cls: type) -> Dict[str, Any]:
     }
 
 
+def renamed_message(old: str, new: str) -> str:
+    """The one line saying that ``old`` (a setting's name or flag before 0.3.0) is ``new``."""
+    return f"{old} is deprecated: use {new} (the old name goes in 0.4.0)."
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """:func:`renamed_message` as a ``FutureWarning`` (shown by default, in the TFX logs too)."""
+    warnings.warn(renamed_message(old, new), FutureWarning, stacklevel=3)
+
+
+def with_new_names(cls: type, values: Mapping[str, Any], where: str) -> Dict[str, Any]:
+    """``values`` with each of ``cls``'s settings given under its old name (its spec's
+    ``renamed_from``) moved to its name, with :func:`warn_renamed`; :class:`SettingError` when
+    both names are given."""
+    out = dict(values)
+    for name, spec in specs(cls).items():
+        old = spec.renamed_from
+        if old is None or old not in out:
+            continue
+        if name in out:
+            raise SettingError(
+                f"{where} gives {old}={out[old]!r} and {name}={out[name]!r}: {old} is the old "
+                f"name of {name}; give {name} only."
+            )
+        warn_renamed(f"{where} setting {old!r}", repr(name))
+        out[name] = out.pop(old)
+    return out
+
+
 def specs(cls: type) -> Dict[str, Spec]:
     """``{name: Spec}`` of the declared fields of a settings dataclass, in declaration order."""
     return {
@@ -303,6 +337,7 @@ class Settings:
         """
         if not isinstance(values, Mapping):
             raise SettingError(f"{where} must be a dict, got {values!r}.")
+        values = with_new_names(cls, values, where)
         known = specs(cls)
         unknown = sorted(set(values) - set(known))
         if unknown:

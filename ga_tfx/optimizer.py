@@ -40,6 +40,7 @@ from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, config_settings, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import CHECKPOINT_KEY, WindowCore, WindowEnd, clock, is_loss_scale_optimizer
+from ga_tfx.window.layers import window_layers_of
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
@@ -117,7 +118,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         )
         self.optimizer = optimizer
         self._transforms = tuple(transforms)
-        self._window_layers = Untracked(_window_layers_of(window_layers))
+        self._window_layers = Untracked(window_layers_of(window_layers))
         for layer in self._window_layers.value:  # driven from their first training call
             if hasattr(layer, "ga_attach_to_engine"):
                 layer.ga_attach_to_engine()
@@ -384,21 +385,3 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
                 f"call it inside strategy.run (e.g. strategy.run(step, args=...))."
             )
         return ctx
-
-
-def _window_layers_of(layers: Any) -> List[Any]:
-    """The layers that keep window state (``ga_window_end``) in a model, a layer or a list of
-    them; ``TypeError`` naming what was given otherwise."""
-    if layers is None:
-        return []
-    found: List[Any] = []
-    for item in layers if isinstance(layers, (list, tuple)) else [layers]:
-        if not isinstance(item, keras.layers.Layer):
-            raise TypeError(
-                "window_layers must be the Keras model being trained, a layer, or a list of "
-                f"layers; got {item!r} of type {type(item).__name__}."
-            )
-        for layer in _tf_keras_internals.flatten_layers(item, include_self=True):
-            if hasattr(layer, "ga_window_end") and layer not in found:
-                found.append(layer)
-    return found

@@ -11,8 +11,10 @@ Progress comes from the Trainer and the Tuner through
 progress line redraws in place; otherwise (CI, a file) it prints a few plain lines: at 25 %,
 50 %, 75 % and 100 % of the windows.
 
-Standard library only.
+Standard library only (and the logger's name, :mod:`ga_tfx.pipelines.common.user_log`).
 """
+
+from ga_tfx.pipelines.common.user_log import USER_LOGGER
 
 import logging
 import os
@@ -23,9 +25,8 @@ import time
 from typing import Any, Dict, Optional, TextIO
 
 _MILESTONES = (0.25, 0.5, 0.75, 1.0)
-# Records of this logger (e.g. a data warning before the run) are shown to the person; without
+# Records of USER_LOGGER (e.g. a data warning before the run) are shown to the person; without
 # a console they reach stderr through logging's last-resort handler.
-USER_LOGGER = "ga_tfx.user"
 
 
 def _duration(seconds: float) -> str:

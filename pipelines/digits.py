@@ -8,7 +8,7 @@ packaged at run time and the same names work in the Kubeflow image.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx._keras import keras, tf
-from ga_tfx.pipelines import csv_dir
+from ga_tfx.pipelines.common import csv_dir
 
 import csv
 import math

@@ -43,7 +43,7 @@ class RunSummary:
     """What a finished run produced (read from ML Metadata)."""
 
     effective_batch_size: Optional[int]
-    windows: Optional[int]  # the Trainer's length (its run record's "updates" key)
+    windows: Optional[int]  # the Trainer's length (its run record's "windows" key)
     hyperparameters: Dict[str, Any]
     metrics: Dict[str, float]
     blessed: bool
@@ -51,7 +51,7 @@ class RunSummary:
     serving_model: Optional[str]
     cached_components: List[str]
     # The windows of the checkpoint the Trainer resumed from (the run record's
-    # "resumed_from_update"; None: not resumed).
+    # "resumed_from_window"; None: not resumed).
     resumed_after_window: Optional[int] = None
     baseline_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
     blessed_text: str = ""  # why blessed (or "no")
@@ -225,8 +225,8 @@ def summarize(connection_config) -> RunSummary:
     )
     return RunSummary(
         effective_batch_size=record and record.effective_batch_size,
-        windows=record and record.updates,
-        resumed_after_window=record and record.resumed_from_update,
+        windows=record and record.windows,
+        resumed_after_window=record and record.resumed_from_window,
         accum_schedule_used=record and record.accum_schedule_used,
         noise_scale=record and record.noise_scale,
         micro_batch_choice=record and record.micro_batch_choice,

@@ -6,7 +6,9 @@ checking its own rules as it is made; the rules across two concerns are checked 
 :class:`TrainingOptions` itself. Options that are Trainer settings or search-space fields reuse
 those declarations (:func:`ga_tfx._schema.like`) with the pipeline's own defaults for the shipped
 data; the ``ga-tfx`` flags, their help and defaults are generated from these fields
-(:func:`add_training_flags`), and :func:`from_flags` hands each flag to its concern.
+(:func:`add_training_flags`), and :func:`from_flags` hands each flag to its concern. The CSV
+data's and the blessing's concerns are declared in :mod:`ga_tfx.pipelines.data_options` (and
+re-exported here).
 """
 
 from ga_tfx._schema import (
@@ -16,28 +18,32 @@ from ga_tfx._schema import (
     defaults,
     like,
     markdown_table,
+    renamed_message,
     setting,
     specs,
+    with_new_names,
 )
 from ga_tfx.components.trainer.settings import AccumulationSettings, check_windows_per_epoch
 from ga_tfx.components.tuner.options import TunerOptions
-from ga_tfx.pipelines.tabular.csv_dialect import CsvReading
+from ga_tfx.pipelines import run_length
+from ga_tfx.pipelines.data_options import DEFAULT_MIN_ACCURACY, BlessingOptions, CsvDataOptions
+from ga_tfx.pipelines.run_length import (  # re-exported
+    DIGITS_TRAIN_WINDOWS,
+    DIGITS_WINDOWS_PER_EPOCH,
+    MIN_TRAIN_WINDOWS,
+)
 from ga_tfx.schedules import HoldsSchedule
 from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
 import argparse
 import dataclasses
+import sys
 from typing import Any, Optional, Tuple
 
-# The shipped digits' training length, and the least a --label run trains (in windows: an
-# update each, unless skipped).
-DIGITS_TRAIN_UPDATES, DIGITS_UPDATES_PER_EPOCH = 60, 20
-MIN_TRAIN_UPDATES = 1000
 # A --label run's shuffle buffer (training examples): the whole training split up to this many
 # rows, so that a CSV sorted by the label (or by anything) trains on uniformly shuffled batches
 # each epoch. tf.data shuffles before it repeats, so the buffer holds at most the split.
 LABEL_SHUFFLE_BUFFER = 1_000_000
-DEFAULT_MIN_ACCURACY = 0.8  # the digits' and a --module-file's blessing threshold
 # --tune-strategy: a Keras Tuner random search, or the noise-scale probe (no search).
 TUNE_STRATEGIES = ("search", "noise_scale")
 
@@ -53,7 +59,7 @@ class AccumulationOptions(HoldsSchedule, Settings):
     first K; an adaptive schedule starts at it. Once made, ``accum_steps`` is the run's first
     K (an int).
 
-    ``train_updates`` counts windows (the first of ``accum_steps * micro_batch_size``
+    ``train_windows`` counts windows (the first of ``accum_steps * micro_batch_size``
     examples; an update each, unless skipped as non-finite: the Trainer's
     ``train_args.num_steps``);
     ``eval_steps`` counts evaluation micro-batches. ``seed`` seeds the data order of the Trainer
@@ -70,31 +76,32 @@ class AccumulationOptions(HoldsSchedule, Settings):
         "first K of a piecewise --accum-schedule (given beside one, it must be that first K)",
     )
     micro_batch_size: int = like(AccumulationSettings, "micro_batch_size", 32)
-    train_updates: Optional[int] = setting(
+    train_windows: Optional[int] = setting(
         None,
         kind=int,
         minimum=1,
         optional=True,
+        renamed_from="train_updates",
         help="windows (effective batches; an update each, unless skipped) to train (None: 60 "
         "for the shipped digits; for --label data, epochs passes over the training rows and at "
-        f"least {MIN_TRAIN_UPDATES} windows)",
+        f"least {MIN_TRAIN_WINDOWS} windows)",
     )
     epochs: int = setting(
         20,
         kind=int,
         minimum=1,
-        help="--label data without --train-updates: passes over the training rows (2/3 of the "
-        f"rows with a label) to train, at least {MIN_TRAIN_UPDATES} windows in all",
+        help="--label data without --train-windows: passes over the training rows (2/3 of the "
+        f"rows with a label) to train, at least {MIN_TRAIN_WINDOWS} windows in all",
     )
-    updates_per_epoch: Optional[int] = like(
+    windows_per_epoch: Optional[int] = like(
         AccumulationSettings,
-        "updates_per_epoch",
+        "windows_per_epoch",
         None,
         help="windows (an update each, unless skipped) between two evaluations; must divide "
-        "--train-updates (None: "
-        f"{DIGITS_UPDATES_PER_EPOCH} for the shipped digits; for --label data one pass over "
-        f"the training rows, at least {MIN_TRAIN_UPDATES} // epochs, or one evaluation at the "
-        "end when --train-updates is given)",
+        "--train-windows (None: "
+        f"{DIGITS_WINDOWS_PER_EPOCH} for the shipped digits; for --label data one pass over "
+        f"the training rows, at least {MIN_TRAIN_WINDOWS} // epochs, or one evaluation at the "
+        "end when --train-windows is given)",
     )
     checkpoint_every_updates: int = like(  # the Trainer's defaults: one declaration
         AccumulationSettings,
@@ -137,12 +144,12 @@ class TuningOptions(Settings):
 
     The Tuner searches ``accum_steps`` over ``search_accum_steps`` and the AGC clip factor over
     ``search_agc_clip_factor`` (AGC off included) in ``tuning_trials`` trials of
-    ``tuning_updates`` windows, and its best values override ``accum_steps`` and
+    ``tuning_windows`` windows, and its best values override ``accum_steps`` and
     ``agc_clip_factor`` in the Trainer. With ``tune_strategy="noise_scale"`` one probe run of
-    ``tuning_updates`` windows at ``accum_steps`` measures the gradient noise scale instead,
+    ``tuning_windows`` windows at ``accum_steps`` measures the gradient noise scale instead,
     and ``accum_steps`` follows from it (:class:`ga_tfx.tuning.NoiseScaleProbe`); with
     ``tuning_target_loss`` the probe ends at the first evaluation at or below that loss,
-    ``tuning_updates`` being the cap (:class:`ga_tfx.tuning.StopAtLoss`).
+    ``tuning_windows`` being the cap (:class:`ga_tfx.tuning.StopAtLoss`).
     """
 
     tune: bool = setting(
@@ -156,10 +163,11 @@ class TuningOptions(Settings):
         AccumulationSearchSpace, "agc_clip_factor", (0.01, 0.16)
     )
     tuning_trials: int = setting(3, kind=int, minimum=1, help="Tuner trials")
-    tuning_updates: int = setting(
+    tuning_windows: int = setting(
         10,
         kind=int,
         minimum=1,
+        renamed_from="tuning_updates",
         help="windows (an update each, unless skipped) of the trial with the largest "
         "effective batch; every trial sees as many examples (noise_scale: windows of the "
         "probe run)",
@@ -169,15 +177,15 @@ class TuningOptions(Settings):
         "target_loss",
         None,
         help="noise_scale: end the probe at the first evaluation whose eval loss is at or "
-        "below this (the loss you aim at), --tuning-updates being the cap, evaluated about "
-        "10 times over it; None: the probe runs --tuning-updates windows",
+        "below this (the loss you aim at), --tuning-windows being the cap, evaluated about "
+        "10 times over it; None: the probe runs --tuning-windows windows",
     )
     tune_strategy: str = setting(
         "search",
         kind=str,
         choices=TUNE_STRATEGIES,
         help="with --tune: search (a random search of --tuning-trials trials) or noise_scale (no "
-        "search: one probe run of --tuning-updates windows at --accum-steps measures the "
+        "search: one probe run of --tuning-windows windows at --accum-steps measures the "
         "gradient noise scale of its path, B_path, and accum_steps becomes the "
         "--search-accum-steps value nearest to B_path / micro-batch)",
     )
@@ -199,103 +207,6 @@ class TuningOptions(Settings):
     def probes(self) -> bool:
         """Whether the Tuner runs the noise-scale probe (``tune`` with ``noise_scale``)."""
         return self.tune and self.tune_strategy == "noise_scale"
-
-
-@dataclasses.dataclass(frozen=True)
-class CsvDataOptions(Settings):
-    """Your own CSV data (``label``; None: the shipped digits): the task, how its files are read
-    (the ``csv_*`` fields, :class:`~ga_tfx.pipelines.tabular.csv_dialect.CsvReading`), the
-    columns the generic model leaves out, or a module file of your own."""
-
-    label: Optional[str] = setting(
-        None,
-        kind=str,
-        optional=True,
-        help="the label column of your own CSV files (--data-root): trains the generic "
-        "model of ga_tfx.pipelines.tabular.generic; None: the shipped digits pipeline",
-    )
-    task: str = setting(
-        "classification",
-        kind=str,
-        choices=("classification", "regression"),
-        help="what --label is: classes (accuracy) or a number (RMSE, MAE)",
-    )
-    exclude_columns: Tuple[str, ...] = setting(
-        (),
-        kind=str,
-        many=True,
-        empty=True,
-        help="--label data: columns the generic model leaves out (e.g. one the data summary "
-        "names as a possible leak, known only after the outcome)",
-    )
-    csv_delimiter: str = like(CsvReading, "csv_delimiter")
-    csv_decimal: str = like(CsvReading, "csv_decimal")
-    csv_missing: Tuple[str, ...] = like(CsvReading, "csv_missing")
-    csv_row_numbers: str = like(CsvReading, "csv_row_numbers")
-    csv_encoding: str = like(CsvReading, "csv_encoding")
-    module_file: Optional[str] = setting(
-        None,
-        kind=str,
-        optional=True,
-        help="your own TFX module file for --label data: preprocessing_fn(inputs[, "
-        "custom_config]) and build_model(hparams[, transform_output]) (None: the "
-        "generic module)",
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.label is None and (self.module_file or self.task != "classification"):
-            raise SettingError(
-                "module_file and task apply to your own CSV data: give its "
-                "label column with label (--label COLUMN)."
-            )
-        if self.exclude_columns and (self.label is None or self.module_file):
-            raise SettingError(
-                f"exclude_columns {list(self.exclude_columns)} applies to the generic model of "
-                "your own CSV data (--label COLUMN without --module-file; a module file "
-                "chooses its own columns)."
-            )
-        if self.label is not None and self.label in self.exclude_columns:
-            raise SettingError(
-                f"exclude_columns {list(self.exclude_columns)} holds the label {self.label!r}: "
-                "the label is never an input; name other columns."
-            )
-        reading = self.csv_reading()  # checks the encoding's name
-        if self.label is None and reading != CsvReading():
-            changed = [k for k, v in defaults(CsvReading).items() if getattr(reading, k) != v]
-            raise SettingError(
-                f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to your own CSV "
-                "data: give its label column with label (--label COLUMN)."
-            )
-
-    def csv_reading(self) -> CsvReading:
-        """How the CSV files of ``--data-root`` are read (the ``csv_*`` fields)."""
-        return CsvReading(**{name: getattr(self, name) for name in specs(CsvReading)})
-
-
-@dataclasses.dataclass(frozen=True)
-class BlessingOptions(Settings):
-    """When the Evaluator blesses (and the Pusher pushes) the trained model."""
-
-    min_accuracy: Optional[float] = setting(
-        None,
-        kind=float,
-        above=0,
-        maximum=1,
-        optional=True,
-        help="the Evaluator blesses (and the Pusher pushes) a model whose eval accuracy is at "
-        f"least this (None: {DEFAULT_MIN_ACCURACY} for the shipped digits and a --module-file; "
-        "the generic --label model needs only to beat the majority class)",
-    )
-    max_rmse: Optional[float] = setting(
-        None,
-        kind=float,
-        above=0,
-        optional=True,
-        help="regression: the Evaluator blesses a model whose eval RMSE is at most this "
-        "(None: the generic model needs only to beat the training mean; a --module-file "
-        "regression needs it)",
-    )
 
 
 # The options' concerns: TrainingOptions' field -> its class (the flags' order and groups).
@@ -322,12 +233,12 @@ class TrainingOptions:
 
     def __post_init__(self):
         accumulation, tuning, csv = self.accumulation, self.tuning, self.csv
-        if accumulation.train_updates is not None:  # the digits evaluate every 20 windows
+        if accumulation.train_windows is not None:  # the digits evaluate every 20 windows
             check_windows_per_epoch(
-                accumulation.train_updates,
-                accumulation.updates_per_epoch
-                if accumulation.updates_per_epoch is not None or csv.label is not None
-                else DIGITS_UPDATES_PER_EPOCH,
+                accumulation.train_windows,
+                accumulation.windows_per_epoch
+                if accumulation.windows_per_epoch is not None or csv.label is not None
+                else DIGITS_WINDOWS_PER_EPOCH,
             )
         if tuning.probes and accumulation.schedule.first_accum_steps < 2:
             raise SettingError(
@@ -351,6 +262,8 @@ class TrainingOptions:
     def of(cls, **values: Any) -> "TrainingOptions":
         """The options of flat setting names (``accum_steps=2, label="y"``), each handed to
         its concern; ``SettingError`` naming an unknown name and the known ones."""
+        for concern in CONCERNS.values():
+            values = with_new_names(concern, values, "options")
         known = {name: field for field, concern in CONCERNS.items() for name in specs(concern)}
         unknown = sorted(set(values) - set(known))
         if unknown:
@@ -364,39 +277,20 @@ class TrainingOptions:
 
     def windows_plan(self, train_rows: Optional[int] = None) -> Tuple[int, int]:
         """(windows to train, windows per epoch) of the run: the Trainer's
-        ``train_args.num_steps`` and ``updates_per_epoch``, both in windows (an update each,
+        ``train_args.num_steps`` and ``windows_per_epoch``, both in windows (an update each,
         unless skipped).
 
-        The shipped digits: ``train_updates`` (default ``DIGITS_TRAIN_UPDATES``) and
-        ``updates_per_epoch`` (default ``DIGITS_UPDATES_PER_EPOCH``). ``--label`` data with
-        ``train_updates`` given: that, and ``updates_per_epoch`` (default: one evaluation at
+        The shipped digits: ``train_windows`` (default ``DIGITS_TRAIN_WINDOWS``) and
+        ``windows_per_epoch`` (default ``DIGITS_WINDOWS_PER_EPOCH``). ``--label`` data with
+        ``train_windows`` given: that, and ``windows_per_epoch`` (default: one evaluation at
         the end). Otherwise from ``train_rows`` (the training split's rows): ``epochs`` passes
         of ``ceil(train_rows / effective batch)`` windows (the first window's: the schedule's
-        first K times the micro-batch), at least ``MIN_TRAIN_UPDATES``,
-        evaluated every pass (or every ``MIN_TRAIN_UPDATES // epochs`` windows when a pass is
+        first K times the micro-batch), at least ``MIN_TRAIN_WINDOWS``,
+        evaluated every pass (or every ``MIN_TRAIN_WINDOWS // epochs`` windows when a pass is
         shorter), rounded up to whole epochs. ``ValueError`` when the rows are needed and not
-        known (e.g. compiling for Kubeflow: give ``train_updates``).
+        known (e.g. compiling for Kubeflow: give ``train_windows``).
         """
-        run = self.accumulation
-        if self.csv.label is None:
-            windows = run.train_updates or DIGITS_TRAIN_UPDATES
-            per_epoch = run.updates_per_epoch or DIGITS_UPDATES_PER_EPOCH
-            return windows, check_windows_per_epoch(windows, per_epoch)
-        if run.train_updates is not None:
-            return run.train_updates, check_windows_per_epoch(
-                run.train_updates, run.updates_per_epoch
-            )
-        if not train_rows:
-            raise SettingError(
-                "train_updates (--train-updates N) is needed here: for --label data it is "
-                "derived from the number of training rows, which only `ga-tfx run` counts "
-                f"(got train_rows={train_rows!r})."
-            )
-        first_k = run.schedule.first_accum_steps  # the run's first K, its schedule's
-        per_pass = -(-train_rows // (first_k * run.micro_batch_size))
-        wanted = max(run.epochs * per_pass, MIN_TRAIN_UPDATES)
-        per_epoch = run.updates_per_epoch or max(per_pass, -(-MIN_TRAIN_UPDATES // run.epochs))
-        return -(-wanted // per_epoch) * per_epoch, per_epoch
+        return run_length.windows_plan(self, train_rows)
 
 
 # ---------------------------------------------------------------------- command-line flags
@@ -456,11 +350,33 @@ def add_flags(group: Any, cls: type) -> None:
             group.add_argument(
                 spec.off_flag, dest=name, action="store_const", const=None, help=f"turn {name} off"
             )
+        if spec.renamed_from:  # the flag before 0.3.0: hidden, one line on stderr when used
+            group.add_argument(
+                "--" + spec.renamed_from.replace("_", "-"),
+                dest=name,
+                default=argparse.SUPPRESS,
+                type=flag_type(name, spec),
+                action=_renamed_flag(flag),
+                help=argparse.SUPPRESS,
+            )
+
+
+def _renamed_flag(new_flag: str) -> type:
+    """An argparse action storing an old flag's value under its new one's, with
+    :func:`~ga_tfx._schema.renamed_message` as one ``PROG: warning: ...`` line on stderr."""
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            message = renamed_message(str(option_string), new_flag)
+            sys.stderr.write(f"{parser.prog}: warning: {message}\n")
+            setattr(namespace, self.dest, values)
+
+    return Renamed
 
 
 def from_flags(args: argparse.Namespace) -> TrainingOptions:
     """The options the parsed flags describe, each handed to its concern
-    (:meth:`TrainingOptions.of`; checked again as a whole, e.g. updates)."""
+    (:meth:`TrainingOptions.of`; checked again as a whole, e.g. windows)."""
     return TrainingOptions.of(
         **{
             name: getattr(args, name)

@@ -54,7 +54,7 @@ def create_pipeline(
       curated_schema_file: where ImportSchemaGen reads the curated digits schema when it runs
         (default: the file beside this package; the Kubeflow image's path when compiled).
       train_rows: the training split's rows (about 2/3 of the rows with a label), from which a
-        ``--label`` run without ``train_updates`` derives its length
+        ``--label`` run without ``train_windows`` derives its length
         (:meth:`TrainingOptions.windows_plan`); None: not counted.
       runtime_windows: a ``tfx.dsl.experimental.RuntimeParameter`` of ``ptype=int`` that the
         Trainer reads as its length instead of the plan's windows (a compiled job's run sets

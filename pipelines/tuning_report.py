@@ -155,7 +155,7 @@ def probe_lines(probe: Dict[str, Any]) -> List[str]:
     if half:
         lines.append(
             f"  over the probe's second half: {min(half):.4g} to {max(half):.4g} samples "
-            f"({len(half)} windows); a wide range means a longer probe (--tuning-updates) "
+            f"({len(half)} windows); a wide range means a longer probe (--tuning-windows) "
             "would measure it better"
         )
     lines += stop_lines(probe)
@@ -176,9 +176,9 @@ def stop_lines(probe: Dict[str, Any]) -> List[str]:
         ]
     return [
         f"target NOT reached:   eval loss still above {target:.4g} after {updates} updates (the "
-        "cap, --tuning-updates); the noise scale grows as the loss falls, so the recommendation "
+        "cap, --tuning-windows); the noise scale grows as the loss falls, so the recommendation "
         "is that of a higher loss: a lower limit of the target's effective batch. A longer "
-        "probe (--tuning-updates) would reach the target"
+        "probe (--tuning-windows) would reach the target"
     ]
 
 

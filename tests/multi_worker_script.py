@@ -39,7 +39,7 @@ def train(out, module_file, strategy, micro_batch_size, accum_steps, updates, op
         accum_steps=accum_steps,
         micro_batch_size=micro_batch_size,
         strategy=strategy,
-        updates_per_epoch=1,
+        windows_per_epoch=1,
     )
     settings = settings_lib.from_dict(
         {name: props[name] for name in settings_lib.field_names() if props.get(name) is not None}

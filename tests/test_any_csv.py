@@ -18,7 +18,7 @@
 The fast tests check the pre-run checks, the training length rule and the pipeline's shape.
 """
 
-from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER, MIN_TRAIN_UPDATES, TrainingOptions
+from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER, MIN_TRAIN_WINDOWS, TrainingOptions
 from ga_tfx.pipelines.tabular import generic
 
 import csv
@@ -79,20 +79,20 @@ def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
 def test_the_training_length_rule():
     # The shipped digits keep their 60 updates, evaluated every 20.
     assert TrainingOptions().windows_plan() == (60, 20)
-    assert TrainingOptions.of(train_updates=40).windows_plan() == (40, 20)
+    assert TrainingOptions.of(train_windows=40).windows_plan() == (40, 20)
     # --label: 20 passes over the training rows (10001 rows / 128 per update: 79 a pass) ...
     assert TrainingOptions.of(label="y").windows_plan(train_rows=10001) == (20 * 79, 79)
     three = TrainingOptions.of(label="y", epochs=3)
     assert three.windows_plan(train_rows=100_000) == (3 * 782, 782)
-    # ... and at least MIN_TRAIN_UPDATES, evaluated 20 times, on small data.
-    assert TrainingOptions.of(label="y").windows_plan(train_rows=295) == (MIN_TRAIN_UPDATES, 50)
-    # Given updates win; one evaluation at the end unless updates_per_epoch says otherwise.
-    assert TrainingOptions.of(label="y", train_updates=30).windows_plan(None) == (30, 30)
-    assert TrainingOptions.of(label="y", train_updates=30, updates_per_epoch=10).windows_plan() == (
+    # ... and at least MIN_TRAIN_WINDOWS, evaluated 20 times, on small data.
+    assert TrainingOptions.of(label="y").windows_plan(train_rows=295) == (MIN_TRAIN_WINDOWS, 50)
+    # Given windows win; one evaluation at the end unless windows_per_epoch says otherwise.
+    assert TrainingOptions.of(label="y", train_windows=30).windows_plan(None) == (30, 30)
+    assert TrainingOptions.of(label="y", train_windows=30, windows_per_epoch=10).windows_plan() == (
         30,
         10,
     )
-    with pytest.raises(ValueError, match=r"train_updates \(--train-updates N\) is needed here"):
+    with pytest.raises(ValueError, match=r"train_windows \(--train-windows N\) is needed here"):
         TrainingOptions.of(label="y").windows_plan(train_rows=None)
 
 
@@ -150,7 +150,7 @@ def test_the_label_pipeline_scores_the_baseline_beside_the_model(tmp_path):
     assert rmse.threshold.change_threshold.absolute.value < 0  # strictly better
     assert not rmse.threshold.HasField("value_threshold")  # no --max-rmse: the baseline only
     trainer = components["GradientAccumulationTrainer"]
-    assert json.loads(trainer.exec_properties["train_args"]) == {"num_steps": MIN_TRAIN_UPDATES}
+    assert json.loads(trainer.exec_properties["train_args"]) == {"num_steps": MIN_TRAIN_WINDOWS}
     # Any CSV: one shuffle over the whole training split (a file sorted by its label too).
     assert trainer.exec_properties["shuffle_buffer"] == LABEL_SHUFFLE_BUFFER
 
@@ -195,7 +195,7 @@ def test_a_csv_with_text_columns_trains_with_one_command(tmp_path):
         )
     )
     assert record["effective_batch_size"] == 128
-    assert record["updates"] == MIN_TRAIN_UPDATES  # 380 training rows: the least a run trains
+    assert record["windows"] == MIN_TRAIN_WINDOWS  # 380 training rows: the least a run trains
 
 
 def _eval_emptied_by_the_label(path, rows=40):
@@ -432,7 +432,7 @@ def test_messy_regression_beats_the_mean_serves_and_explains_a_missed_threshold(
 def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
     from ga_tfx.pipelines import kubeflow
 
-    options = TrainingOptions.of(label="payment_type", train_updates=500, updates_per_epoch=50)
+    options = TrainingOptions.of(label="payment_type", train_windows=500, windows_per_epoch=50)
     job = kubeflow.compile_pipeline(
         str(tmp_path / "job.json"),
         "gcr.io/example/ga-tfx:1",
@@ -455,7 +455,7 @@ def test_the_label_pipeline_compiles_for_kubeflow_with_its_own_steps(tmp_path):
     for step in ("LabeledExamples", "DataPlanCheck", "TrivialBaseline"):
         assert classes[step].startswith("ga_tfx.pipelines."), classes[step]
     # Without the training rows (nothing is read when compiling) the length must be given.
-    with pytest.raises(ValueError, match=r"train_updates \(--train-updates N\) is needed"):
+    with pytest.raises(ValueError, match=r"train_windows \(--train-windows N\) is needed"):
         kubeflow.compile_pipeline(
             str(tmp_path / "job2.json"),
             "gcr.io/example/ga-tfx:1",

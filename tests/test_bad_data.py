@@ -86,7 +86,7 @@ def test_the_shipped_data_passes_and_is_counted():
 
 def test_an_update_larger_than_the_training_split_is_warned_with_the_numbers(caplog):
     options = TrainingOptions.of(
-        micro_batch_size=4096, accum_steps=4, train_updates=2, updates_per_epoch=1
+        micro_batch_size=4096, accum_steps=4, train_windows=2, windows_per_epoch=1
     )
     data_check.warn_before_run(1797, options)
     (line,) = [record.getMessage() for record in caplog.records]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from benchmarks import results
+from benchmarks import critical_batch_record, results
 from benchmarks.report import fmt_spread
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,3 +90,53 @@ def test_committed_results_are_compact_and_match_their_report(name):
             f"{fmt_spread(pair['cpu'])} | {pair['wall']['n']} |"
         )
         assert row in report, f"{name}: {row}"
+
+
+def test_critical_batch_record_reads_back_what_it_wrote_in_short_lines(tmp_path):
+    """Tables (lists of records with the same keys) become columns and rows, long lists of
+    numbers are wrapped, and :func:`read` gives back what :func:`write` was given."""
+    curve = [dict(window=n, loss=n / 4, noise=None, done=n > 300) for n in range(1, 400)]
+    datasets = [
+        dict(name="d", probes=[dict(curve=curve, seed=0)] * 2, paths=[0.5 * n for n in range(300)]),
+        dict(name="e", sweep=[dict(batch=8, steps_per_seed=[1, 2])], fit=dict(b_crit=28.1)),
+    ]
+    path = tmp_path / "CB.json"
+    critical_batch_record.write(str(path), dict(command="c", facts=dict(cpus=2)), datasets)
+    text = path.read_text()
+    assert critical_batch_record.read(str(path)) == dict(
+        command="c", facts=dict(cpus=2), datasets=datasets
+    )
+    assert max(len(line) for line in text.splitlines()) <= critical_batch_record.WIDTH
+    assert json.loads(text)["datasets"][0]["probes"][0]["curve"]["columns"] == list(curve[0])
+
+
+def test_committed_critical_batch_record_is_short_lines_and_matches_its_report():
+    """``benchmarks/CRITICAL_BATCH.json`` has no long line, holds each probe's curve (a row per
+    window, the columns its B_path is computed from), and its fitted figures and probes print
+    as ``CRITICAL_BATCH.md``'s table does; the report's figure is the manual's one copy."""
+    path = os.path.join(ROOT, "benchmarks", "CRITICAL_BATCH.json")
+    with open(path, encoding="utf-8") as f:
+        longest = max(len(line) for line in f)
+    assert longest <= 250, f"CRITICAL_BATCH.json: a line of {longest} characters"
+    record = critical_batch_record.read(path)
+    with open(os.path.join(ROOT, "benchmarks", "CRITICAL_BATCH.md"), encoding="utf-8") as f:
+        report = f.read()
+    assert record["command"] in report and len(record["datasets"]) == 4
+    for r in record["datasets"]:
+        fit = r["fit"]
+        simple = ", ".join(f"{p['recommendation']['noise_scale']:.1f}" for p in r["probes"])
+        row = (
+            f"| {r['name']} | {r['target']} | {fit['s_min']:.1f} | {fit['e_min']:.0f} | "
+            f"{fit['b_crit']:.1f} | {simple} |"
+        )
+        assert row in report, row
+        for p in r["probes"] + r["variants"] + r["user_probes"]:
+            assert len(p["curve"]) == p["updates"] > 0
+            assert {"window_samples", "noise_trace_window", "noise_grad_sq_window"} <= set(
+                p["curve"][-1]
+            )
+    link = "![critical batch](../docs/img/critical_batch.png)"
+    assert link in report and os.path.isfile(
+        os.path.join(ROOT, "docs", "img", "critical_batch.png")
+    )
+    assert not os.path.exists(os.path.join(ROOT, "benchmarks", "critical_batch.png"))

@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.container]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from ga_tfx.components.trainer import run_record  # noqa: E402
 from ga_tfx.pipelines.parts.training import TUNER_OBJECTIVE  # noqa: E402
 
 import kfp_harness  # noqa: E402
@@ -181,7 +182,7 @@ def test_both_schemas_evaluate_as_the_same_pipeline_run_locally_in_the_image(
 
 # A Trainer long enough to be stopped mid-training (about 25 s of training): checkpoints every
 # 50 updates, stopped right after the first one it writes.
-LONG = ("--train-updates", "600", "--checkpoint-every-updates", "50")
+LONG = ("--train-windows", "600", "--checkpoint-every-updates", "50")
 
 
 def trainer_of(run):
@@ -237,7 +238,8 @@ def trainer_outputs(run):
     out = run.outputs[trainer_of(run)]
     model = out.artifacts["model"].artifacts[0].uri
     with open(os.path.join(out.artifacts["model_run"].artifacts[0].uri, "ga_tfx_run.json")) as f:
-        record = json.load(f)
+        # an image built before 0.3.0 writes the record's old keys: read them as today's
+        record = {run_record.OLD_KEYS.get(k, k): v for k, v in json.load(f).items()}
     reader = tf.train.load_checkpoint(
         os.path.join(model, "Format-Serving", "variables", "variables")
     )
@@ -262,7 +264,7 @@ def test_a_preempted_trainer_resumes_on_a_retry_and_on_a_resubmitted_job(image, 
     reference = submission()
     reference.run_task(trainer_of(reference))
     ref_record, ref_weights = trainer_outputs(reference)
-    assert ref_record["resumed_from_update"] is None and ref_record["updates"] == 600
+    assert ref_record["resumed_from_window"] is None and ref_record["windows"] == 600
     assert not resume_checkpoints(work)  # removed once the model was exported
 
     # (a) A KFP retry: the same task, the same ExecutorInput.
@@ -278,8 +280,8 @@ def test_a_preempted_trainer_resumes_on_a_retry_and_on_a_resubmitted_job(image, 
     assert resubmitted.job_id != first.job_id
     resubmitted.run_task(trainer_of(resubmitted))
     record, weights = trainer_outputs(resubmitted)
-    assert record["resumed_from_update"] == n2, record
-    assert record["updates"] == 600 and record["updates_this_run"] == 600 - n2, record
+    assert record["resumed_from_window"] == n2, record
+    assert record["windows"] == 600 and record["windows_this_run"] == 600 - n2, record
 
     assert set(weights) == set(ref_weights) and len(weights) >= 8
     diff = max(float(np.max(np.abs(weights[k] - ref_weights[k]))) for k in weights)
@@ -483,7 +485,7 @@ def trainer_workers(run):
 def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
     image, work, job_runs
 ):
-    flags = ["--train-updates", "24", "--updates-per-epoch", "12"]
+    flags = ["--train-windows", "24", "--windows-per-epoch", "12"]
     want = one_worker_weights(image, work, job_runs, flags, "one")
     two = new_run(compile_job(image, work, "two", *flags, *TWO_WORKERS), image, work)
     assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
@@ -494,8 +496,8 @@ def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
         workers.close()
     two.finish(workers.task)
     record, got = trainer_outputs(two)
-    assert record["replicas"] == 2 and record["updates"] == 24, record
-    assert record["resumed_from_update"] is None, record
+    assert record["replicas"] == 2 and record["windows"] == 24, record
+    assert record["resumed_from_window"] is None, record
     assert set(got) == set(want) and len(want) >= 8
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"two workers vs one: max |dw| = {diff:.3g} over {len(want)} tensors")
@@ -508,7 +510,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
 ):
     # Two workers on one 2-core machine train about one update a second (a collective over
     # the Docker network per micro-batch): killed after update 10, 50 are left.
-    flags = ["--train-updates", "60", "--updates-per-epoch", "30"]
+    flags = ["--train-windows", "60", "--windows-per-epoch", "30"]
     flags += ["--checkpoint-every-updates", "10"]
     two = new_run(compile_job(image, work, "killed", *flags, *TWO_WORKERS), image, work)
     two.cache_from(job_runs["2.1"])
@@ -532,7 +534,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
         workers.close()
     two.finish(workers.task)
     record, got = trainer_outputs(two)
-    assert record["resumed_from_update"] and record["updates"] == 60, record
+    assert record["resumed_from_window"] and record["windows"] == 60, record
     want = one_worker_weights(image, work, job_runs, flags, "killed-one")
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"resumed at {record['resumed_from_update']}: max |dw| vs one worker = {diff:.3g}")

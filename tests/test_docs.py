@@ -258,3 +258,43 @@ def test_every_public_name_is_in_the_front_ends_api_table():
         table = f.read().split("## What you get", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"`ga_tfx\.(\w+)", table))
     assert sorted(set(ga_tfx.__all__) - listed) == []
+
+
+@pytest.mark.source_tree
+def test_architecture_first_screen_says_where_each_installed_name_lives():
+    """docs/ARCHITECTURE.md's first table maps each installed name to the folder setup.py
+    installs it from, and the ``ga-tfx`` command to its entry point's file."""
+    import ast
+
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    [folders] = [
+        ast.literal_eval(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["NAMESPACED_FOLDERS"]
+    ]
+    [script] = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and str(node.value).startswith("ga-tfx=")
+    ]
+    module, function = script.split("=", 1)[1].split(":")
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        first_screen = f.read().split("\n")[:20]
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in first_screen
+            if line.startswith("| `") or line.startswith("| the `ga-tfx` command")
+        )
+    }
+    expected = {"`ga_tfx`, `ga_tfx.*`": "`ga_tfx/`"}
+    expected.update({f"`{name}`, `{name}.*`": f"`{path}/`" for name, path in folders.items()})
+    assert {name: cells[0] for name, cells in rows.items() if name in expected} == expected
+    assert set(rows) == set(expected) | {"the `ga-tfx` command"}
+    package, _, leaf = module.rpartition(".")
+    folder = next(path for name, path in folders.items() if package == name)
+    assert rows["the `ga-tfx` command"] == [f"`{folder}/{leaf}.py`", f"`{module}:{function}`"]
+    assert os.path.isfile(os.path.join(ROOT, folder, f"{leaf}.py"))

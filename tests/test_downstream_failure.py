@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # two pipeline runs
 OPTIONS = TrainingOptions.of(
     accum_steps=2,
     micro_batch_size=32,
-    train_updates=4,
-    updates_per_epoch=4,
+    train_windows=4,
+    windows_per_epoch=4,
     eval_steps=2,
     min_accuracy=0.2,
 )

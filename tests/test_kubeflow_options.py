@@ -297,7 +297,7 @@ def test_the_trainer_takes_its_length_as_an_int_property_or_a_runtime_parameter(
 
     examples = tfx.dsl.Channel(type=standard_artifacts.Examples)
     common = dict(model_fn="ga_tfx.pipelines.digits", micro_batch_size=8, accum_steps=2)
-    common.update(label_key="label_xf", updates_per_epoch=5)
+    common.update(label_key="label_xf", windows_per_epoch=5)
     parameter = tfx.dsl.experimental.RuntimeParameter(name="train_windows", ptype=int, default=10)
     trainer = GradientAccumulationTrainer(examples, train_windows=parameter, **common)
     assert trainer.exec_properties[keys.TRAIN_WINDOWS_PROPERTY] is parameter
@@ -308,7 +308,7 @@ def test_the_trainer_takes_its_length_as_an_int_property_or_a_runtime_parameter(
         ]
         == 10
     )
-    with pytest.raises(ValueError, match=r"updates_per_epoch=5 must divide .*=7"):
+    with pytest.raises(ValueError, match=r"windows_per_epoch=5 must divide .*=7"):
         GradientAccumulationTrainer(examples, train_windows=7, **common)
     with pytest.raises(ValueError, match="Give the length once"):
         GradientAccumulationTrainer(

@@ -136,8 +136,8 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
         else TrainingOptions.of(
             accum_steps=3,
             micro_batch_size=24,
-            train_updates=30,
-            updates_per_epoch=10,
+            train_windows=30,
+            windows_per_epoch=10,
             eval_steps=5,
             agc_clip_factor=None,
             strategy="mirrored",
@@ -195,7 +195,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     assert sources == expected_sources
 
     params = trainer_parameters(spec)
-    updates, updates_per_epoch = options.windows_plan()  # (None: the digits' defaults)
+    windows, windows_per_epoch = options.windows_plan()  # (None: the digits' defaults)
     run = options.accumulation
     expected_params = dict(
         accum_steps=run.accum_steps,
@@ -204,7 +204,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
         raw_label_key=digits.RAW_LABEL_KEY,
         model_fn=DIGITS.model_fn,
         strategy=run.strategy,
-        updates_per_epoch=updates_per_epoch,
+        windows_per_epoch=windows_per_epoch,
         replace_batchnorm=1,
         mixed_precision="float32",
         partial_window="apply",
@@ -614,8 +614,8 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
     options = TrainingOptions.of(
         accum_steps=2,
         micro_batch_size=16,
-        train_updates=6,  # the compiled default; the run below sets 4
-        updates_per_epoch=2,
+        train_windows=6,  # the compiled default; the run below sets 4
+        windows_per_epoch=2,
         eval_steps=2,
         agc_clip_factor=0.05,
     )

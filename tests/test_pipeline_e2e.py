@@ -30,14 +30,14 @@ pytestmark = [pytest.mark.tfx, pytest.mark.stack]
 OPTIONS = TrainingOptions.of(
     accum_steps=2,
     micro_batch_size=32,
-    train_updates=8,
-    updates_per_epoch=4,
+    train_windows=8,
+    windows_per_epoch=4,
     eval_steps=4,
     checkpoint_every_updates=4,
     tune=True,
     search_accum_steps=(1, 2),
     tuning_trials=2,
-    tuning_updates=2,
+    tuning_windows=2,
     min_accuracy=0.3,
 )
 
@@ -186,11 +186,11 @@ def test_bad_flags_and_settings_are_rejected_with_the_value(tmp_path, capsys):
     out = tmp_path / "out"
     assert (
         cli.main(
-            ["run", "--output-dir", str(out), "--train-updates", "10", "--updates-per-epoch", "4"]
+            ["run", "--output-dir", str(out), "--train-windows", "10", "--windows-per-epoch", "4"]
         )
         == 2
     )
-    assert "updates_per_epoch=4 must divide" in capsys.readouterr().err
+    assert "windows_per_epoch=4 must divide" in capsys.readouterr().err
     assert not out.exists()
 
 

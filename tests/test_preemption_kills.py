@@ -39,7 +39,7 @@ SETTINGS = dict(
     accum_steps=2,
     micro_batch_size=8,
     num_steps=8,
-    updates_per_epoch=4,
+    windows_per_epoch=4,
     checkpoint_every_updates=3,
     eval_steps=2,
     shuffle=1,
@@ -159,7 +159,7 @@ def test_killed_at_five_points_the_reruns_end_with_the_uninterrupted_weights(tmp
     resumed, resumed_run = _run(tmp_path, "last", module_file=module, **SETTINGS)
     assert not glob.glob(str(tmp_path / ".ga_tfx_resume" / "*"))  # done: cleaned up
     record = run_record.read(resumed_run)
-    assert (record.resumed_from_update, record.updates, record.updates_this_run) == (8, 8, 0)
+    assert (record.resumed_from_window, record.windows, record.windows_this_run) == (8, 8, 0)
 
     uninterrupted, plain_run = _run(tmp_path, "uninterrupted", module_file=module, **SETTINGS)
     assert run_record.read(plain_run).resumed_from_update is None

@@ -12,9 +12,9 @@ import pytest
 pytestmark = [pytest.mark.tfx]  # the record is written with TFX's file system layer
 
 RECORD = run_record.RunRecord(
-    updates=8,
-    updates_this_run=4,
-    resumed_from_update=4,
+    windows=8,
+    windows_this_run=4,
+    resumed_from_window=4,
     effective_batch_size=64,
     micro_batch_size=32,
     accum_steps=2,
@@ -31,6 +31,17 @@ def test_record_round_trips_as_plain_json(tmp_path):
         assert json.load(f) == dataclasses.asdict(RECORD)  # machine-readable, no pickles
     assert run_record.read(str(tmp_path / "model_run")) == RECORD
     assert run_record.read(str(tmp_path / "nothing_here")) is None
+
+
+def test_a_record_written_before_0_3_0_reads_with_todays_keys(tmp_path):
+    """0.2.0 named the windows ``updates``, ``updates_this_run``, ``resumed_from_update``."""
+    before = {new: old for old, new in run_record.OLD_KEYS.items()}
+    old = {before.get(k, k): v for k, v in dataclasses.asdict(RECORD).items()}
+    assert {"updates", "updates_this_run", "resumed_from_update"} <= set(old)
+    (tmp_path / "model_run").mkdir()
+    with open(run_record.path(str(tmp_path / "model_run")), "w") as f:
+        json.dump(old, f)
+    assert run_record.read(str(tmp_path / "model_run")) == RECORD
 
 
 @pytest.mark.parametrize("window,line", [(4, "resumed: after window 4"), (None, "resumed: no")])

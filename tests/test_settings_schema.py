@@ -86,9 +86,9 @@ def test_options_checked_as_a_whole_are_one_line_errors(capsys):
         cli.main(
             [
                 "run",
-                "--train-updates",
+                "--train-windows",
                 "10",
-                "--updates-per-epoch",
+                "--windows-per-epoch",
                 "3",
                 "--output-dir",
                 "/nonexistent/never/written",
@@ -97,7 +97,7 @@ def test_options_checked_as_a_whole_are_one_line_errors(capsys):
         == 2
     )
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("ga-tfx run: error: updates_per_epoch=3 must divide")
+    assert err[-1].startswith("ga-tfx run: error: windows_per_epoch=3 must divide")
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_options_checked_as_a_whole_are_one_line_errors(capsys):
             lambda: options.TrainingOptions.of(label="y", task="regression", module_file="m.py"),
             "a module_file regression is blessed only past an explicit threshold",
         ),
-        (lambda: options.TrainingOptions.of(train_updates=30), "updates_per_epoch=20 must divide"),
+        (lambda: options.TrainingOptions.of(train_windows=30), "windows_per_epoch=20 must divide"),
         (lambda: options.TrainingOptions.of(acum_steps=2), r"Unknown option\(s\) \['acum_steps'\]"),
     ],
 )
@@ -153,8 +153,8 @@ def test_options_of_flat_names_hand_each_to_its_concern():
         accum_steps=3, tune=True, label="y", min_accuracy=0.5
     )
     assert parsed.blessing.min_accuracy == 0.5 and parsed.csv.label == "y"
-    # Without --label the digits evaluate every 20 updates; with it, 30 updates in one epoch pass.
-    assert options.TrainingOptions.of(label="y", train_updates=30).windows_plan() == (30, 30)
+    # Without --label the digits evaluate every 20 windows; with it, 30 windows in one epoch pass.
+    assert options.TrainingOptions.of(label="y", train_windows=30).windows_plan() == (30, 30)
 
 
 @pytest.mark.parametrize(
@@ -228,7 +228,7 @@ def test_the_trainer_gets_the_first_k_of_the_options_schedule_value(schedule, fi
 
     run = options.AccumulationOptions(accum_schedule=schedule)
     code = types.SimpleNamespace(label_key="y", raw_label_key=None, curated_schema=object())
-    settings = trainer_settings(code, run, updates_per_epoch=10)
+    settings = trainer_settings(code, run, windows_per_epoch=10)
     assert settings["accum_steps"] == first and settings["accum_schedule"] == schedule
     # The Trainer's settings hold the same schedule value, made once from them.
     made = settings_lib.from_dict(dict(settings, micro_batch_size=8))
@@ -251,3 +251,71 @@ def test_an_accum_steps_flag_that_is_not_the_schedules_first_k_is_a_flag_error(c
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("ga-tfx run: error: accum_steps=4 is not the first K")
     assert "'0:2,5:4'" in last
+
+
+# The names before 0.3.0 that counted windows as "updates" (CHANGELOG, "Renamed").
+RENAMED = {
+    "train_updates": "train_windows",
+    "updates_per_epoch": "windows_per_epoch",
+    "tuning_updates": "tuning_windows",
+}
+
+
+def test_the_names_before_0_3_0_are_declared_once_where_they_were_renamed():
+    olds = {
+        spec.renamed_from: name
+        for concern in options.CONCERNS.values()
+        for name, spec in specs(concern).items()
+        if spec.renamed_from
+    }
+    assert olds == RENAMED
+    assert "updates_per_epoch" in settings_lib.accepted_names()  # a saved pipeline's property
+    assert "updates_per_epoch" not in settings_lib.field_names()
+
+
+def test_an_old_trainer_setting_still_works_with_a_warning_naming_the_new_one():
+    with pytest.warns(FutureWarning, match=r"'updates_per_epoch' is deprecated: use "):
+        settings = settings_lib.from_dict(
+            dict(accum_steps=2, micro_batch_size=4, label_key="y", updates_per_epoch=5)
+        )
+    assert settings.windows_per_epoch == 5
+    with pytest.raises(SettingError, match="updates_per_epoch is the old name of windows_per"):
+        settings_lib.from_dict(
+            dict(
+                accum_steps=2,
+                micro_batch_size=4,
+                label_key="y",
+                updates_per_epoch=5,
+                windows_per_epoch=5,
+            )
+        )
+
+
+def test_old_option_names_still_work_with_a_warning_naming_the_new_ones():
+    with pytest.warns(FutureWarning) as warned:
+        made = options.TrainingOptions.of(train_updates=30, updates_per_epoch=10, tuning_updates=3)
+    assert made == options.TrainingOptions.of(
+        train_windows=30, windows_per_epoch=10, tuning_windows=3
+    )
+    said = sorted(str(w.message) for w in warned)
+    assert said == sorted(
+        f"options setting {old!r} is deprecated: use {new!r} (the old name goes in 0.4.0)."
+        for old, new in RENAMED.items()
+    )
+
+
+def test_old_flags_still_work_hidden_with_one_line_each_naming_the_new_flag(capsys):
+    old = ["run", "--train-updates", "30", "--updates-per-epoch", "10", "--tuning-updates", "3"]
+    new = ["run", "--train-windows", "30", "--windows-per-epoch", "10", "--tuning-windows", "3"]
+    parser = cli.build_parser()
+    assert options.from_flags(parser.parse_args(old)) == options.from_flags(parser.parse_args(new))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"ga-tfx run: warning: --{o.replace('_', '-')} is deprecated: use "
+        f"--{n.replace('_', '-')} (the old name goes in 0.4.0)."
+        for o, n in RENAMED.items()
+    ]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--help"])
+    shown = capsys.readouterr().out
+    assert "--train-windows" in shown and "--train-updates" not in shown

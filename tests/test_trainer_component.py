@@ -282,7 +282,7 @@ def test_statistics_input_follows_the_installed_tfx():
         ("mixed_precision", "float16"),
         ("replace_batchnorm", "yes"),
         ("label_key", ""),
-        ("updates_per_epoch", 3),
+        ("windows_per_epoch", 3),
         ("shuffle_seed", -1),
         ("shuffle_seed", 1.5),
     ],
@@ -547,7 +547,7 @@ def test_a_piecewise_accum_schedule_trains_each_window_as_its_own_big_batch(tmp_
         micro_batch_size=4,
         accum_steps=2,
         accum_schedule="0:2,2:4",
-        updates_per_epoch=2,
+        windows_per_epoch=2,
         num_steps=4,
         hyperparameters=hparams,
     )
@@ -575,7 +575,7 @@ def test_an_adaptive_accum_schedule_follows_the_windows_k_across_epochs(tmp_path
         micro_batch_size=4,
         accum_steps=4,
         accum_schedule="adaptive:2-2",
-        updates_per_epoch=6,
+        windows_per_epoch=6,
         num_steps=30,
         eval_steps=1,
         hyperparameters=hparams,
@@ -593,7 +593,7 @@ def test_an_adaptive_accum_schedule_follows_the_windows_k_across_epochs(tmp_path
     diff = _max_diff(_exported_weights(serving_dir), reference.get_weights())
     print(f"adaptive: max |w_trainer - w_plain_keras| = {diff:.3g}")
     assert diff <= BIG_BATCH_TOLERANCE
-    assert record.updates == 30 and record.noise_scale is not None
+    assert record.windows == 30 and record.noise_scale is not None
 
 
 def test_a_memory_budget_sets_the_micro_batch_and_keeps_the_effective_batch(tmp_path):
@@ -727,7 +727,7 @@ def test_a_killed_trainer_rerun_resumes_and_ends_with_the_uninterrupted_weights(
         accum_steps=2,
         micro_batch_size=8,
         num_steps=4,
-        updates_per_epoch=1,
+        windows_per_epoch=1,
         checkpoint_every_updates=1,
         eval_steps=0,
         shuffle=1,
@@ -765,7 +765,7 @@ def test_a_killed_trainer_resumes_an_adaptive_schedule_after_its_switch(tmp_path
         accum_schedule="adaptive:2-2",
         micro_batch_size=4,
         num_steps=30,
-        updates_per_epoch=6,
+        windows_per_epoch=6,
         checkpoint_every_updates=1,
         eval_steps=0,
         shuffle=1,
@@ -858,9 +858,9 @@ def test_module_without_build_model_is_rejected(tmp_path):
 def test_bad_exec_properties_are_rejected_before_training(tmp_path):
     with pytest.raises(ValueError, match="accum_steps"):
         _run(tmp_path, "zero", accum_steps=0, micro_batch_size=4)
-    with pytest.raises(ValueError, match="updates_per_epoch"):
+    with pytest.raises(ValueError, match="windows_per_epoch"):
         _run(
-            tmp_path, "epochs", accum_steps=2, micro_batch_size=4, num_steps=3, updates_per_epoch=2
+            tmp_path, "epochs", accum_steps=2, micro_batch_size=4, num_steps=3, windows_per_epoch=2
         )
     # "mirrored" on the two logical CPUs of conftest: a micro-batch of 1 cannot be split.
     with pytest.raises(ValueError, match="micro_batch_size=1 is smaller than the 2 replicas"):

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = [pytest.mark.tfx]  # the Trainer's modules import TFX
 
-SETTINGS = dict(accum_steps=2, micro_batch_size=4, label_key="y", updates_per_epoch=5)
+SETTINGS = dict(accum_steps=2, micro_batch_size=4, label_key="y", windows_per_epoch=5)
 
 
 def _fn_args(tmp_path, hyperparameters=None, train_steps=20):
@@ -40,7 +40,7 @@ def test_settings_step_applies_the_tuners_values_and_the_length(tmp_path):
     assert run.settings.agc_clip_factor is None  # a search that turned AGC off
     assert run.hparams == tuned["values"]  # what build_model gets
     assert (run.windows, run.per_epoch) == (20, 5)
-    with pytest.raises(SettingError, match=r"updates_per_epoch=5 must divide .*=12"):
+    with pytest.raises(SettingError, match=r"windows_per_epoch=5 must divide .*=12"):
         run_fn.run_settings(_fn_args(tmp_path, train_steps=12), settings)
 
 
@@ -93,7 +93,7 @@ def test_record_step_writes_the_run_record_and_deletes_the_checkpoints(tmp_path)
     )
     assert not os.path.exists(resume_dir)  # exported: a later run starts over
     record = run_record.read(fn_args.model_run_dir)
-    assert (record.updates, record.updates_this_run, record.resumed_from_update) == (20, 12, 8)
+    assert (record.windows, record.windows_this_run, record.resumed_from_window) == (20, 12, 8)
     assert (record.effective_batch_size, record.accum_steps, record.replicas) == (8, 2, 1)
     assert record.final_metrics == {"loss": 0.5} and record.samples_per_second == 12.5
     assert record.stack  # the versions the run used

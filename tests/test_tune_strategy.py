@@ -175,7 +175,7 @@ def test_seed_and_strategy_reach_the_tuner_and_the_trainer(tmp_path):
 NOT_THE_DEFAULTS = dict(
     accum_steps=8,
     micro_batch_size=16,
-    updates_per_epoch=30,
+    windows_per_epoch=30,
     checkpoint_every_updates=7,
     checkpoint_every_seconds=9.5,
     agc_clip_factor=0.05,
@@ -190,7 +190,7 @@ NOT_THE_DEFAULTS = dict(
 
 def test_every_option_that_is_a_trainer_setting_reaches_the_trainer_and_the_probe(tmp_path):
     """One route (``values_for``): each such option arrives under the Trainer's name with its
-    value, in the Trainer and in the probe's settings (which train tuning_updates, not the
+    value, in the Trainer and in the probe's settings (which train tuning_windows, not the
     Trainer's epochs); an option added later without a value here fails the first line."""
     from ga_tfx._schema import SOURCE_KEY
 
@@ -214,7 +214,7 @@ def test_every_option_that_is_a_trainer_setting_reaches_the_trainer_and_the_prob
         value = NOT_THE_DEFAULTS[option]
         sent = int(value) if isinstance(value, bool) else value  # exec properties: 0/1
         assert trainer[name] == sent, name
-        if option == "updates_per_epoch":
+        if option == "windows_per_epoch":
             assert name not in probe
         elif option != "accum_schedule":
             assert probe[name] == value, name
@@ -490,13 +490,13 @@ def test_the_probe_report_shows_the_curve_the_choice_and_why(tmp_path):
 
 # ------------------------------------------------------------------- whole runs (slow)
 SMALL = [
-    "--train-updates",
+    "--train-windows",
     "4",
-    "--updates-per-epoch",
+    "--windows-per-epoch",
     "4",
     "--eval-steps",
     "4",
-    "--tuning-updates",
+    "--tuning-windows",
     "2",
     "--search-accum-steps",
     "1,2,4",
@@ -551,7 +551,7 @@ def test_a_noise_scale_run_trains_with_the_recommended_accum_steps(tmp_path):
     record = tuning_report.read_trials(training.trials_file(str(tmp_path / "root")))[0]
     rec = record["probe"]["recommendation"]
     assert record["values"]["accum_steps"] == 4  # the probe ran at --accum-steps
-    assert len(record["probe"]["curve"]) == 2  # --tuning-updates
+    assert len(record["probe"]["curve"]) == 2  # --tuning-windows
     assert f"tuned:                accum_steps={rec['accum_steps']}" in out
     assert f"effective batch size: {rec['accum_steps'] * 32}" in out  # the Trainer used it
     assert f"recommended:          accum_steps {rec['accum_steps']}: {rec['reason']}" in out

@@ -136,8 +136,8 @@ class GradientAccumulationTrainer(base_component.BaseComponent):
             windows = train_args.num_steps
         else:  # a runtime parameter (or a proto's): the run_fn checks it when it runs
             windows = None
-        if windows is not None and settings.updates_per_epoch:
-            settings_lib.check_windows_per_epoch(windows, settings.updates_per_epoch)
+        if windows is not None and settings.windows_per_epoch:
+            settings_lib.check_windows_per_epoch(windows, settings.windows_per_epoch)
         spec = GradientAccumulationTrainerSpec(
             examples=examples,
             transform_graph=transform_graph,

@@ -5,6 +5,7 @@ properties), ``train_args.num_steps`` and the user module's ``build_model``.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+import ga_tfx.components._tfx_hooks  # noqa: F401  (checks _GetFnArgs, _log_startup)
 from ga_tfx.components import keys
 from ga_tfx.components.trainer import distribution, export, user_module
 from ga_tfx.components.trainer import run_fn as run_fn_lib
@@ -30,7 +31,7 @@ class Executor(trainer_executor.GenericExecutor):
         settings = settings_lib.from_dict(
             {
                 name: exec_properties[name]
-                for name in settings_lib.field_names()
+                for name in settings_lib.accepted_names()  # (a saved pipeline's old names)
                 if exec_properties.get(name) is not None
             }
         )

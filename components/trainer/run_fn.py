@@ -9,7 +9,7 @@ plain ``{name: value}`` dict (the Tuner's best values, else ``{}``). This module
 2. BatchNormalization -> ``ga_tfx.AccumBatchNormalization`` (``replace_batchnorm``), weights
    copied from ``base_model`` by layer name when the Trainer has one (warm start), then
    ``ga_tfx.wrap_model(accum_steps=K)``, built under the chosen strategy and dtype policy;
-3. ``fit`` with ``steps_per_epoch = updates_per_epoch * K`` micro-batches, so that
+3. ``fit`` with ``steps_per_epoch = windows_per_epoch * K`` micro-batches, so that
    ``train_args.num_steps`` counts **windows** (of ``K * micro_batch_size`` samples; an update
    each, unless skipped as non-finite);
    ``eval_args.num_steps`` counts evaluation micro-batches (no evaluation when unset: the
@@ -156,14 +156,14 @@ class Run:
 def run_settings(fn_args, settings) -> Run:
     """Step 1, settings: the Tuner's hyperparameters over ``settings`` (precedence in the
     module docstring) and the run's length from ``fn_args.train_steps``; ``SettingError`` when
-    ``updates_per_epoch`` does not divide it."""
+    ``windows_per_epoch`` does not divide it."""
     settings = settings.with_hyperparameters(fn_args.hyperparameters)
     windows = fn_args.train_steps
     return Run(
         settings=settings,
         hparams=settings_lib.hyperparameter_values(fn_args.hyperparameters),
         windows=windows,
-        per_epoch=settings_lib.check_windows_per_epoch(windows, settings.updates_per_epoch),
+        per_epoch=settings_lib.check_windows_per_epoch(windows, settings.windows_per_epoch),
     )
 
 
@@ -273,7 +273,7 @@ def record(fn_args, run: Run, strategy, resume_dir, model, logger, resumed, metr
     checkpoints deleted (exported: a later run of the same training starts over) and the run
     record written to ``fn_args.model_run_dir`` (:mod:`~ga_tfx.components.trainer.run_record`).
     ``resumed``: the windows the resumed checkpoint held (0: none; the record's
-    ``resumed_from_update``); ``metrics``: the last epoch's logs;
+    ``resumed_from_window``); ``metrics``: the last epoch's logs;
     ``choice``: the memory budget's (None: no budget)."""
     settings, core = run.settings, model.window_core
     if distribution.is_chief(strategy):
@@ -281,9 +281,9 @@ def record(fn_args, run: Run, strategy, resume_dir, model, logger, resumed, metr
         run_record.write(
             fn_args.model_run_dir,
             run_record.RunRecord(
-                updates=run.windows,  # the record's keys are unchanged: readers depend on them
-                updates_this_run=run.windows - resumed,
-                resumed_from_update=resumed or None,
+                windows=run.windows,
+                windows_this_run=run.windows - resumed,
+                resumed_from_window=resumed or None,
                 effective_batch_size=settings.effective_batch_size,
                 micro_batch_size=settings.micro_batch_size,
                 accum_steps=settings.accum_steps,

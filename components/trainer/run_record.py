@@ -4,10 +4,10 @@
 model is exported; the pipeline summary and tests read it with :func:`read` rather than parsing
 TensorBoard logs. Fields:
 
-- ``updates``: windows of the whole training, ``train_args.num_steps`` (an update each, unless
-  skipped: ``skipped_windows``; the key keeps its name, readers depend on it);
-- ``updates_this_run``: windows this attempt trained (``updates`` minus the resumed ones);
-- ``resumed_from_update``: the windows the latest checkpoint of an earlier attempt held
+- ``windows``: windows of the whole training, ``train_args.num_steps`` (an update each, unless
+  skipped: ``skipped_windows``);
+- ``windows_this_run``: windows this attempt trained (``windows`` minus the resumed ones);
+- ``resumed_from_window``: the windows the latest checkpoint of an earlier attempt held
   (``None``: this attempt started from scratch);
 - ``effective_batch_size``, ``micro_batch_size``, ``accum_steps``, ``replicas``;
 - ``skipped_windows``: windows not applied (non-finite gradients), over the whole training;
@@ -25,6 +25,9 @@ TensorBoard logs. Fields:
 - ``final_metrics``: Keras' logs of the last epoch trained (``loss``, ``val_loss``, ...);
 - ``stack``: the versions this attempt trained with, ``{"ga-tfx", "TFX", "TensorFlow", "Keras",
   "Python"}`` (:mod:`ga_tfx.components.stack`; on Kubeflow, the image's).
+
+A record written before 0.3.0 names the first three ``updates``, ``updates_this_run`` and
+``resumed_from_update`` (windows all the same); :func:`read` reads those too.
 """
 
 import dataclasses
@@ -33,15 +36,21 @@ import os
 from typing import Any, Dict, List, Optional
 
 FILE_NAME = "ga_tfx_run.json"
+# A record's keys before 0.3.0 -> today's (the same figures: windows).
+OLD_KEYS = {
+    "updates": "windows",
+    "updates_this_run": "windows_this_run",
+    "resumed_from_update": "resumed_from_window",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     """What one Trainer execution did (see the module docstring for each field)."""
 
-    updates: int
-    updates_this_run: int
-    resumed_from_update: Optional[int]
+    windows: int
+    windows_this_run: int
+    resumed_from_window: Optional[int]
     effective_batch_size: int
     micro_batch_size: int
     accum_steps: int
@@ -81,5 +90,6 @@ def read(model_run_dir: str) -> Optional[RunRecord]:
         return None
     with fileio.open(target, "r") as f:
         values: Dict[str, Any] = json.loads(f.read())
+    values = {OLD_KEYS.get(k, k): v for k, v in values.items()}  # (a record before 0.3.0)
     fields = {field.name for field in dataclasses.fields(RunRecord)}
     return RunRecord(**{k: v for k, v in values.items() if k in fields})

@@ -103,11 +103,12 @@ class AccumulationSettings(HoldsSchedule, Settings):
         "than the training split leaves the files' order partly in place, so files sorted by "
         "the label feed drifting batches (the --label pipeline holds up to 1,000,000)",
     )
-    updates_per_epoch: Optional[int] = setting(
+    windows_per_epoch: Optional[int] = setting(
         None,
         kind=int,
         minimum=1,
         optional=True,
+        renamed_from="updates_per_epoch",
         help="windows (an update each, unless skipped) between two evaluations; must divide "
         "train_args.num_steps (None: one epoch)",
     )
@@ -196,6 +197,13 @@ def field_names():
     return tuple(specs(AccumulationSettings))
 
 
+def accepted_names():
+    """:func:`field_names` and the settings' names before 0.3.0 (``renamed_from``), which a
+    saved pipeline's execution properties may still carry (:func:`from_dict` renames them)."""
+    olds = (spec.renamed_from for spec in specs(AccumulationSettings).values())
+    return field_names() + tuple(old for old in olds if old)
+
+
 def from_dict(values: Mapping[str, Any]) -> AccumulationSettings:
     """Checked settings from a dict (exec properties or ``custom_config['ga_tfx']``).
 
@@ -240,16 +248,16 @@ def accum_steps_for(effective_batch_size: Any, micro_batch_size: Any) -> int:
     return effective_batch_size // micro_batch_size
 
 
-def check_windows_per_epoch(windows: int, updates_per_epoch: Optional[int]) -> int:
-    """Windows per epoch (``updates_per_epoch``, which counts windows, or all of them);
+def check_windows_per_epoch(windows: int, windows_per_epoch: Optional[int]) -> int:
+    """Windows per epoch (``windows_per_epoch``, or all of them);
     ``ValueError`` unless it divides ``windows`` (``train_args.num_steps``: windows, an update
     each unless skipped)."""
     if not windows:
         raise SettingError(f"train_args.num_steps (windows) must be set and > 0, got {windows!r}.")
-    per_epoch = updates_per_epoch or windows
+    per_epoch = windows_per_epoch or windows
     if windows % per_epoch:
         raise SettingError(
-            f"updates_per_epoch={per_epoch} must divide train_args.num_steps={windows} (windows)."
+            f"windows_per_epoch={per_epoch} must divide train_args.num_steps={windows} (windows)."
         )
     return per_epoch
 

@@ -28,6 +28,8 @@ not spent and the chief waits for a worker to (re)connect; a (re)started worker 
 ``RuntimeError`` and the workers' next requests fail after keras-tuner's 5-minute RPC timeout.
 """
 
+from ga_tfx.tuning import _keras_tuner_hooks  # noqa: F401  (checks keras_tuner.src's names)
+
 import logging
 import os
 import threading

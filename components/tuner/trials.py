@@ -31,6 +31,7 @@ from ga_tfx import keras, tf
 from ga_tfx.components.trainer import progress
 from ga_tfx.components.tuner import heartbeat
 from ga_tfx.components.tuner.options import DEFAULT_STALE_TRIAL_SECONDS
+from ga_tfx.tuning import _keras_tuner_hooks  # noqa: F401  (checks keras_tuner.src's names)
 
 import json
 import math

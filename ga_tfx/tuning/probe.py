@@ -13,6 +13,7 @@ Public as ``ga_tfx.tuning.NoiseScaleProbe`` and ``ga_tfx.tuning.StopAtLoss``. Th
 from ga_tfx import _validation
 from ga_tfx._keras import keras, tf
 from ga_tfx.sizing.batch_choice import Recommendation, path_noise_scale, recommend_accum_steps
+from ga_tfx.tuning import _keras_tuner_hooks  # noqa: F401  (checks _build_and_fit_model)
 from ga_tfx.tuning.hypermodel import AccumulationHyperModel
 
 import json

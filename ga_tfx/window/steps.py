@@ -8,8 +8,7 @@ rate, the record)."""
 
 from ga_tfx._keras import tf
 from ga_tfx.transforms import global_norm
-from ga_tfx.window import next_k as schedule
-from ga_tfx.window import noise
+from ga_tfx.window import next_k, noise
 from ga_tfx.window.accumulator import GradientAccumulator
 from ga_tfx.window.shims import all_finite
 from ga_tfx.window.state import write_record
@@ -108,8 +107,8 @@ def count_window(
     windows = state.windows.assign_add(1)
     updates = state.updates.assign_add(tf.cast(applied, tf.int64))
     micro_batch = first(out["samples"]) / micro
-    next_k = schedule.next_accum_steps(config, state, windows, micro_batch, averages[0])
-    learning_rate = schedule.scale_learning_rate(config, state, optimizer, next_k)
+    k = next_k.next_accum_steps(config, state, windows, micro_batch, averages[0])
+    learning_rate = next_k.scale_learning_rate(config, state, optimizer, k)
     row = [
         windows,
         updates,
@@ -123,7 +122,7 @@ def count_window(
         first(out["noise_small_batch"]),
         trace,
         grad_sq,
-        next_k,
+        k,
         learning_rate,
     ]
     write_record(state, row)

@@ -30,15 +30,15 @@ def trials_file(pipeline_root: str) -> str:
     return os.path.join(pipeline_root, "Tuner", "trials.jsonl")
 
 
-def trainer_settings(code, run, updates_per_epoch: int) -> Dict[str, Any]:
+def trainer_settings(code, run, windows_per_epoch: int) -> Dict[str, Any]:
     """The Trainer's settings: those the accumulation options ``run`` carry (each declared
     ``like()`` a Trainer setting: ``accum_steps`` is the run's first K), the label and the
-    epoch (``updates_per_epoch`` windows)."""
+    epoch (``windows_per_epoch`` windows)."""
     settings = dict(
         values_for(run, AccumulationSettings),
         label_key=code.label_key,
         raw_label_key=code.raw_label_key,
-        updates_per_epoch=updates_per_epoch,
+        windows_per_epoch=windows_per_epoch,
     )
     if code.curated_schema is None:  # any CSV: one shuffle over the whole training split
         settings["shuffle_buffer"] = LABEL_SHUFFLE_BUFFER
@@ -58,12 +58,12 @@ def tuner(code, run, tuning, settings: Dict[str, Any], transform, pipeline_root:
     config = tuner_config(code, run, tuning, settings, pipeline_root)
     # Checked now, so that a bad search space fails when the pipeline is built.
     parsed = tuner_fn.parse_config(config, eval_steps=run.eval_steps)
-    tuner_fn.trial_budget(tuning.tuning_updates, parsed.search_space)
+    tuner_fn.trial_budget(tuning.tuning_windows, parsed.search_space)
     return tfx.components.Tuner(
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         tuner_fn=TUNER_FN,
-        train_args=tfx.proto.TrainArgs(num_steps=tuning.tuning_updates),
+        train_args=tfx.proto.TrainArgs(num_steps=tuning.tuning_windows),
         eval_args=tfx.proto.EvalArgs(num_steps=run.eval_steps),
         custom_config=config,
     )
@@ -92,9 +92,9 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
         if probe or tuning.search_agc_clip_factor is None
         else list(tuning.search_agc_clip_factor)
     )
-    # A trial trains tuning_updates, not the Trainer's epochs; a search sets the AGC factor.
+    # A trial trains tuning_windows, not the Trainer's epochs; a search sets the AGC factor.
     ga_settings = dict(settings)
-    del ga_settings["updates_per_epoch"]
+    del ga_settings["windows_per_epoch"]
     if not probe:
         del ga_settings["agc_clip_factor"]
     return {

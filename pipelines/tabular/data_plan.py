@@ -4,14 +4,14 @@
 every split, the inferred schema), never the data itself, and decides per column of the
 **training split**:
 
-* ``dropped``: almost empty (a value in fewer than :data:`MIN_PRESENT_FRACTION` of the
+* ``dropped``: almost empty (a value in fewer than ``MIN_PRESENT_FRACTION`` of the
   training rows), constant (one distinct value), text that looks like an identifier (at
-  least :data:`IDENTIFIER_DISTINCT_FRACTION` of its non-empty cells distinct, e.g. names,
+  least ``IDENTIFIER_DISTINCT_FRACTION`` of its non-empty cells distinct, e.g. names,
   ticket numbers), or named like one (``id``, ``..._id``, ``uuid``, ``key``);
 * ``timestamp``: integers within Unix seconds (or milliseconds) of 1973..2099: the value, plus
   its hour of day and day of week (UTC);
-* ``code``: integers of at least :data:`CODE_MIN_MAGNITUDE` that vary by less than
-  :data:`CODE_MAX_RELATIVE_SPREAD` of their size (census tracts, postcodes with a prefix):
+* ``code``: integers of at least ``CODE_MIN_MAGNITUDE`` that vary by less than
+  ``CODE_MAX_RELATIVE_SPREAD`` of their size (census tracts, postcodes with a prefix):
   categories, not quantities;
 * ``categorical``: every other text column;
 * ``numeric``: every other number.
@@ -32,34 +32,32 @@ columns are ``DEPRECATED`` (Transform, the Trainer and serving never parse them)
 input column is optional (a serving request may leave any cell empty), and the plan itself is a
 schema-level annotation (:func:`plan_from_schema`), so Transform, the model and the run's
 summary read the same decisions. Standard library plus the ``tensorflow_metadata`` protos.
+
+Each column's rule and its thresholds are :mod:`.column_rules`; the summary's text
+:mod:`.plan_summary`.
 """
 
+from ga_tfx.pipelines.tabular.column_rules import (  # re-exported: the plan's vocabulary
+    CATEGORICAL,
+    CODE,
+    DROPPED,
+    EVAL,
+    NUMERIC,
+    TASKS,
+    TIMESTAMP,
+    TRAIN,
+    Column,
+    column_of,
+    empty_cells,
+    features_of,
+    is_numeric,
+)
+
 import dataclasses
-import datetime
 import json
 import math
-import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-# Column treatments.
-NUMERIC, CATEGORICAL, CODE, TIMESTAMP, DROPPED = (
-    "numeric",
-    "categorical",
-    "code",
-    "timestamp",
-    "dropped",
-)
-TASKS = ("classification", "regression")
-TRAIN, EVAL = "train", "eval"
-
-MIN_PRESENT_FRACTION = 0.01  # fewer training rows with a value: the column is dropped
-IDENTIFIER_DISTINCT_FRACTION = 0.5  # text with this share of distinct non-empty cells: an id
-IDENTIFIER_MIN_DISTINCT = 20  # ... and at least this many distinct values
-IDENTIFIER_NAME = re.compile(r"(^|[_\-. ])(id|uuid|key)$|^id[_\-. ]", re.IGNORECASE)
-CODE_MIN_MAGNITUDE = 1e5  # integer codes (census tracts 17031081000, not a count of 12)
-CODE_MAX_RELATIVE_SPREAD = 0.01  # (max - min) / max(|min|, |max|) of a code column
-# Integers in these ranges are Unix times (seconds, milliseconds): 1973-03-03 .. 2099-12-02.
-TIMESTAMP_RANGES = ((1e8, 4.1e9, 1), (1e11, 4.1e12, 1000))
 RARE_CLASS_ROWS = 10  # classes with fewer training rows are reported as rare
 MISSING_TOKEN = "__empty__"  # what an empty text cell becomes (a category of its own)
 WORST_EMPTY_COLUMNS = 5  # empty cells: the summary names this many columns
@@ -68,28 +66,6 @@ LISTED_CLASSES = 12  # classes named per line of the summary (the rest are count
 SCHEMA_COMMENT_PREFIX = "ga_tfx.data_plan="
 SCHEMA_DROP_TAG = "ga_tfx.dropped"
 EXCLUDED_REASON = "left out by --exclude-columns"
-
-
-@dataclasses.dataclass(frozen=True)
-class Column:
-    """One input column and what the model makes of it.
-
-    Attributes:
-      name: the CSV column.
-      treatment: one of ``numeric``, ``categorical``, ``code``, ``timestamp``, ``dropped``.
-      reason: why (in words, for the summary); empty for plain numeric/categorical columns.
-      empty_cells: ``{split: empty cells}``.
-      missing_indicator: the model gets a 0/1 feature "this cell was empty" (numbers with empty
-        cells in the training split).
-      timestamp_scale: seconds per unit of a timestamp column (1, or 0.001 for milliseconds).
-    """
-
-    name: str
-    treatment: str
-    reason: str = ""
-    empty_cells: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    missing_indicator: bool = False
-    timestamp_scale: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,107 +147,10 @@ class DataPlan:
 
     # ------------------------------------------------------------------ the summary
     def summary_lines(self) -> List[str]:
-        """The one-screen data summary (about 10-20 lines)."""
-        splits = ", ".join(f"{s} {n}" for s, n in sorted(self.rows.items(), key=_split_order))
-        unlabeled = sum(self.unlabeled_rows.values())
-        lines = [
-            f"data: {sum(self.rows.values())} rows ({splits})"
-            + (
-                f"; {unlabeled} rows with an empty or missing {self.label!r} dropped ("
-                + ", ".join(
-                    f"{s} {n}" for s, n in sorted(self.unlabeled_rows.items(), key=_split_order)
-                )
-                + ")"
-                if unlabeled
-                else ""
-            )
-        ]
-        kinds: Dict[str, int] = {}
-        for column in self.used:
-            kinds[column.treatment] = kinds.get(column.treatment, 0) + 1
-        lines.append(
-            f"columns: {len(self.used)} used ("
-            + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
-            + f"), {len(self.dropped)} dropped"
-        )
-        for column in self.columns:
-            if column.treatment in (DROPPED, CODE, TIMESTAMP):
-                lines.append(f"  {column.treatment:<9} {column.name}: {column.reason}")
-        empty = sorted(
-            (c for c in self.used if c.empty_cells.get(TRAIN, 0)),
-            key=lambda c: -c.empty_cells.get(TRAIN, 0),
-        )
-        train_rows = max(self.rows.get(TRAIN, 0), 1)
-        if empty:
-            shown = ", ".join(
-                f"{c.name} {c.empty_cells[TRAIN]} ({c.empty_cells[TRAIN] / train_rows:.0%})"
-                for c in empty[:WORST_EMPTY_COLUMNS]
-            )
-            more = len(empty) - WORST_EMPTY_COLUMNS
-            lines.append(
-                f"empty cells (train): {shown}" + (f" and {more} more columns" if more > 0 else "")
-            )
-            lines.append(
-                "  numbers: the training median plus a missing flag; text: the token "
-                f"{MISSING_TOKEN!r}"
-            )
-        else:
-            lines.append("empty cells (train): none in the columns used")
-        lines += self._label_lines()
-        lines.append(f"baseline: {self.baseline_line()}")
-        for column, error, baseline in self.leaks:
-            metric = "error" if self.task == "classification" else "RMSE"
-            lines.append(
-                f"warning: possible leak: {column!r} alone predicts {self.label!r} with eval "
-                f"{metric} {error:.3g} (the baseline's: {baseline:.3g}); a column known only "
-                f"after the outcome inflates the eval metric: --exclude-columns {column} "
-                "leaves it out"
-            )
-        return lines
+        """The one-screen data summary (about 10-20 lines): :mod:`.plan_summary`."""
+        from ga_tfx.pipelines.tabular import plan_summary  # (it reads this module's names)
 
-    def _label_lines(self) -> List[str]:
-        if self.task == "regression":
-            if TRAIN not in self.label_mean:
-                return [f"label {self.label!r} (regression): no statistics"]
-            return [
-                f"label {self.label!r} (regression): "
-                + ", ".join(
-                    f"{s} mean {self.label_mean[s]:.4g} sd {self.label_std.get(s, 0.0):.4g}"
-                    for s in sorted(self.label_mean, key=_split_order_key)
-                )
-            ]
-        if not self.classes.get(TRAIN):
-            return [
-                f"label {self.label!r} (classification): classes not counted by the "
-                "statistics (a float label?)"
-            ]
-        lines = [
-            f"label {self.label!r}: {self.distinct_classes.get(TRAIN, 0)} classes in train"
-            + "".join(
-                f", {n} in {s}"
-                for s, n in sorted(self.distinct_classes.items(), key=_split_order)
-                if s != TRAIN
-            )
-        ]
-        for split, classes in sorted(self.classes.items(), key=_split_order):
-            listed = ", ".join(f"{c} {n}" for c, n in classes[:LISTED_CLASSES])
-            more = self.distinct_classes.get(split, len(classes)) - min(
-                len(classes), LISTED_CLASSES
-            )
-            lines.append(f"  {split}: {listed}" + (f" and {more} more" if more > 0 else ""))
-        rare = self.rare_classes()
-        if rare:
-            lines.append(
-                f"  rare (fewer than {RARE_CLASS_ROWS} training rows): "
-                + _listed([f"{c} {n}" for c, n in rare])
-            )
-        unseen = self.unseen_classes()
-        if unseen:
-            lines.append(
-                "  not in train (the model cannot predict them; their rows count as errors): "
-                + _listed([f"{c} ({s} {n})" for c, s, n in unseen])
-            )
-        return lines
+        return plan_summary.summary_lines(self)
 
     def baseline_line(self) -> str:
         metric = "accuracy" if self.task == "classification" else "RMSE"
@@ -291,20 +170,6 @@ class DataPlan:
         data["classes"] = {s: [tuple(p) for p in v] for s, v in data["classes"].items()}
         data["leaks"] = tuple(tuple(leak) for leak in data.get("leaks", ()))
         return cls(**data)
-
-
-def _listed(items: List[str]) -> str:
-    """The first ``LISTED_CLASSES`` items, then how many more."""
-    more = len(items) - LISTED_CLASSES
-    return ", ".join(items[:LISTED_CLASSES]) + (f" and {more} more" if more > 0 else "")
-
-
-def _split_order_key(split: str):
-    return (split != TRAIN, split != EVAL, split)
-
-
-def _split_order(item):
-    return _split_order_key(item[0])
 
 
 # ---------------------------------------------------------------------------- the plan
@@ -330,20 +195,22 @@ def make_plan(
     names = [feature.name for feature in schema.feature]
     if label not in names:
         raise ValueError(f"the label {label!r} is not a column of the data; columns: {names}.")
-    by_split = {split: _features(stats) for split, stats in statistics.items()}
+    by_split = {split: features_of(stats) for split, stats in statistics.items()}
     rows = {split: int(stats.num_examples) for split, stats in statistics.items()}
     columns = []
     for feature in schema.feature:
         if feature.name == label:
             continue
         empty = {
-            split: _empty_cells(by_split[split].get(feature.name), rows[split])
+            split: empty_cells(by_split[split].get(feature.name), rows[split])
             for split in statistics
         }
         if feature.name in exclude:
             columns.append(Column(feature.name, DROPPED, EXCLUDED_REASON, empty))
             continue
-        columns.append(_column(feature.name, by_split[TRAIN].get(feature.name), rows[TRAIN], empty))
+        columns.append(
+            column_of(feature.name, by_split[TRAIN].get(feature.name), rows[TRAIN], empty)
+        )
     plan = DataPlan(
         label=label,
         task=task,
@@ -355,104 +222,6 @@ def make_plan(
     if task == "classification":
         return _with_classes(plan, label_stats)
     return _with_label_moments(plan, label_stats)
-
-
-def _features(dataset) -> Dict[str, Any]:
-    return {feature.path.step[0]: feature for feature in dataset.features if feature.path.step}
-
-
-def _common(feature):
-    kind = feature.WhichOneof("stats")
-    return getattr(feature, kind).common_stats if kind else None
-
-
-def _empty_cells(feature, rows: int) -> int:
-    """Rows of the split without a value (CsvExampleGen writes an empty cell as an empty list:
-    ``rows - tot_num_values`` for a one-value column)."""
-    if feature is None:
-        return rows
-    common = _common(feature)
-    return max(0, rows - int(common.tot_num_values)) if common is not None else rows
-
-
-def _is_numeric(feature) -> bool:
-    return feature.WhichOneof("stats") == "num_stats"
-
-
-def _column(name: str, feature, rows: int, empty: Dict[str, int]) -> Column:
-    train_empty = empty.get(TRAIN, rows)
-    present = rows - train_empty
-    make = lambda treatment, reason="", **kw: Column(  # noqa: E731
-        name, treatment, reason, dict(empty), **kw
-    )
-    if feature is None or present < max(1, MIN_PRESENT_FRACTION * rows):
-        return make(
-            DROPPED,
-            f"almost empty: {present} of {rows} training rows have a value "
-            f"(fewer than {MIN_PRESENT_FRACTION:.0%})",
-        )
-    if IDENTIFIER_NAME.search(name):
-        return make(DROPPED, "named like an identifier")
-    if _is_numeric(feature):
-        stats = feature.num_stats
-        if stats.min == stats.max:
-            return make(DROPPED, f"constant in the training split: every value is {stats.min:g}")
-        whole = _looks_integer(feature)
-        for low, high, per_second in TIMESTAMP_RANGES:
-            if whole and low <= stats.min and stats.max <= high:
-                first, last = (_date(v / per_second) for v in (stats.min, stats.max))
-                unit = "seconds" if per_second == 1 else "milliseconds"
-                return make(
-                    TIMESTAMP,
-                    f"integers {stats.min:.0f}..{stats.max:.0f} look like Unix {unit} "
-                    f"({first}..{last}): used as hour of day, day of week (UTC) and the value",
-                    missing_indicator=train_empty > 0,
-                    timestamp_scale=1.0 / per_second,
-                )
-        size = max(abs(stats.min), abs(stats.max))
-        if (
-            whole
-            and min(abs(stats.min), abs(stats.max)) >= CODE_MIN_MAGNITUDE
-            and (stats.max - stats.min) < CODE_MAX_RELATIVE_SPREAD * size
-        ):
-            return make(
-                CODE,
-                f"integers {stats.min:.0f}..{stats.max:.0f} vary in their last digits only: "
-                "treated as categories (codes), not quantities",
-            )
-        return make(NUMERIC, missing_indicator=train_empty > 0)
-    stats = feature.string_stats
-    distinct = int(stats.unique)
-    if distinct <= 1:
-        value = stats.top_values[0].value if stats.top_values else ""
-        return make(DROPPED, f"constant in the training split: every value is {value!r}")
-    if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION * present:
-        return make(
-            DROPPED,
-            f"looks like an identifier: {distinct} distinct values in {present} non-empty "
-            "training cells",
-        )
-    return make(CATEGORICAL)
-
-
-def _looks_integer(feature) -> bool:
-    """An INT column (TFDV's type), or FLOAT whose quantile boundaries are all whole (a CSV
-    column of codes written as ``17031081000.0``)."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
-    if feature.type == statistics_pb2.FeatureNameStatistics.INT:
-        return True
-    values = [feature.num_stats.min, feature.num_stats.max] + [
-        bucket.low_value
-        for histogram in feature.num_stats.histograms
-        if histogram.type == statistics_pb2.Histogram.QUANTILES
-        for bucket in histogram.buckets
-    ]
-    return all(float(v).is_integer() for v in values)
-
-
-def _date(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d")
 
 
 def _with_classes(plan: DataPlan, label_stats) -> DataPlan:
@@ -487,7 +256,7 @@ def _with_classes(plan: DataPlan, label_stats) -> DataPlan:
 def _with_label_moments(plan: DataPlan, label_stats) -> DataPlan:
     means, stds = {}, {}
     for split, feature in label_stats.items():
-        if feature is not None and _is_numeric(feature):
+        if feature is not None and is_numeric(feature):
             means[split] = float(feature.num_stats.mean)
             stds[split] = float(feature.num_stats.std_dev)
     if TRAIN not in means:

@@ -344,7 +344,7 @@ def check_csv_dir(data_root: str, label: str, reading=None, exclude=()) -> int:
     row with a label (how many rows have it empty or missing). Rows whose label is missing are
     not counted (the pipeline drops them: :mod:`ga_tfx.pipelines.tabular.labeled_examples`).
     """
-    from ga_tfx.pipelines import csv_dir
+    from ga_tfx.pipelines.common import csv_dir
     from ga_tfx.pipelines.tabular import csv_dialect
 
     files = csv_dir.csv_files(data_root, "CSV file(s) with a header")

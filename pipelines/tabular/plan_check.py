@@ -1,17 +1,18 @@
 """``DataPlanCheck``: the gate of a ``--label`` pipeline, and its one-screen data summary.
 
 It does what :func:`ga_tfx.pipelines.data_check.DataCheck` does (fails on ExampleValidator
-anomalies or an empty split), then makes the data plan from the statistics and the inferred
-schema (:func:`ga_tfx.pipelines.tabular.data_plan.make_plan`), reads the columns used of the
-train and eval splits once to name the columns that alone give the label away
+anomalies or an empty split: :func:`ga_tfx.pipelines.common.statistics_check.check`), then
+makes the data plan from the statistics and the inferred schema
+(:func:`ga_tfx.pipelines.tabular.data_plan.make_plan`), reads the columns used of the train and
+eval splits once to name the columns that alone give the label away
 (:func:`ga_tfx.pipelines.tabular.leaks.scan`), prints the data summary before Transform and
 training (on the ``ga-tfx run`` console, and in the step's log), and passes on the schema
 carrying the plan (:func:`~ga_tfx.pipelines.tabular.data_plan.annotate_schema`) for Transform.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
-from ga_tfx.pipelines import data_check
-from ga_tfx.pipelines.console import USER_LOGGER
+from ga_tfx.pipelines.common import statistics_check
+from ga_tfx.pipelines.common.user_log import USER_LOGGER
 from ga_tfx.pipelines.tabular import csv_example_gen, data_plan, labeled_examples, leaks
 
 import dataclasses
@@ -75,7 +76,7 @@ def read_schema(uri: str):
     from tfx.utils import io_utils
 
     return io_utils.parse_pbtxt_file(
-        os.path.join(uri, data_check.SCHEMA_FILE_NAME), schema_pb2.Schema()
+        os.path.join(uri, statistics_check.SCHEMA_FILE_NAME), schema_pb2.Schema()
     )
 
 
@@ -104,7 +105,7 @@ def DataPlanCheck(
     the plan (``edit_columns``: drop and make optional as planned; 0 for a user's module;
     ``exclude_columns``: a JSON list of columns to drop, ``--exclude-columns``)."""
     unlabeled = labeled_examples.unlabeled_rows(examples)
-    data_check.check(
+    statistics_check.check(
         schema.uri, statistics, anomalies, effective_batch_size, unlabeled=unlabeled, label=label
     )
     plan = data_plan.make_plan(
@@ -123,5 +124,5 @@ def DataPlanCheck(
 
     fileio.makedirs(checked_schema.uri)
     io_utils.write_pbtxt_file(
-        os.path.join(checked_schema.uri, data_check.SCHEMA_FILE_NAME), annotated
+        os.path.join(checked_schema.uri, statistics_check.SCHEMA_FILE_NAME), annotated
     )

@@ -8,6 +8,7 @@ JSON). Everything else is TFX's Transform unchanged (same spec, inputs, outputs,
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
+from ga_tfx.components import _tfx_hooks  # noqa: F401  (checks _GetPreprocessingFn)
 from ga_tfx.pipelines.tabular import data_plan
 
 import json

@@ -61,14 +61,14 @@ MUTATIONS = [
     ),
     Mutation(
         "options.updates_per_pass_rounded_down",  # the last rows of a pass never trained on
-        "pipelines/options.py",
+        "pipelines/run_length.py",
         "per_pass = -(-train_rows // (first_k * run.micro_batch_size))",
         "per_pass = train_rows // (first_k * run.micro_batch_size)",
         ("tests/test_any_csv.py", "-k", "training_length_rule"),
     ),
     Mutation(
         "options.plan_at_the_flags_k",  # B4: --label passes planned at --accum-steps' default
-        "pipelines/options.py",
+        "pipelines/run_length.py",
         "first_k = run.schedule.first_accum_steps  # the run's first K, its schedule's",
         "first_k = run.DEFAULT_ACCUM_STEPS",
         ("tests/test_settings_schema.py", "-k", "planned_at_the_schedules_first_k"),

@@ -7,21 +7,21 @@ from .mutation import DIALECT, Mutation
 MUTATIONS = [
     Mutation(
         "data_check.empty_split_passes",
-        "pipelines/data_check.py",
+        "pipelines/common/statistics_check.py",
         "        if not counts[split]:\n",
         "        if False:\n",
         ("tests/test_bad_data.py", "-k", "empty_split"),
     ),
     Mutation(
         "data_check.anomalies_pass",
-        "pipelines/data_check.py",
+        "pipelines/common/statistics_check.py",
         "    if problems:\n",
         "    if False:\n",
         ("tests/test_bad_data.py", "-k", "gate_check"),
     ),
     Mutation(
         "plan.identifier_rule_off",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_DISTINCT_FRACTION"
         " * present:",
         "if False:",
@@ -29,21 +29,21 @@ MUTATIONS = [
     ),
     Mutation(
         "plan.codes_are_quantities",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "            and (stats.max - stats.min) < CODE_MAX_RELATIVE_SPREAD * size\n",
         "            and False\n",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "plan.no_timestamps",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "            if whole and low <= stats.min and stats.max <= high:\n",
         "            if False:\n",
         ("tests/test_data_plan.py",),
     ),
     Mutation(
         "plan.almost_empty_kept",
-        "pipelines/tabular/data_plan.py",
+        "pipelines/tabular/column_rules.py",
         "if feature is None or present < max(1, MIN_PRESENT_FRACTION * rows):",
         "if feature is None or present < 1:",
         ("tests/test_data_plan.py",),
@@ -158,7 +158,7 @@ MUTATIONS = [
     ),
     Mutation(
         "csv.empty_split_blamed_on_size",
-        "pipelines/data_check.py",
+        "pipelines/common/statistics_check.py",
         "    if unlabeled:\n",
         "    if False:\n",
         ("tests/test_bad_data.py", "-k", "empty_split"),

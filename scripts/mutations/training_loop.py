@@ -41,14 +41,14 @@ MUTATIONS = [
     ),
     Mutation(
         "training_loop.epoch_start_not_moved",
-        "ga_tfx/training_loop/__init__.py",
+        "ga_tfx/training_loop/state.py",
         "        self.epoch_start.assign(self.consumed())\n",
         "        pass\n",
         ("tests/test_training_loop.py", "-k", "resume"),
     ),
     Mutation(
         "training_loop.position_without_the_pending_window",
-        "ga_tfx/training_loop/__init__.py",
+        "ga_tfx/training_loop/state.py",
         "        return done if pending is None else done + pending.read_value()\n",
         "        return done\n",
         ("tests/test_training_loop.py", "-k", "resume_mid_window"),

@@ -5,9 +5,11 @@ ga-tfx extends Keras 2 where tf-keras has no public hook: the window loop reads 
 in Keras' train counter, reduces per-replica logs as ``fit`` does, rebuilds functional graphs
 from a config, and subclasses ``BatchNormalization``. Nothing else in ga-tfx (library,
 components, pipelines) touches a private tf-keras attribute or imports ``tf_keras.src``; it
-calls the functions below. A tf-keras release that moves one of these fails here, at import,
-with an error naming the missing internal and the versions ga-tfx was proven on, instead of an
-``AttributeError`` deep inside a traced train function.
+calls the functions below (this package: the model's and the optimizer's here, the layers',
+tracking, functional-config and TensorFlow ones in :mod:`.layers`, re-exported here). A
+tf-keras release that moves one of these fails here, at import, with an error naming the
+missing internal and the versions ga-tfx was proven on, instead of an ``AttributeError`` deep
+inside a traced train function.
 
 Version check: :data:`PROVEN_TF_KERAS_VERSIONS` lists the tf-keras ``major.minor`` releases the
 test suite passed on. Another release gets a :class:`UnprovenTfKerasVersionWarning` at import
@@ -24,7 +26,7 @@ import contextlib
 import inspect
 import re
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -305,162 +307,29 @@ class DelegatingOptimizer(tf_keras.optimizers.Optimizer):
         return children
 
 
-# --------------------------------------------------------------------------- layers, tracking
-def flatten_layers(
-    layer: tf_keras.layers.Layer, include_self: bool = False
-) -> List[tf_keras.layers.Layer]:
-    """Every layer nested in ``layer`` (models included), depth first, each once."""
-    return list(layer._flatten_layers(include_self=include_self))
-
-
-def track_trackable(owner: Any, trackable: Any, name: str) -> None:
-    """Makes ``trackable`` a checkpoint dependency of ``owner`` under ``name`` (overwriting),
-    without making it a Keras attribute (so its variables are not layer weights)."""
-    owner._track_trackable(trackable, name=name, overwrite=True)
-
-
-def is_graph_network(model: Any) -> bool:
-    """True for a Functional (or built Sequential) model: a graph of layers Keras can rebuild."""
-    return bool(getattr(model, "_is_graph_network", False))
-
-
-# --------------------------------------------------------------------------- functional config
-def get_network_config(model: tf_keras.Model, config: dict) -> dict:
-    """The functional graph's config (layers, inbound nodes, inputs, outputs) merged into
-    ``config``."""
-    return _functional.get_network_config(model, config=config)
-
-
-def reconstruct_from_config(
-    config: dict, custom_objects: Optional[dict] = None
-) -> Tuple[list, list, dict]:
-    """``(inputs, outputs, created_layers)`` rebuilt from :func:`get_network_config`'s output."""
-    return _functional.reconstruct_from_config(config, custom_objects)
-
-
-def connect_ancillary_layers(model: tf_keras.Model, created_layers: dict) -> None:
-    """Adds layers of the config not on the input-output path (e.g. ``add_loss`` layers)."""
-    _functional.connect_ancillary_layers(model, created_layers)
-
-
-# --------------------------------------------------------------------------- layers' training
-def constant_value(pred: Any) -> Optional[bool]:
-    """The Python bool of a ``training`` argument if known at trace time, else ``None``."""
-    return _control_flow_util.constant_value(pred)
-
-
-def smart_cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
-    """``tf.cond`` that runs one branch directly when ``pred`` is known at trace time."""
-    return _control_flow_util.smart_cond(pred, true_fn, false_fn)
-
-
-def traced_for_saving() -> bool:
-    """True while Keras traces a layer's call to export it (``model.save``,
-    ``tf.saved_model.save``): the call's training-only checks have no place in the export."""
-    return bool(_base_layer_utils.call_context().saving)
-
-
-def bn_param_shape(layer: tf_keras.layers.BatchNormalization) -> Sequence[int]:
-    """The shape of a built BatchNormalization layer's gamma/beta/moving statistics."""
-    return layer._param_shape
-
-
-def bn_param_dtype(layer: tf_keras.layers.BatchNormalization) -> tf.DType:
-    """The dtype of a BatchNormalization layer's parameters (float32 under mixed precision)."""
-    return layer._param_dtype
-
-
-def bn_training_value(layer: tf_keras.layers.BatchNormalization, training: Any) -> Any:
-    """The ``training`` value Keras' BatchNormalization would use (``trainable=False`` and the
-    learning phase included)."""
-    return layer._get_training_value(training)
-
-
-def bn_assign_moving_average(
-    layer: tf_keras.layers.BatchNormalization,
-    variable: tf.Variable,
-    value: Any,
-    momentum: float,
-    count: Any,
-) -> Any:
-    """Keras' moving-average update of one BatchNormalization statistic."""
-    return layer._assign_moving_average(variable, value, momentum, count)
-
-
-# --------------------------------------------------------------------------- TensorFlow
-def autotrackable_children(obj: Any, save_type: str = "checkpoint", **kwargs: Any) -> dict:
-    """``obj``'s checkpoint children by plain attribute tracking (``AutoTrackable``'s rule),
-    bypassing a base class that caches its children (tf-keras' optimizer does)."""
-    return tf.__internal__.tracking.AutoTrackable._trackable_children(obj, save_type, **kwargs)
-
-
-def learning_rate_schedule(optimizer: Any) -> Any:
-    """The optimizer's ``LearningRateSchedule`` (``None`` for a constant learning rate): tf-keras'
-    ``learning_rate`` property returns a variable in both cases (``_learning_rate`` keeps the
-    schedule). A ``LossScaleOptimizer`` answers for its inner optimizer."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    rate = getattr(inner, "_learning_rate", None)
-    schedules = tf_keras.optimizers.schedules.LearningRateSchedule
-    return rate if isinstance(rate, schedules) else None
-
-
-def local_component(variable: Any) -> Any:
-    """This replica's copy of a replica-local (``ON_READ``) distributed variable; the variable
-    itself when it is not distributed (``scatter_add`` needs the per-device component)."""
-    get_local = getattr(variable, "_get_on_device_or_primary", None)
-    return get_local() if get_local is not None else variable
-
-
-def not_inlined() -> Dict[str, Any]:
-    """``tf.function``'s ``experimental_attributes`` that keep a function one function in the
-    graph, called where it is used, not inlined at each call site (TensorFlow's private
-    ``_noinline`` attribute; :class:`ga_tfx.window.runner.WindowRunner`)."""
-    return {_function_attributes.NO_INLINE: True}
-
-
-def autograph_converted(function: Callable) -> Callable:
-    """``function`` as a ``tf.function`` with autograph would run it (Python control flow on
-    tensors converted), also where its caller is traced without conversion (the window's end,
-    :mod:`ga_tfx.window.runner`): for user code called from library code. Unchanged when
-    running eagerly."""
-    if tf.executing_eagerly():
-        return function
-    enabled = _ag_ctx.ControlStatusCtx(status=_ag_ctx.Status.ENABLED)
-
-    # Converted through a plain function of ours: tf_convert re-wraps a decorated callable
-    # in place (Keras' Layer.__call__), which left a model's call unconverted. Inside it,
-    # autograph converts ``function`` unless its module is on autograph's do-not-convert list
-    # (tf_keras: Keras then converts each of the user's layers itself, as the status is on).
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs)
-
-    return tf.__internal__.autograph.tf_convert(call, enabled)
-
-
-def user_code(owner: Any, function: Callable) -> Callable:
-    """``function`` (``owner`` or one of its methods) converted by :func:`autograph_converted`
-    when ``owner``'s class is the user's; as it is when it is ga-tfx's own."""
-    if type(owner).__module__.startswith("ga_tfx."):
-        return function
-    return autograph_converted(function)
-
-
-def leave_tf_keras_unconverted_by_autograph() -> None:
-    """Adds ``DoNotConvert("tf_keras")`` to autograph's rules (once).
-
-    TensorFlow's rules leave the ``keras`` package unconverted, as Keras 2 was written to be
-    traced as it is (it converts a layer's ``call`` itself). Under its new name ``tf_keras``
-    the same code is converted, which measured here costs tens of seconds per traced train
-    function (a small ga_tfx ``fit``: 42 s -> 2.6 s with the rule). Code outside tf_keras
-    (ga_tfx's windowed loop, users' layers) is converted as before.
-    """
-    rules = _autograph_config.CONVERSION_RULES
-    if not any(
-        isinstance(rule, _autograph_config.DoNotConvert) and rule.matches("tf_keras")
-        for rule in rules
-    ):
-        _autograph_config.CONVERSION_RULES = rules + (_autograph_config.DoNotConvert("tf_keras"),)
-
-
 check_internals()
 check_version()
+
+# The layers', tracking, functional-config and TensorFlow internals (same checks, above).
+from ga_tfx._tf_keras_internals.layers import (  # noqa: E402
+    autograph_converted,
+    autotrackable_children,
+    bn_assign_moving_average,
+    bn_param_dtype,
+    bn_param_shape,
+    bn_training_value,
+    connect_ancillary_layers,
+    constant_value,
+    flatten_layers,
+    get_network_config,
+    is_graph_network,
+    learning_rate_schedule,
+    leave_tf_keras_unconverted_by_autograph,
+    local_component,
+    not_inlined,
+    reconstruct_from_config,
+    smart_cond,
+    traced_for_saving,
+    track_trackable,
+    user_code,
+)
