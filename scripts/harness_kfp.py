@@ -204,3 +204,19 @@ class KfpRun(base.BaseRun):
         if limit and (elapsed > limit or elapsed + wait > limit):
             return None  # operator.go: "Backoff would exceed max duration limit"
         return wait
+
+
+def bare_spec(job_json: str, out_yaml: str) -> None:
+    """Writes a PipelineJob's ``pipelineSpec`` as the bare PipelineSpec YAML (the job of the kfp
+    mode where ``ga-tfx compile --backend kfp`` is not there to write it): its constants stay
+    constants (no run parameters)."""
+    with open(out_yaml, "w") as f:
+        yaml.safe_dump(base.load_json(job_json)["pipelineSpec"], f, sort_keys=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "bare-spec":
+        sys.exit("usage: harness_kfp.py bare-spec JOB.json SPEC.yaml")
+    bare_spec(sys.argv[2], sys.argv[3])
