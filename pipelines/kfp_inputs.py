@@ -88,5 +88,7 @@ def typed_argv(argv: List[str]) -> List[str]:
         return argv
     payload = json.dumps(executor_input)
     out = list(argv)
-    out[index] = f"{INVOCATION_FLAG}={payload}" if argv[index].startswith(INVOCATION_FLAG) else payload
+    out[index] = (
+        f"{INVOCATION_FLAG}={payload}" if argv[index].startswith(INVOCATION_FLAG) else payload
+    )
     return out

@@ -126,9 +126,10 @@ def main():
     """The steps' entry point: TFX's, after ``import ga_tfx`` (at the top of this module), given
     the ExecutorInput with every untyped input artifact typed from the task's own inputs spec
     (:mod:`ga_tfx.pipelines.kfp_inputs`: open-source KFP passes upstream artifacts untyped; an
-    input it cannot type ends the step with one line, exit 1). A Trainer stopped by SIGTERM (a preempted pod) saved a checkpoint; its one line is the last
-    the log shows, and the exit code is 128 + the signal (143), as ``ga-tfx run``'s. A worker
-    of a multi-worker Trainer whose peer is gone ends with one line saying so (exit 1)."""
+    input it cannot type ends the step with one line, exit 1). A Trainer stopped by SIGTERM (a
+    preempted pod) saved a checkpoint; its one line is the last the log shows, and the exit
+    code is 128 + the signal (143), as ``ga-tfx run``'s. A worker of a multi-worker Trainer
+    whose peer is gone ends with one line saying so (exit 1)."""
     try:
         sys.argv = kfp_inputs.typed_argv(sys.argv)
     except kfp_inputs.UntypedInput as error:

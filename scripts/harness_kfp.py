@@ -44,11 +44,10 @@ import os
 import uuid
 from typing import Dict, List, Optional, Tuple
 
+import harness_base as base
 import yaml
 from google.protobuf import json_format, struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2 as pb
-
-import harness_base as base
 
 # The stand-ins for Argo's emissary and KFP's launcher, mounted read-only into the container.
 POD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kfp_pod.py")
@@ -130,7 +129,9 @@ class KfpRun(base.BaseRun):
             )
         self.given = dict(params or {})
         self.use_pod = pod
-        super().__init__(job_path, image, pipeline_root, mounts, job_id or str(uuid.uuid4()), **kwargs)
+        super().__init__(
+            job_path, image, pipeline_root, mounts, job_id or str(uuid.uuid4()), **kwargs
+        )
         self.root_values = self._root_values()
 
     def load(self, job_path: str) -> pb.PipelineSpec:

@@ -17,8 +17,9 @@ Read (Vertex's documents and the code that writes for it):
 - ``retryPolicy``: ``backoffDuration * backoffFactor ** n`` before retry n + 1
   (kubeflow/pipelines ``sdk/python/kfp/dsl/structures.py``, ``RetryPolicy``: "the first retry
   will happen after 60 seconds, then after 120, 240, and so on"), at most ``maxRetryCount``.
-Assumed (not read: Vertex is a service): ``backoffMaxDuration`` is not applied; the user command is the container's first process
-(a stopped pod's SIGTERM reaches Python); a task's container failing is what a retry follows.
+Assumed (not read: Vertex is a service): ``backoffMaxDuration`` is not applied; the user
+command is the container's first process (a stopped pod's SIGTERM reaches Python); a task's
+container failing is what a retry follows.
 
 Other backends' terms are refused by name: a bare PipelineSpec (the kfp mode's), runtime
 parameters (``componentInputParameter``; the Vertex mode passes constants only).
@@ -28,10 +29,9 @@ import os
 import uuid
 from typing import Optional
 
+import harness_base as base
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2 as pb
-
-import harness_base as base
 
 # A stand-in for the Google Cloud project in Vertex's output layout.
 PROJECT = "harness-project"

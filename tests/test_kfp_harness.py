@@ -19,10 +19,11 @@ pytestmark = [pytest.mark.tfx]  # kfp's protos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from ga_tfx.pipelines import kfp_inputs  # noqa: E402
+
 import harness_base  # noqa: E402
 import kfp_harness  # noqa: E402
 import yaml  # noqa: E402
-from ga_tfx.pipelines import kfp_inputs  # noqa: E402
 
 GOLDEN = os.path.join(ROOT, "tests", "golden", "digits_pipeline_job.json")
 
@@ -147,7 +148,9 @@ def test_the_kfp_mode_lays_outputs_out_and_hands_them_on_untyped_as_its_driver(t
     assert examples.name == "examples"  # driver.go provisionOutputs: Name: name
     task_root = os.path.dirname(examples.uri)
     # <root>/<pipeline name>/<run id>/<task>/<uuid>/<output>
-    assert os.path.dirname(task_root) == str(tmp_path / "root" / "ga-tfx-digits" / "run-1" / "CsvExampleGen")
+    assert os.path.dirname(task_root) == str(
+        tmp_path / "root" / "ga-tfx-digits" / "run-1" / "CsvExampleGen"
+    )
     assert ei.outputs.output_file == os.path.join(task_root, "output_metadata.json")
     assert kfp_harness.type_title(examples.type) == "tfx.Examples"  # its own outputs: typed
     _done(run, "CsvExampleGen")
@@ -169,7 +172,15 @@ def test_the_kfp_mode_runs_the_user_command_under_the_emissary_and_launcher(tmp_
     command = run.command("CsvExampleGen", container.command, container.args, "n")
     image = command.index("img")
     script = "/opt/ga-tfx-harness/kfp_pod.py"
-    assert command[image + 1 : image + 8] == [script, "emissary", "--", "python", script, "launcher", "--"]
+    assert command[image + 1 : image + 8] == [
+        script,
+        "emissary",
+        "--",
+        "python",
+        script,
+        "launcher",
+        "--",
+    ]
     assert command[image + 8 : image + 11] == ["python", "-m", "ga_tfx.pipelines.kubeflow"]
     assert f"--volume={os.path.join(ROOT, 'scripts', 'kfp_pod.py')}:{script}:ro" in command
     stock = _bare(tmp_path, name="s.yaml", stock_entrypoint=True)
@@ -183,7 +194,10 @@ def test_each_mode_refuses_the_other_backends_job_and_the_kfp_mode_a_minio_root(
     _bare(tmp_path)
     with pytest.raises(kfp_harness.Unsupported, match="not a PipelineJob .* --backend kfp's"):
         kfp_harness.VertexRun(str(tmp_path / "spec.yaml"), "img", str(tmp_path / "root"))
-    with pytest.raises(kfp_harness.Unsupported, match=r"'minio://mlpipeline/v2/artifacts': TFX cannot write it .* gs://"):
+    with pytest.raises(
+        kfp_harness.Unsupported,
+        match=r"'minio://mlpipeline/v2/artifacts': TFX cannot write it .* gs://",
+    ):
         kfp_harness.KfpRun(str(tmp_path / "spec.yaml"), "img", "minio://mlpipeline/v2/artifacts")
 
 
@@ -201,7 +215,9 @@ def _data_root_parameter(default):
 
 def test_the_kfp_mode_passes_the_runs_parameters_and_the_specs_defaults(tmp_path):
     def input_base(run):
-        return run.executor_input("CsvExampleGen").inputs.parameter_values["input_base"].string_value
+        return (
+            run.executor_input("CsvExampleGen").inputs.parameter_values["input_base"].string_value
+        )
 
     assert input_base(_bare(tmp_path, _data_root_parameter("/data/a"))) == "/data/a"
     given = _bare(tmp_path, _data_root_parameter("/data/a"), "b.yaml", params={"data_root": "/b"})
@@ -218,14 +234,20 @@ def test_the_kfp_mode_passes_the_runs_parameters_and_the_specs_defaults(tmp_path
     _data_root_parameter("/a")(job["pipelineSpec"])
     vertex_spec.write_text(json.dumps(job))
     with pytest.raises(kfp_harness.Unsupported, match="input_base is a component_input_parameter"):
-        kfp_harness.VertexRun(str(vertex_spec), "img", str(tmp_path / "root")).executor_input("CsvExampleGen")
+        kfp_harness.VertexRun(str(vertex_spec), "img", str(tmp_path / "root")).executor_input(
+            "CsvExampleGen"
+        )
 
 
 def test_only_the_vertex_mode_runs_the_example_gen_hook(tmp_path, monkeypatch):
     for run, wanted in ((_bare(tmp_path), ["executor"]), (_job(tmp_path), ["driver", "executor"])):
         calls = []
-        monkeypatch.setattr(run, "_run", lambda task, c, a, suffix, calls=calls: calls.append(suffix))
-        monkeypatch.setattr(harness_base, "read_output", lambda path: kfp_harness.pb.ExecutorOutput())
+        monkeypatch.setattr(
+            run, "_run", lambda task, c, a, suffix, calls=calls: calls.append(suffix)
+        )
+        monkeypatch.setattr(
+            harness_base, "read_output", lambda path: kfp_harness.pb.ExecutorOutput()
+        )
         run.run_task("CsvExampleGen")
         assert calls == wanted, (run.backend, calls)
 
@@ -242,7 +264,12 @@ def test_the_kfp_mode_waits_as_argo_waits_with_the_compiled_backoff(tmp_path):
     policy.backoff_factor = 2.9  # container.go: int32(factor)
     assert run.retry_wait(policy, 1, 0.0) == 60
     vertex = _job(tmp_path)
-    assert [vertex.retry_wait(policy, n, 0.0) for n in range(4)] == [30, 30 * 2.9, 30 * 2.9**2, None]
+    assert [vertex.retry_wait(policy, n, 0.0) for n in range(4)] == [
+        30,
+        30 * 2.9,
+        30 * 2.9**2,
+        None,
+    ]
 
 
 def test_a_failing_container_is_retried_after_each_backoff_on_a_scaled_clock(tmp_path, monkeypatch):
@@ -254,7 +281,8 @@ def test_a_failing_container_is_retried_after_each_backoff_on_a_scaled_clock(tmp
     run = _bare(tmp_path, retried, backoff_scale=0.001, log=lines.append)
     codes = iter([143, 1, 0])
     monkeypatch.setattr(
-        harness_base.subprocess, "run",
+        harness_base.subprocess,
+        "run",
         lambda *a, **k: subprocess.CompletedProcess(a, next(codes), stdout="log\n"),
     )
     started = time.time()
@@ -268,7 +296,9 @@ def test_a_failing_container_is_retried_after_each_backoff_on_a_scaled_clock(tmp
     assert again.waits == [30, 60, 120]  # 3 retries, then failed
 
 
-def test_the_emissary_stand_in_forwards_sigterm_to_the_group_and_leaves_at_the_launchers_death(tmp_path):
+def test_the_emissary_stand_in_forwards_sigterm_to_the_group_and_leaves_at_the_launchers_death(
+    tmp_path,
+):
     """Python gets SIGTERM (through the launcher's group), the launcher dies of it at once, and
     the emissary exits 143 within its 1 s reaping tick, before Python's 3 s handler is done."""
     marks = tmp_path / "marks"
@@ -276,7 +306,8 @@ def test_the_emissary_stand_in_forwards_sigterm_to_the_group_and_leaves_at_the_l
         "import signal, sys, time, pathlib\n"
         f"p = pathlib.Path({str(marks)!r})\n"
         "def stop(*_):\n"
-        "    p.write_text('sigterm\\n'); time.sleep(3); p.write_text('sigterm\\ndone\\n'); sys.exit(143)\n"
+        "    p.write_text('sigterm\\n'); time.sleep(3)\n"
+        "    p.write_text('sigterm\\ndone\\n'); sys.exit(143)\n"
         "signal.signal(signal.SIGTERM, stop)\n"
         "p.write_text('ready\\n')\n"
         "time.sleep(60)\n"
@@ -323,8 +354,13 @@ def test_our_entry_point_types_the_inputs_tfxs_own_cannot_read(tmp_path):
     with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'get'"):
         utils._retrieve_class_path(untyped)  # TFX's own reading of it
     typed_argv = kfp_inputs.typed_argv(argv)
-    assert typed_argv[: argv.index(kfp_inputs.INVOCATION_FLAG) + 1] == argv[: argv.index(kfp_inputs.INVOCATION_FLAG) + 1]
-    typed = kfp_harness.pb.ArtifactTypeSchema(instance_schema=_input_type(typed_argv)["instanceSchema"])
+    assert (
+        typed_argv[: argv.index(kfp_inputs.INVOCATION_FLAG) + 1]
+        == argv[: argv.index(kfp_inputs.INVOCATION_FLAG) + 1]
+    )
+    typed = kfp_harness.pb.ArtifactTypeSchema(
+        instance_schema=_input_type(typed_argv)["instanceSchema"]
+    )
     assert utils._retrieve_class_path(typed) == "tfx.types.standard_artifacts.Examples"
     assert kfp_inputs.typed_argv(typed_argv) is typed_argv  # typed: passed on as it came
 
@@ -333,5 +369,9 @@ def test_an_untyped_input_with_no_spec_to_type_it_from_is_one_line(tmp_path):
     argv = _statistics_gen_argv(tmp_path)
     at = argv.index(kfp_inputs.INPUTS_SPEC_FLAG)
     without = argv[:at] + argv[at + 2 :]  # the 2.0 form passes no inputs spec
-    with pytest.raises(kfp_inputs.UntypedInput, match=r"input artifact 'examples' came without a type .* no --json_serialized_inputs_spec_args: compile the job with --pipeline-spec 2.1$"):
+    with pytest.raises(
+        kfp_inputs.UntypedInput,
+        match=r"input artifact 'examples' came without a type .* no "
+        r"--json_serialized_inputs_spec_args: compile the job with --pipeline-spec 2.1$",
+    ):
         kfp_inputs.typed_argv(without)

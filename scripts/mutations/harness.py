@@ -1,5 +1,5 @@
-"""Seeded bugs in the Kubeflow container-contract harness (scripts/kfp_harness.py, harness_base.py), which the
-container tests run the compiled job with."""
+"""Seeded bugs in the Kubeflow container-contract harness (scripts/kfp_harness.py and its
+harness_*.py modules), which the container tests run the compiled job with."""
 
 from .mutation import Mutation
 
