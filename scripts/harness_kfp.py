@@ -3,7 +3,8 @@
 
 Read (kubeflow/pipelines ``backend/src/v2`` at 7b70c7b, 2026-08-21, unless a tag is named):
 - the job is the bare PipelineSpec YAML the API server takes (``backend/src/apiserver/template/
-  template.go``), not Vertex's PipelineJob: a PipelineJob is refused by name;
+  template.go``), not Vertex's PipelineJob: a PipelineJob is refused by name, and so is schema
+  2.0 (``driver/resolve.go`` resolves the 2.1 forms only);
 - the pipeline root is given at run creation (``driver/root_dag.go``, ``RootDAG``: the run's
   ``gcsOutputDirectory``, else the default ``minio://mlpipeline/v2/artifacts`` of
   ``config/env.go``), which TFX cannot write (tf.io.gfile: "File system scheme 'minio' not
@@ -72,6 +73,11 @@ def load_spec(job_path: str) -> pb.PipelineSpec:
         )
     spec = pb.PipelineSpec()
     json_format.ParseDict(doc, spec)
+    if spec.schema_version == "2.0.0":
+        raise base.Unsupported(
+            f"{job_path}: schemaVersion 2.0.0: open-source KFP's driver resolves only the 2.1 "
+            "forms (driver/resolve.go): compile with --pipeline-spec 2.1"
+        )
     return spec
 
 
@@ -173,12 +179,7 @@ class KfpRun(base.BaseRun):
                 f"task {task}: parameter {name} reads the pipeline's {root_name}, which has "
                 f"no default: pass --param {root_name}=VALUE"
             )
-        value = self.root_values[root_name]
-        ei = self.inputs[task]
-        if self.schema_21:
-            ei.inputs.parameter_values[name].CopyFrom(value)
-        else:
-            ei.inputs.parameters[name].CopyFrom(base._as_v20(value))
+        self.inputs[task].inputs.parameter_values[name].CopyFrom(self.root_values[root_name])
 
     def handed(self, produced: pb.ArtifactList) -> pb.ArtifactList:
         untyped = pb.ArtifactList()

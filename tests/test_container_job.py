@@ -210,15 +210,17 @@ def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
 
 @pytest.fixture(scope="module")
 def kfp_runs(image, work):
-    """The digits job run in the kfp mode twice in the same run setup: with TFX's stock entry
-    point (to its first failure), then with ours (to the end). Returns (the stock run, its
-    TaskFailed, our run)."""
+    """The digits job run in the kfp mode with our entry point, to the end; then its
+    StatisticsGen (the first task handed another's output) again in a run with TFX's stock
+    entry point, handed the same upstream outputs (a cache hit, as KFP's). Returns (the stock
+    run, its TaskFailed, our run)."""
     job = kfp_job(image, work, "kfp")
-    stock = kfp_new_run(job, image, work, stock_entrypoint=True)
-    with pytest.raises(kfp_harness.TaskFailed) as failed:
-        stock.run()
     ours = kfp_new_run(job, image, work)
     ours.run()
+    stock = kfp_new_run(job, image, work, stock_entrypoint=True)
+    stock.outputs["CsvExampleGen"] = ours.outputs["CsvExampleGen"]  # what StatisticsGen reads
+    with pytest.raises(kfp_harness.TaskFailed) as failed:
+        stock.run_task("StatisticsGen")
     return stock, failed.value, ours
 
 
@@ -226,9 +228,11 @@ def test_the_kfp_job_runs_on_open_source_kfps_terms_where_tfxs_own_entry_point_f
     kfp_runs, work
 ):
     stock, failure, run = kfp_runs
-    # TFX's entry point: ExampleGen ran, StatisticsGen (the first task handed another's
-    # output, untyped) raised in TFX's reading of the type.
+    # TFX's entry point: StatisticsGen (the first task handed another's output, untyped)
+    # raised in TFX's reading of the type.
     assert failure.task == "StatisticsGen" and list(stock.outputs) == ["CsvExampleGen"]
+    (stock_handed,) = stock.inputs["StatisticsGen"].inputs.artifacts["examples"].artifacts
+    assert not stock_handed.type.instance_schema
     assert "AttributeError: 'NoneType' object has no attribute 'get'" in failure.log, failure.log
     # Ours, on the same tasks handed the same untyped inputs: every task, blessed and pushed.
     (handed,) = run.inputs["StatisticsGen"].inputs.artifacts["examples"].artifacts

@@ -194,6 +194,12 @@ def test_each_mode_refuses_the_other_backends_job_and_the_kfp_mode_a_minio_root(
     _bare(tmp_path)
     with pytest.raises(kfp_harness.Unsupported, match="not a PipelineJob .* --backend kfp's"):
         kfp_harness.VertexRun(str(tmp_path / "spec.yaml"), "img", str(tmp_path / "root"))
+
+    def as_2_0(spec):
+        spec["schemaVersion"] = "2.0.0"
+
+    with pytest.raises(kfp_harness.Unsupported, match="schemaVersion 2.0.0: open-source KFP"):
+        _bare(tmp_path, as_2_0, "b.yaml")
     with pytest.raises(
         kfp_harness.Unsupported,
         match=r"'minio://mlpipeline/v2/artifacts': TFX cannot write it .* gs://",
