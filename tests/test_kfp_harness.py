@@ -381,3 +381,28 @@ def test_an_untyped_input_with_no_spec_to_type_it_from_is_one_line(tmp_path):
         r"--json_serialized_inputs_spec_args: compile the job with --pipeline-spec 2.1$",
     ):
         kfp_inputs.typed_argv(without)
+
+
+def test_the_steps_entry_point_hands_tfx_the_typed_input_or_ends_with_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    from ga_tfx.pipelines import kubeflow
+
+    argv = _statistics_gen_argv(tmp_path)
+    seen = []
+    monkeypatch.setattr(kubeflow.runpy, "run_module", lambda *a, **k: seen.append(sys.argv))
+    monkeypatch.setattr(sys, "argv", ["kubeflow.py"] + argv)
+    kubeflow.main()
+    (given,) = seen
+    assert (
+        kfp_harness.type_title(
+            kfp_harness.pb.ArtifactTypeSchema(instance_schema=_input_type(given)["instanceSchema"])
+        )
+        == "tfx.Examples"
+    )
+    at = argv.index(kfp_inputs.INPUTS_SPEC_FLAG)
+    monkeypatch.setattr(sys, "argv", ["kubeflow.py"] + argv[:at] + argv[at + 2 :])
+    with pytest.raises(SystemExit) as stopped:
+        kubeflow.main()
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stopped.value.code == 1 and last.startswith("error: input artifact 'examples' came")
