@@ -15,6 +15,7 @@ get Keras 3, and the ga-tfx Trainer refuses to run under Keras 3.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components.trainer import distribution, preemption
+from ga_tfx.pipelines import kfp_inputs
 from ga_tfx.pipelines import pipeline as pipeline_lib
 from ga_tfx.pipelines.kubeflow_options import (
     DEFAULT_BACKEND,
@@ -208,10 +209,18 @@ def _write_kfp_spec(output_file: str, spec: Dict[str, Any], parameters) -> Dict[
 
 
 def main():
-    """The steps' entry point: TFX's, after ``import ga_tfx`` (at the top of this module). A
-    Trainer stopped by SIGTERM (a preempted pod) saved a checkpoint; its one line is the last
-    the log shows, and the exit code is 128 + the signal (143), as ``ga-tfx run``'s. A worker
-    of a multi-worker Trainer whose peer is gone ends with one line saying so (exit 1)."""
+    """The steps' entry point: TFX's, after ``import ga_tfx`` (at the top of this module), given
+    the ExecutorInput with every untyped input artifact typed from the task's own inputs spec
+    (:mod:`ga_tfx.pipelines.kfp_inputs`: open-source KFP passes upstream artifacts untyped; an
+    input it cannot type ends the step with one line, exit 1). A Trainer stopped by SIGTERM (a
+    preempted pod) saved a checkpoint; its one line is the last the log shows, and the exit
+    code is 128 + the signal (143), as ``ga-tfx run``'s. A worker of a multi-worker Trainer
+    whose peer is gone ends with one line saying so (exit 1)."""
+    try:
+        sys.argv = kfp_inputs.typed_argv(sys.argv)
+    except kfp_inputs.UntypedInput as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
     try:
         runpy.run_module(TFX_ENTRY_POINT, run_name="__main__", alter_sys=True)
     except Exception as error:

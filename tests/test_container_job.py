@@ -1,16 +1,26 @@
-"""The compiled Kubeflow job run as a Kubeflow backend runs it: every step in a container of the
-image ``scripts/build_image.sh`` builds, by the KFP v2 container contract
-(``scripts/kfp_harness.py``), with no network.
+"""The compiled Kubeflow job run as each backend runs it: every step in a container of the image
+``scripts/build_image.sh`` builds, by that backend's container contract (``scripts/kfp_harness.py
+--backend kfp|vertex``), with no network.
 
-1. The digits job, compiled in the image (schema 2.1, the default, and 2.0), ends blessed and
-   pushed, at the evaluation of the same pipeline run locally (``ga-tfx run``) in the same
-   image; no step reaches for the network (no Beam Prism download, no TFX sdist built).
-2. The Trainer's container, SIGTERMed mid-training as Kubernetes stops a preempted pod (``docker
-   stop``, Python as PID 1), saves and exits 143 with the one interruption line last; the task
-   retried with the same ExecutorInput (a KFP retry) resumes from that update, and so does the
-   job submitted again (a new job id, new output URIs, the same pipeline root); both end at the
-   weights of an uninterrupted run.
-3. Steps run as several containers, each with its own address on a Docker network: the Trainer
+kfp (open-source KFP 2.x: the bare PipelineSpec, the data root a run parameter, upstream
+artifacts handed on untyped, the user command under the emissary and launcher stand-ins):
+1. TFX's stock entry point fails at StatisticsGen (``AttributeError``), ours runs the job to the
+   end, blessed and pushed, in the same run setup.
+2. The Trainer's pod stopped as Kubernetes stops it (``docker stop``: SIGTERM to the emissary,
+   which forwards it and leaves as soon as the launcher dies of it): the resubmitted job resumes
+   from the checkpoint left on disk and ends at the uninterrupted weights.
+3. The Trainer's container killed: the harness's retry loop waits the compiled backoff (on a
+   scaled clock) and the retry resumes, ending at the uninterrupted weights.
+
+vertex (the PipelineJob, typed inputs, the ExampleGen hook, Python as the first process):
+4. The digits job (schema 2.1, the default, and 2.0) ends blessed and pushed, at the evaluation
+   of the same pipeline run locally (``ga-tfx run``) in the same image; no step reaches for the
+   network (no Beam Prism download, no TFX sdist built).
+5. The Trainer's container, SIGTERMed mid-training (``docker stop``, Python as PID 1), saves and
+   exits 143 with the one interruption line last; the task retried with the same
+   ExecutorInput resumes from that update, and so does the job submitted again; both end at
+   the weights of an uninterrupted run.
+6. Steps run as several containers, each with its own address on a Docker network: the Trainer
    as a chief and a worker under MultiWorkerMirroredStrategy (Vertex's ``TF_CONFIG``) ends at
    one worker's weights, and a killed worker stops the chief with one line; the Tuner as
    keras-tuner's distributed search (a chief oracle and two workers) runs each trial once and
@@ -18,10 +28,9 @@ image ``scripts/build_image.sh`` builds, by the KFP v2 container contract
 
 Marker ``container``: run by the container stage of ``scripts/test.sh`` (Docker, as root), not
 by the other tiers. Nothing here is skipped: without Docker these tests fail. Marker
-``container_extra`` (schema 2.0, the comparison with a local run, the tuned job, the Tuner as
-three containers, the killed worker: about 17 minutes more): left out of CI's stage for its
-time, run by
-``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
+``container_extra`` (schema 2.0, the comparison with a local run, vertex's SIGTERM resume, the
+tuned job, the Tuner as three containers, the killed worker): left out of CI's stage for its
+time, run by ``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
 """
 
 import json
@@ -30,6 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -44,7 +54,9 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from ga_tfx.components.trainer import run_record  # noqa: E402
 from ga_tfx.pipelines.parts.training import TUNER_OBJECTIVE  # noqa: E402
 
+import harness_kfp  # noqa: E402
 import kfp_harness  # noqa: E402
+import yaml  # noqa: E402
 from keras_tuner.src.engine.objective import create_objective  # noqa: E402
 
 TFX = os.environ.get("GA_TFX_IMAGE_TFX", "1.21")
@@ -113,10 +125,37 @@ def compile_job(image, work, name, *flags):
     return str(out)
 
 
-def new_run(job, image, work, **kwargs):
-    return kfp_harness.JobRun(
+def new_run(job, image, work, backend="vertex", **kwargs):
+    return kfp_harness.BACKENDS[backend](
         job, image, str(work / "root"), (str(work / "data"), str(work / "serving")), **kwargs
     )
+
+
+# The kfp job's data folder as a run parameter: its default names no folder, so a run that
+# did not pass the parameter would read nothing.
+DATA_ROOT_DEFAULT = "/nonexistent/data"
+
+
+def kfp_job(image, work, name, *flags):
+    """The job compiled in the image, as the bare PipelineSpec YAML open-source KFP uploads
+    (the PipelineJob's pipelineSpec until ``ga-tfx compile --backend kfp`` writes it), with the
+    data root a run parameter (root ``inputDefinitions``, ExampleGen's ``input_base`` reading
+    it as ``componentInputParameter``)."""
+    out = work / f"{name}.yaml"
+    harness_kfp.bare_spec(compile_job(image, work, name, *flags), str(out))
+    spec = yaml.safe_load(out.read_text())
+    spec["root"]["inputDefinitions"] = {
+        "parameters": {"data_root": {"parameterType": "STRING", "defaultValue": DATA_ROOT_DEFAULT}}
+    }
+    (example_gen,) = [t for t in spec["root"]["dag"]["tasks"] if t.endswith("ExampleGen")]
+    inputs = spec["root"]["dag"]["tasks"][example_gen]["inputs"]["parameters"]
+    inputs["input_base"] = {"componentInputParameter": "data_root"}
+    out.write_text(yaml.safe_dump(spec))
+    return str(out)
+
+
+def kfp_new_run(job, image, work, **kwargs):
+    return new_run(job, image, work, "kfp", params={"data_root": str(work / "data")}, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +201,48 @@ def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
     assert len(run.outputs) == 9
     summary = kfp_harness.summary(run)
     print(schema, summary)
+    assert summary["blessed"] is True and summary["pushed"] is True
+    assert os.path.exists(os.path.join(summary["pushed_destination"], "saved_model.pb"))
+    assert summary["evaluation"]["sparse_categorical_accuracy"] >= MIN_ACCURACY
+    for name, log in run.logs.items():
+        for sign in NETWORK_SIGNS:
+            assert sign.lower() not in log.lower(), f"{name}: {sign!r} in its log"
+
+
+@pytest.fixture(scope="module")
+def kfp_runs(image, work):
+    """The digits job run in the kfp mode with our entry point, to the end; then its
+    StatisticsGen (the first task handed another's output) again in a run with TFX's stock
+    entry point, handed the same upstream outputs (a cache hit, as KFP's). Returns (the stock
+    run, its TaskFailed, our run)."""
+    job = kfp_job(image, work, "kfp")
+    ours = kfp_new_run(job, image, work)
+    ours.run()
+    stock = kfp_new_run(job, image, work, stock_entrypoint=True)
+    stock.outputs["CsvExampleGen"] = ours.outputs["CsvExampleGen"]  # what StatisticsGen reads
+    with pytest.raises(kfp_harness.TaskFailed) as failed:
+        stock.run_task("StatisticsGen")
+    return stock, failed.value, ours
+
+
+def test_the_kfp_job_runs_on_open_source_kfps_terms_where_tfxs_own_entry_point_fails(
+    kfp_runs, work
+):
+    stock, failure, run = kfp_runs
+    # TFX's entry point: StatisticsGen (the first task handed another's output, untyped)
+    # raised in TFX's reading of the type.
+    assert failure.task == "StatisticsGen" and list(stock.outputs) == ["CsvExampleGen"]
+    (stock_handed,) = stock.inputs["StatisticsGen"].inputs.artifacts["examples"].artifacts
+    assert not stock_handed.type.instance_schema
+    assert "AttributeError: 'NoneType' object has no attribute 'get'" in failure.log, failure.log
+    # Ours, on the same tasks handed the same untyped inputs: every task, blessed and pushed.
+    (handed,) = run.inputs["StatisticsGen"].inputs.artifacts["examples"].artifacts
+    assert handed.type.WhichOneof("kind") == "instance_schema" and not handed.type.instance_schema
+    assert len(run.outputs) == 9
+    example_gen = run.inputs["CsvExampleGen"].inputs.parameter_values["input_base"]
+    assert example_gen.string_value == str(work / "data")  # the run's parameter
+    summary = kfp_harness.summary(run)
+    print("kfp", summary)
     assert summary["blessed"] is True and summary["pushed"] is True
     assert os.path.exists(os.path.join(summary["pushed_destination"], "saved_model.pb"))
     assert summary["evaluation"]["sparse_categorical_accuracy"] >= MIN_ACCURACY
@@ -251,6 +332,7 @@ def trainer_outputs(run):
     return record, weights
 
 
+@pytest.mark.container_extra
 def test_a_preempted_trainer_resumes_on_a_retry_and_on_a_resubmitted_job(image, work, job_runs):
     job = compile_job(image, work, "long", *LONG)
     upstream = job_runs["2.1"]  # the cache of KFP: the same upstream tasks' outputs
@@ -539,3 +621,89 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"resumed at {record['resumed_from_update']}: max |dw| vs one worker = {diff:.3g}")
     assert diff <= MULTI_WORKER_TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def kfp_long(image, work, kfp_runs):
+    """The long Trainer's job in the kfp mode: a new submission of it, every task but the
+    Trainer taken from the kfp job's run (a cache hit), and the uninterrupted Trainer's
+    (record, weights)."""
+    job = kfp_job(image, work, "kfp-long", *LONG)
+
+    def submission(**kwargs):
+        run = kfp_new_run(job, image, work, **kwargs)
+        assert trainer_of(run) not in run.cache_from(kfp_runs[2])
+        assert len(run.outputs) == 6
+        return run
+
+    reference = submission()
+    reference.run_task(trainer_of(reference))
+    record, weights = trainer_outputs(reference)
+    assert record["resumed_from_update"] is None and record["updates"] == 600
+    return submission, weights
+
+
+def max_dw(weights, want):
+    assert set(weights) == set(want) and len(want) >= 8
+    return max(float(np.max(np.abs(weights[k] - want[k]))) for k in want)
+
+
+def test_a_kfp_trainer_stopped_as_kubernetes_stops_its_pod_resumes_on_resubmission(
+    image, work, kfp_long
+):
+    """``docker stop`` (SIGTERM to the first process, SIGKILL after 30 s) of a Trainer under
+    the emissary and launcher stand-ins: the emissary forwards SIGTERM to the launcher's group,
+    the launcher dies of it, the emissary leaves within a second and the container ends, Python
+    with it; the resubmitted job resumes from the checkpoint that was on disk."""
+    submission, want = kfp_long
+    first = submission()
+    code, log = preempt_trainer(first, work, "k")
+    assert code == 128 + 15, log[-3000:]  # the emissary's: its child died of SIGTERM
+    saved = re.search(r"interrupted at window (\d+) of 600; checkpoint saved", log)
+    resubmitted = submission()
+    assert resubmitted.job_id != first.job_id
+    resubmitted.run_task(trainer_of(resubmitted))
+    record, weights = trainer_outputs(resubmitted)
+    resumed = record["resumed_from_update"]
+    kind = "its SIGTERM checkpoint" if saved else "the last periodic checkpoint"
+    print(f"kfp: stopped; Python {'saved' if saved else 'was killed first'}; resumed at {resumed}")
+    if saved:
+        assert resumed == int(saved.group(1)), (record, log[-3000:])
+    else:
+        assert resumed and resumed % 50 == 0, (kind, record)  # every 50 updates (LONG)
+    assert record["updates"] == 600 and record["updates_this_run"] == 600 - resumed, record
+    diff = max_dw(weights, want)
+    print(f"kfp: resumed from {kind} ({resumed}): max |dw| = {diff:.3g}")
+    assert diff <= 1e-6
+
+
+def test_a_failing_trainer_container_is_retried_with_the_compiled_backoff(image, work, kfp_long):
+    """The Trainer's container killed (exit 137) in its first attempt: the harness's retry loop
+    waits the compiled ``retryPolicy``'s first backoff (30 s, on a clock scaled by 0.01, as
+    Argo's retryStrategy compiled by KFP 2.5.0 waits) and retries with the same ExecutorInput;
+    the retry resumes and ends at the uninterrupted weights."""
+    submission, want = kfp_long
+    lines = []
+    run = submission(backoff_scale=0.01, log=lines.append)
+    task = trainer_of(run)
+    name = f"{run.job_id}-{task}-executor-1".lower()
+
+    def kill_the_first_attempt():
+        before, deadline = set(resume_checkpoints(work)), time.time() + 600
+        while not set(resume_checkpoints(work)) - before and time.time() < deadline:
+            time.sleep(0.5)
+        subprocess.run(["docker", "kill", name], capture_output=True)
+
+    killer = threading.Thread(target=kill_the_first_attempt)
+    killer.start()
+    try:
+        run.run_task(task)
+    finally:
+        killer.join()
+    print("retry:", lines)
+    assert run.waits == [30.0], run.waits
+    assert lines[0].endswith("exit 137; retry 1 of 3 after 30 s (clock scaled by 0.01)"), lines
+    assert "ga_tfx: resuming after window" in run.logs[f"{task}/executor/2"]
+    record, weights = trainer_outputs(run)
+    assert record["resumed_from_update"] and record["updates"] == 600, record
+    assert max_dw(weights, want) <= 1e-6
