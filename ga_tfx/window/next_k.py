@@ -3,7 +3,7 @@
 the config and the core's state."""
 
 from ga_tfx import _tf_keras_internals as internals
-from ga_tfx._keras import tf
+from ga_tfx._keras import keras, tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.schedules import AdaptiveSchedule, CallableSchedule, PiecewiseSchedule
 from ga_tfx.window.state import WindowState
@@ -115,5 +115,8 @@ def _applied_learning_rate(optimizer: Any) -> tf.Tensor:
     step = tf.maximum(tf.cast(optimizer.iterations, tf.float64) - 1.0, 0.0)
     value = tf.cast(rate(step) if callable(rate) else tf.convert_to_tensor(rate), tf.float64)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    decay = float(inner.get_config().get("decay", 0.0))  # the legacy optimizers' argument
+    if not isinstance(inner, keras.optimizers.legacy.Optimizer):
+        return value
+    with tf.init_scope():  # its config reads variables: eagerly, once per trace
+        decay = float(inner.get_config().get("decay", 0.0))  # the legacy optimizers' argument
     return value / (1.0 + decay * step) if decay > 0 else value

@@ -74,6 +74,13 @@ MUTATIONS = [
         "    if False:\n",
         ("tests/test_schedule_values.py", "-k", "refuses_an_accum_steps"),
     ),
+    Mutation(  # issue 53: accepted, the run stopped in the Trainer minutes in
+        "schedules.memory_budget_beside_a_schedule_accepted",
+        "ga_tfx/schedules.py",
+        "        if budget and isinstance(schedule, PiecewiseSchedule):\n",
+        "        if False:\n",
+        ("tests/test_settings_schema.py", "-k", "memory_budget_beside_a_piecewise"),
+    ),
     Mutation(  # the data check's largest batch read at the first K
         "schedules.most_k_of_a_piecewise_is_its_first",
         "ga_tfx/schedules.py",
