@@ -246,17 +246,19 @@ def test_a_label_runs_length_is_planned_at_the_schedules_first_k():
 
 
 @pytest.mark.tfx  # `ga-tfx run` checks the options after importing the TFX runner (local.py)
-def test_a_memory_budget_beside_a_piecewise_schedule_is_refused_before_anything_runs(capsys):
+def test_a_memory_budget_beside_a_piecewise_schedule_is_refused_before_anything_runs(
+    capsys, tmp_path
+):
     """Issue 53: the memory fit changes K, which a piecewise schedule fixes; the run stopped in
     the Trainer minutes in. Now the options refuse it at once, naming both flags (the output
     folder is never made), and so do the Trainer's settings (a component made by hand)."""
     argv = ["run", "--accum-schedule", "0:2,20:4", "--memory-budget", "64MiB"]
-    argv += ["--micro-batch", "32", "--output-dir", "/nonexistent/never/written"]
+    argv += ["--micro-batch", "32", "--output-dir", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("ga-tfx run: error: accum_schedule='0:2,20:4' (--accum-schedule)")
     assert "memory_budget='64MiB' (--memory-budget)" in last and "give one of them" in last
-    assert not os.path.exists("/nonexistent/never/written")
+    assert not os.path.exists(tmp_path / "out")  # nothing ran
     values = {"accum_steps": 2, "accum_schedule": "0:2,20:4", "memory_budget": "64MiB"}
     values.update(micro_batch_size=32, label_key="y")
     with pytest.raises(SettingError, match=r"'0:2,20:4'.*memory_budget='64MiB'"):
