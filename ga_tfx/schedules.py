@@ -330,9 +330,18 @@ class HoldsSchedule:
 
     def hold_schedule(self) -> None:
         """Makes ``schedule`` from ``accum_steps`` and ``accum_schedule``, then sets those two
-        to K0 and the schedule's text."""
+        to K0 and the schedule's text. A holder with a ``memory_budget`` (the Trainer's
+        settings, the CLI's options) refuses a piecewise schedule: the memory fit picks the
+        micro-batch and so changes K, which the schedule fixes window by window."""
         given = self.accum_steps, self.accum_schedule  # type: ignore[attr-defined]
         schedule = schedule_of(*given, self.DEFAULT_ACCUM_STEPS)
+        budget = getattr(self, "memory_budget", None)
+        if budget and isinstance(schedule, PiecewiseSchedule):
+            raise SettingError(
+                f"accum_schedule={schedule.text!r} (--accum-schedule) and memory_budget="
+                f"{budget!r} (--memory-budget): the memory fit chooses the micro-batch and "
+                "changes K, which a piecewise schedule fixes window by window; give one of them."
+            )
         object.__setattr__(self, "schedule", schedule)
         object.__setattr__(self, "accum_steps", schedule.first_accum_steps)
         object.__setattr__(self, "accum_schedule", schedule.text)

@@ -3,7 +3,7 @@
 # outside it, where `ga-tfx --version` and the library's fast tests run against the installed
 # package, not the source tree every other environment imports (editable installs).
 #   1. the wheel: `uv build --wheel` (PEP 517, isolated) from a copy of what setup.py reads
-#      (setup.py, pyproject.toml, ga_tfx/, components/, pipelines/), so nothing is written into
+#      (setup.py, pyproject.toml, LICENSE, ga_tfx/, components/, pipelines/), so nothing is written into
 #      the clone; its version must be setup.py's.
 #   2. a new venv in a temporary folder (Python 3.12, as .venv-lib/), the wheel installed with
 #      its `tuner` and `test` extras, its dependencies from its own metadata, each at the
@@ -44,7 +44,7 @@ step() { echo "[wheel] $1 ($((SECONDS - started)) s)"; }
 
 # 1. The wheel.
 mkdir "$work/src"
-cp "$root/setup.py" "$root/pyproject.toml" "$work/src/"
+cp "$root/setup.py" "$root/pyproject.toml" "$root/LICENSE" "$work/src/"
 for folder in ga_tfx components pipelines; do
   cp -r "$root/$folder" "$work/src/$folder"
 done

@@ -100,6 +100,12 @@ def _described(markexpr):
 
 def pytest_configure(config):
     _keep_the_collection_report_to_this_run(config)
+    if not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError(
+            "pytest-timeout is not installed in this environment, so a hanging test would "
+            "never fail (the suite's per-test time limits: tests/conftest.py TIME_LIMITS). "
+            "Install the locked test tools: bash scripts/bootstrap.sh"
+        )
     if not _HAS_TFX and _selects_tfx_tests(config.getoption("markexpr")):
         raise pytest.UsageError(
             "TFX does not import in this environment, so the test modules marked tfx cannot "
@@ -108,13 +114,37 @@ def pytest_configure(config):
         )
 
 
+# Per-test time limits in seconds, by tier (pytest-timeout, pinned in setup.py's `test` extra):
+# a test that hangs fails with its name after its tier's limit instead of running out CI's
+# time. The fast tier's is pyproject.toml's `timeout` (its heaviest test: 15 s quiet, about a
+# minute at load 7); the limits below leave the same room over the slowest tests of each tier
+# (tests/README.md, "Time limits"). A test's own @pytest.mark.timeout wins. The method is
+# SIGALRM (pyproject.toml's `timeout_method`): the test fails and the run goes on; a hang
+# inside one call into TensorFlow's C++ that never returns is not interrupted by it.
+TIME_LIMITS = {"slow": 600, "slow_tfx": 1800, "container": 3600}
+
+
+def _time_limit(item):
+    """The tier's limit of ``item`` (None: the fast tier, pyproject.toml's ``timeout``)."""
+    names = {marker.name for marker in item.iter_markers()}
+    if "container" in names:
+        return TIME_LIMITS["container"]
+    if "slow" in names:
+        return TIME_LIMITS["slow_tfx" if "tfx" in names else "slow"]
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    """The tests listed in tests/tiers.py join the slow tier (one list, one reason each)."""
+    """The tests listed in tests/tiers.py join the slow tier (one list, one reason each); each
+    test not given its own limit gets its tier's (``TIME_LIMITS``)."""
     from tests.tiers import is_slow
 
     for item in items:
         if is_slow(item.nodeid.split("/")[-1]):
             item.add_marker(pytest.mark.slow)
+        limit = _time_limit(item)
+        if limit is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(limit))
 
 
 def pytest_ignore_collect(collection_path, config):

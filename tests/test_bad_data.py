@@ -10,6 +10,7 @@ import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.pipelines import cli, data_check, digits
 from ga_tfx.pipelines.options import TrainingOptions
 
+import json
 import os
 import re
 
@@ -210,6 +211,39 @@ def test_gate_check_fails_on_an_empty_split(tmp_path, empty):
     # A split emptied by rows without a label is blamed on the label, not on the data's size.
     with pytest.raises(data_check.DataError) as raised:
         data_check.check(*inputs, unlabeled={"train": 3, "eval": 41}, label="vote")
+    assert str(raised.value) == (
+        "bad data, stopped before Transform and training: split 'eval' is empty: the label "
+        "'vote' was empty or missing in all 41 of its rows"
+    )
+
+
+def test_the_label_pipelines_gate_blames_a_split_emptied_by_the_label_on_it(tmp_path):
+    """The ``--label`` pipeline's gate (``DataPlanCheck``, its executor's function on
+    hand-made artifacts) hands the check the rows LabeledExamples dropped for an empty label,
+    so an eval split they emptied is blamed on the label, not on the data's size (issue 53:
+    only a slow pipeline run saw the count dropped)."""
+    from ga_tfx.pipelines.tabular import labeled_examples, plan_check
+
+    from tfx.types import standard_artifacts
+
+    schema_dir, statistics, anomalies = _gate_inputs(tmp_path, {"train": 120, "eval": 0})
+    schema = standard_artifacts.Schema()
+    schema.uri = schema_dir
+    examples = standard_artifacts.Examples()
+    examples.set_string_custom_property(
+        labeled_examples.UNLABELED_ROWS_PROPERTY, json.dumps({"train": 3, "eval": 41})
+    )
+    gate = plan_check.DataPlanCheck.EXECUTOR_SPEC.executor_class._FUNCTION
+    with pytest.raises(ValueError) as raised:  # the check's DataError
+        gate(
+            schema=schema,
+            statistics=statistics,
+            anomalies=anomalies,
+            examples=examples,
+            checked_schema=standard_artifacts.Schema(),
+            label="vote",
+            task="classification",
+        )
     assert str(raised.value) == (
         "bad data, stopped before Transform and training: split 'eval' is empty: the label "
         "'vote' was empty or missing in all 41 of its rows"

@@ -298,13 +298,13 @@ def test_the_optimizer_wrapper_ends_accum_batchnorm_windows_flush_included(attac
     assert int(bn.window_moments.micro_steps.numpy()) == 0  # nothing left pending
 
 
-def _dense_bn_relu_dense(own_steps=None):
+def _dense_bn_relu_dense(own_steps=None, **bn_options):
     keras.utils.set_random_seed(3)
     return keras.Sequential(
         [
             keras.Input((5,)),
             keras.layers.Dense(4, name="dense"),
-            _accum_bn(own_steps, momentum=0.5, name="bn"),
+            _accum_bn(own_steps, momentum=0.5, name="bn", **bn_options),
             keras.layers.ReLU(),
             keras.layers.Dense(1, name="head"),
         ]
@@ -370,6 +370,46 @@ def test_optimizer_wrapper_finds_accum_batchnorm_without_window_layers(replicas,
     for replica_mean, replica_var in zip(means, variances):
         assert _rel_err(replica_mean.numpy(), mean) <= TOLERANCE
         assert _rel_err(replica_var.numpy(), var) <= TOLERANCE
+
+
+@pytest.mark.parametrize("options", [{"scale": False}, {"center": False}], ids=["beta", "gamma"])
+def test_optimizer_wrapper_finds_accum_batchnorm_with_one_trainable_weight(options):
+    """A layer with only ``beta`` (``scale=False``) or only ``gamma`` (``center=False``) among
+    the variables the wrapper updates is found as one with both: its moving statistics are
+    big-batch BatchNormalization's (issue 53: a search for layers with two such weights left
+    it on Keras' per-call update, relative error 0.13)."""
+    x = _data(136, (5,), offset_step=0.5, micro=8)
+    model = _dense_bn_relu_dense(**options)
+    bn = model.get_layer("bn")
+    assert len(bn.trainable_weights) == 1, bn.trainable_weights
+    opt = ga_tfx.GradientAccumulateOptimizer(keras.optimizers.SGD(0.0), accum_steps=4)
+    _issue_45_loop(model, opt, x)
+    mean, var = _big_batch_statistics(model, x)
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
+
+
+@pytest.mark.parametrize("attached", [True, False], ids=["window_layers", "not_given"])
+def test_accum_batchnorm_without_trainable_weights_needs_window_layers(attached):
+    """``center=False, scale=False``: no variable of the layer reaches the wrapper, which
+    cannot find it. Given as ``window_layers`` its moving statistics are big-batch
+    BatchNormalization's; not given, the wrapper's first update refuses naming
+    ``window_layers`` (issue 53: it trained on Keras' per-call clock, relative error 0.13)."""
+    x = _data(136, (5,), offset_step=0.5, micro=8)
+    model = _dense_bn_relu_dense(center=False, scale=False)
+    assert model.get_layer("bn").trainable_weights == []
+    opt = ga_tfx.GradientAccumulateOptimizer(
+        keras.optimizers.SGD(0.0), accum_steps=4, window_layers=model if attached else None
+    )
+    if not attached:
+        with pytest.raises(RuntimeError, match=r"'bn' has no trainable weights.*window_layers="):
+            _issue_45_loop(model, opt, x)
+        return
+    _issue_45_loop(model, opt, x)
+    mean, var = _big_batch_statistics(model, x)
+    bn = model.get_layer("bn")
+    assert _rel_err(bn.moving_mean.numpy(), mean) <= TOLERANCE
+    assert _rel_err(bn.moving_variance.numpy(), var) <= TOLERANCE
 
 
 def test_optimizer_wrapper_finds_accum_batchnorm_in_an_eager_loop():

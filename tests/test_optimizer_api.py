@@ -70,6 +70,51 @@ def test_custom_loop_matches_big_batch(make_optimizer):
     assert max_weight_diff(big, model) <= TOLERANCE
 
 
+def _halving():
+    return keras.optimizers.schedules.ExponentialDecay(0.2, decay_steps=1, decay_rate=0.5)
+
+
+# Each optimizer kind with a rate that changes every update, and that rate at update u
+# (0-based), computed apart from Keras.
+RATE_KINDS = {
+    "keras_schedule": (lambda: keras.optimizers.SGD(_halving()), lambda u: 0.2 * 0.5**u),
+    "legacy_schedule": (lambda: keras.optimizers.legacy.SGD(_halving()), lambda u: 0.2 * 0.5**u),
+    "legacy_decay": (
+        lambda: keras.optimizers.legacy.SGD(0.2, decay=0.5),
+        lambda u: 0.2 / (1.0 + 0.5 * u),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RATE_KINDS))
+def test_the_logged_learning_rate_is_that_of_the_update_just_applied(kind):
+    """Plain SGD on ``loss = w`` (gradient 1): update ``u`` moves ``w`` by exactly its rate.
+    Each window's logged learning rate is that movement and the rate computed apart, for a
+    Keras optimizer with a schedule, a legacy one with a schedule (issue 53: logged one
+    window ahead, [0.1, 0.05, 0.025]) and a legacy one with ``decay``."""
+    make, rate_at = RATE_KINDS[kind]
+    w = tf.Variable(0.0)
+    optimizer = ga_tfx.GradientAccumulateOptimizer(make(), accum_steps=2)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = 1.0 * w
+        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+
+    moves = []
+    for _ in range(3):
+        before = float(w.numpy())
+        step()
+        step()
+        moves.append(before - float(w.numpy()))
+    logged = [event.learning_rate for event in optimizer.window_events()]
+    expected = [rate_at(u) for u in range(3)]
+    # float32 rates and weights: a few units of float32's 1.2e-7 on values below 1.
+    assert logged == pytest.approx(expected, rel=1e-6, abs=1e-6), logged
+    assert moves == pytest.approx(expected, rel=1e-6, abs=1e-6), moves
+
+
 def test_uneven_micro_batches_are_weighted_by_their_sample_count():
     # Windows of micro-batches of 5, 1, 7 and 3 samples: the update is big-batch training on
     # the window's 16 samples only if each micro-batch's gradient is weighted by its

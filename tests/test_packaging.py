@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.source_tree]
 def wheel(tmp_path_factory):
     """(path of the built wheel, its zipfile.ZipFile)."""
     src = tmp_path_factory.mktemp("src")
-    for name in ("setup.py", "pyproject.toml"):
+    for name in ("setup.py", "pyproject.toml", "LICENSE"):
         shutil.copy(os.path.join(ROOT, name), src / name)
     for folder in SOURCES:
         shutil.copytree(
@@ -131,6 +131,24 @@ def test_console_script_and_dependency_split(wheel):
     assert all(v in tfx[0].specifier for v in ("1.16.0", "1.21.0")), tfx[0]
     assert not any(v in tfx[0].specifier for v in ("1.15.0", "1.22.0")), tfx[0]
     assert set(metadata.get_all("Provides-Extra")) >= {"tfx", "tuner", "test", "dev"}
+
+
+def test_the_wheel_carries_the_apache_licence(wheel):
+    """The wheel ships LICENSE (the repository's file, byte for byte: the Apache License 2.0's
+    standard text with the copyright line of "The ga-tfx Authors") in its .dist-info, and its
+    metadata names Apache-2.0 (the License field, the License-File and the classifier)."""
+    _, archive = wheel
+    [shipped] = [n for n in archive.namelist() if re.search(r"\.dist-info/(licenses/)?LICENSE$", n)]
+    with open(os.path.join(ROOT, "LICENSE"), "rb") as f:
+        text = f.read()
+    assert archive.read(shipped) == text
+    assert b"Apache License\n                           Version 2.0, January 2004" in text
+    assert b"Copyright 2026 The ga-tfx Authors" in text
+    metadata = _metadata(archive)
+    assert metadata["License"] == "Apache-2.0", metadata["License"]
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    classifiers = metadata.get_all("Classifier")
+    assert "License :: OSI Approved :: Apache Software License" in classifiers, classifiers
 
 
 # The Pythons each lock is proven on (README "Support matrix").

@@ -8,6 +8,7 @@ from ga_tfx.pipelines import cli, options
 from ga_tfx.pipelines.options import TrainingOptions
 from ga_tfx.tuning.search_space import AccumulationSearchSpace
 
+import os
 import subprocess
 import sys
 
@@ -242,6 +243,29 @@ def test_a_label_runs_length_is_planned_at_the_schedules_first_k():
     # default K=4.
     scheduled = TrainingOptions.of(label="y", accum_schedule="0:2,500:8")
     assert scheduled.windows_plan(train_rows=10001) == (20 * 157, 157)
+
+
+@pytest.mark.tfx  # `ga-tfx run` checks the options after importing the TFX runner (local.py)
+def test_a_memory_budget_beside_a_piecewise_schedule_is_refused_before_anything_runs(
+    capsys, tmp_path
+):
+    """Issue 53: the memory fit changes K, which a piecewise schedule fixes; the run stopped in
+    the Trainer minutes in. Now the options refuse it at once, naming both flags (the output
+    folder is never made), and so do the Trainer's settings (a component made by hand)."""
+    argv = ["run", "--accum-schedule", "0:2,20:4", "--memory-budget", "64MiB"]
+    argv += ["--micro-batch", "32", "--output-dir", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("ga-tfx run: error: accum_schedule='0:2,20:4' (--accum-schedule)")
+    assert "memory_budget='64MiB' (--memory-budget)" in last and "give one of them" in last
+    assert not os.path.exists(tmp_path / "out")  # nothing ran
+    values = {"accum_steps": 2, "accum_schedule": "0:2,20:4", "memory_budget": "64MiB"}
+    values.update(micro_batch_size=32, label_key="y")
+    with pytest.raises(SettingError, match=r"'0:2,20:4'.*memory_budget='64MiB'"):
+        settings_lib.from_dict(values)
+    # Either alone is accepted.
+    assert settings_lib.from_dict(dict(values, memory_budget=None)).schedule.varies
+    assert settings_lib.from_dict(dict(values, accum_schedule=None)).memory_budget == "64MiB"
 
 
 @pytest.mark.tfx  # `ga-tfx run` checks the options after importing the TFX runner (local.py)

@@ -111,9 +111,10 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
         # Set (at run time) once a front-end ends this layer's windows: a graph traced before
         # then (on its own) refuses to run after it (see _refuse_if_driven).
         self._driven_holder = Untracked()
-        # The serial (registry.next_eager_call) of the last training call run eagerly on its
-        # own (0: none).
+        # The serials (registry.next_eager_call) of the last training call run eagerly on its
+        # own, and of the last one run or traced on its own (0: none).
         self._last_eager_call = 0
+        self._last_training_call = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -168,11 +169,15 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
     def _refuse_if_driven(self) -> Any:
         """A training call traced on its own (no front-end then), run after a front-end took
         over this layer's windows: an error naming ``window_layers``, not wrong statistics.
-        Records the serial of a call run eagerly (see :func:`layers_trained_with`)."""
-        if tf.executing_eagerly():
-            self._last_eager_call = registry.next_eager_call()
+        Records the serial of the call, run eagerly or traced (see
+        :func:`layers_trained_with`)."""
+        saving = internals.traced_for_saving()  # (the flag is not exported)
+        if not saving:
+            self._last_training_call = registry.next_eager_call()
+            if tf.executing_eagerly():
+                self._last_eager_call = self._last_training_call
         driven = self._driven_holder.value
-        if driven is None or internals.traced_for_saving():  # (the flag is not exported)
+        if driven is None or saving:
             return tf.no_op()
         return tf.debugging.assert_equal(
             driven.read_value(),

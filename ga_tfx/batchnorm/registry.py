@@ -16,15 +16,21 @@ _EAGER_CALLS = [0]
 
 def eager_calls_so_far() -> int:
     """The serial of the last training call an :class:`AccumBatchNormalization` layer ran
-    eagerly on its own (to pass as ``since`` to :func:`layers_trained_with`)."""
+    (eagerly) or traced on its own (to pass as ``since`` to :func:`layers_trained_with`)."""
     return _EAGER_CALLS[0]
 
 
 def layers_trained_with(variables: Sequence[Any], since: int) -> List[Any]:
-    """The built :class:`AccumBatchNormalization` layers with a trainable weight (``gamma`` or
-    ``beta``) among ``variables``: the layers a front-end updating ``variables`` trains, in
-    the order of their first such variable. A layer without trainable weights (``center`` and
-    ``scale`` both off, or ``trainable=False``) is not found.
+    """The built :class:`AccumBatchNormalization` layers with a trainable weight among
+    ``variables`` (``gamma``, ``beta`` or both: one is enough, ``scale=False`` or
+    ``center=False``): the layers a front-end updating ``variables`` trains, in the order of
+    their first such variable.
+
+    A layer without trainable weights (``center`` and ``scale`` both off) cannot be found by
+    its variables: one that ran or traced a training call on its own since ``since`` (the
+    front-end's creation) would update its moving statistics on Keras' per-call clock, so
+    ``RuntimeError`` naming ``window_layers`` (a layer given as ``window_layers`` is driven
+    and passes; ``trainable=False`` is inference mode, no training call).
 
     Called at the front-end's first update, after the layer's first training call: that call
     ran on the layer's own clock. Run eagerly (serial after ``since``, see
@@ -41,6 +47,7 @@ def layers_trained_with(variables: Sequence[Any], since: int) -> List[Any]:
         if places:
             found.append((min(places), layer))
     layers = [layer for _, layer in sorted(found, key=lambda pair: pair[0])]
+    _refuse_layers_without_weights(since)
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     for layer in layers:
         if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):
@@ -52,6 +59,20 @@ def layers_trained_with(variables: Sequence[Any], since: int) -> List[Any]:
                 "window_layers=model): its windows then drive the layer from the first call."
             )
     return layers
+
+
+def _refuse_layers_without_weights(since: int) -> None:
+    """``RuntimeError`` naming ``window_layers`` for a layer without trainable weights trained
+    on its own clock since ``since`` (see :func:`layers_trained_with`)."""
+    for layer in list(_BUILT):
+        if not layer.trainable_weights and not layer._driven and layer._last_training_call > since:
+            raise RuntimeError(
+                f"AccumBatchNormalization layer {layer.name!r} has no trainable weights "
+                "(center=False, scale=False), so the GradientAccumulateOptimizer cannot find it "
+                "among the variables it updates, and it trained since the optimizer was "
+                "created: its moving statistics would advance per micro-batch, not per window. "
+                "Pass the model as GradientAccumulateOptimizer(..., window_layers=model)."
+            )
 
 
 def register(layer: Any) -> None:

@@ -159,7 +159,7 @@ class LoopRun:
 
     def _dispatch_window_end(self, event: WindowEnd) -> dict:
         """One window end: its logs (the figures of the event, which holds the learning rate
-        after it and the counters; the guard's non-finite count read here), the skip check,
+        of its update and the counters; the guard's non-finite count read here), the skip check,
         a checkpoint every ``checkpoint_every_n_updates`` and the update callbacks."""
         loop = self.loop
         guard = loop.window_core.guard

@@ -23,7 +23,7 @@ RECORD_FIELDS = (
     "noise_trace_window",  # S of this window alone (unsmoothed; NaN: no estimate)
     "noise_grad_sq_window",  # G² of this window alone (unsmoothed; NaN: no estimate)
     "next_accum_steps",  # K of the next window (the schedule's choice at this window end)
-    "learning_rate",  # the learning rate after this window end (lr_scaling applied)
+    "learning_rate",  # the learning rate of this window's update (lr_scaling: before the next K's)
 )
 # Windows whose records one poll can return: enough for the most windows one call of the
 # engine's train function runs (ga_tfx.engine.pacing caps it here).

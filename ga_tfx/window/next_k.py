@@ -3,7 +3,7 @@
 the config and the core's state."""
 
 from ga_tfx import _tf_keras_internals as internals
-from ga_tfx._keras import tf
+from ga_tfx._keras import keras, tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.schedules import AdaptiveSchedule, CallableSchedule, PiecewiseSchedule
 from ga_tfx.window.state import WindowState
@@ -69,10 +69,14 @@ def next_accum_steps(
 def scale_learning_rate(
     config: AccumulationConfig, state: WindowState, optimizer: Any, k: Any
 ) -> tf.Tensor:
-    """Cross-replica: with ``lr_scaling``, the learning rate for a window of ``k``
-    micro-batches (``base · k/K0``, or its square root); returns the learning rate."""
+    """Cross-replica, at a window end: with ``lr_scaling``, sets the learning rate for the next
+    window, of ``k`` micro-batches (``base · k/K0``, or its square root). Returns the learning
+    rate of the update just applied (this window's; for a skipped window, with a schedule,
+    that of the last update applied), whatever the optimizer's kind: see
+    :func:`_applied_learning_rate`."""
+    applied = _applied_learning_rate(optimizer)  # read before the assignment below
     if config.lr_scaling == "none":
-        return tf.cast(_learning_rate_value(optimizer), tf.float64)
+        return applied
     variable = optimizer.learning_rate
     if internals.learning_rate_schedule(optimizer) is not None or not isinstance(
         variable, tf.Variable
@@ -91,11 +95,28 @@ def scale_learning_rate(
     state.base_learning_rate.assign(base)
     ratio = tf.cast(k, tf.float64) / float(config.accum_steps)
     factor = ratio if config.lr_scaling == "linear" else tf.sqrt(ratio)
-    value = variable.assign(tf.cast(base * factor, variable.dtype))
-    return tf.cast(value, tf.float64)
+    variable.assign(tf.cast(base * factor, variable.dtype))
+    return applied
 
 
-def _learning_rate_value(optimizer: Any) -> tf.Tensor:
-    """The optimizer's current learning rate as a tensor (a schedule evaluated)."""
+def _applied_learning_rate(optimizer: Any) -> tf.Tensor:
+    """The learning rate the optimizer's last update used, as float64 (called after it).
+
+    tf-keras' optimizer keeps it in ``learning_rate``: the variable of a constant rate, or,
+    with a ``LearningRateSchedule``, the variable its ``apply_gradients`` sets to the schedule
+    at the step before counting it (tf_keras/src/optimizers/optimizer.py,
+    ``_compute_current_learning_rate``). A legacy optimizer (``keras.optimizers.legacy``)
+    returns the schedule itself, which its update evaluated at ``iterations`` before the
+    increment, and divides its rate (a schedule's or a constant) by ``1 + decay ·
+    iterations`` (legacy/optimizer_v2.py, ``_decayed_lr``): both here at the update just
+    counted, ``iterations - 1``. A
+    ``LossScaleOptimizer`` answers for its inner optimizer."""
     rate = optimizer.learning_rate
-    return rate(optimizer.iterations) if callable(rate) else tf.convert_to_tensor(rate)
+    step = tf.maximum(tf.cast(optimizer.iterations, tf.float64) - 1.0, 0.0)
+    value = tf.cast(rate(step) if callable(rate) else tf.convert_to_tensor(rate), tf.float64)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if not isinstance(inner, keras.optimizers.legacy.Optimizer):
+        return value
+    with tf.init_scope():  # its config reads variables: eagerly, once per trace
+        decay = float(inner.get_config().get("decay", 0.0))  # the legacy optimizers' argument
+    return value / (1.0 + decay * step) if decay > 0 else value

@@ -74,6 +74,13 @@ MUTATIONS = [
         "    if False:\n",
         ("tests/test_schedule_values.py", "-k", "refuses_an_accum_steps"),
     ),
+    Mutation(  # issue 53: accepted, the run stopped in the Trainer minutes in
+        "schedules.memory_budget_beside_a_schedule_accepted",
+        "ga_tfx/schedules.py",
+        "        if budget and isinstance(schedule, PiecewiseSchedule):\n",
+        "        if False:\n",
+        ("tests/test_settings_schema.py", "-k", "memory_budget_beside_a_piecewise"),
+    ),
     Mutation(  # the data check's largest batch read at the first K
         "schedules.most_k_of_a_piecewise_is_its_first",
         "ga_tfx/schedules.py",
@@ -202,6 +209,29 @@ MUTATIONS = [
         "if layer._last_eager_call > since and (not layer._accumulates() or replicas > 1):",
         "if layer._last_eager_call > since and not layer._accumulates():",
         ("tests/test_batchnorm.py", "-k", "refused"),
+    ),
+    # issue 53: a layer with one trainable weight (scale=False or center=False) is found as
+    # one with both; one with none refuses, naming window_layers
+    Mutation(
+        "batchnorm.one_trainable_weight_not_found",
+        "ga_tfx/batchnorm/registry.py",
+        "        if places:\n",
+        "        if len(places) > 1:\n",
+        ("tests/test_batchnorm.py", "-k", "one_trainable_weight"),
+    ),
+    Mutation(
+        "batchnorm.no_trainable_weights_not_refused",
+        "ga_tfx/batchnorm/registry.py",
+        "    _refuse_layers_without_weights(since)\n",
+        "",
+        ("tests/test_batchnorm.py", "-k", "without_trainable_weights"),
+    ),
+    Mutation(
+        "batchnorm.traced_call_not_recorded",  # only eager calls count: a tf.function step passes
+        "ga_tfx/batchnorm/layer.py",
+        "            self._last_training_call = registry.next_eager_call()\n",
+        "            pass\n",
+        ("tests/test_batchnorm.py", "-k", "without_trainable_weights"),
     ),
     Mutation(
         "batchnorm.stale_standalone_graph_runs",  # the compat layer's own clock, then driven

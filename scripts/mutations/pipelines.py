@@ -103,4 +103,26 @@ MUTATIONS = [
         ("tests/test_kubeflow_pipeline.py", "-k", "retries"),
         slow=True,
     ),
+    # issue 53: three bugs only the slow tier saw, each with a fast killer now
+    Mutation(
+        "kubeflow.retries_written_one_short",
+        "pipelines/kubeflow.py",
+        "dict(maxRetryCount=trainer_retries, **RETRY_BACKOFF)",
+        "dict(maxRetryCount=trainer_retries - 1, **RETRY_BACKOFF)",
+        ("tests/test_kubeflow_compile.py",),
+    ),
+    Mutation(
+        "kubeflow.default_schema_2_0",  # open-source KFP cannot resolve the default job
+        "pipelines/kubeflow_options.py",
+        'DEFAULT_PIPELINE_SPEC = "2.1"',
+        'DEFAULT_PIPELINE_SPEC = "2.0"',
+        ("tests/test_kubeflow_compile.py", "-k", "default_job"),
+    ),
+    Mutation(
+        "pipeline.resume_root_without_the_pipeline_name",  # pipelines resume each other's runs
+        "pipelines/pipeline.py",
+        "resume_root = os.path.join(pipeline_root, RESUME_DIR, pipeline_name)",
+        "resume_root = os.path.join(pipeline_root, RESUME_DIR)",
+        ("tests/test_pipeline_resume_root.py",),
+    ),
 ]

@@ -67,16 +67,21 @@ MUTATIONS = [
         "pipelines/tabular/generic.py",
         "tf.reshape(boundaries[i], [-1]),",
         "tf.reshape(boundaries[0], [-1]),",
-        ("tests/test_tabular_transform.py",),
-        slow=True,
+        ("tests/test_tabular_transform.py", "-k", "shared_analyzers"),  # issue 53: fast
+    ),
+    Mutation(  # issue 53: one column's minimum used for all (the slow Beam test saw it alone)
+        "tabular.one_columns_minimum_for_all",
+        "pipelines/tabular/generic.py",
+        "            low[i],\n",
+        "            low[0],\n",
+        ("tests/test_tabular_transform.py", "-k", "shared_analyzers"),
     ),
     Mutation(
         "tabular.one_columns_variance_for_all",
         "pipelines/tabular/generic.py",
         "            variance[i],\n",
         "            variance[0],\n",
-        ("tests/test_tabular_transform.py",),
-        slow=True,
+        ("tests/test_tabular_transform.py", "-k", "shared_analyzers"),  # issue 53: fast
     ),
     Mutation(
         "csv.delimiter_not_sniffed",
@@ -203,7 +208,6 @@ MUTATIONS = [
         "pipelines/tabular/plan_check.py",
         "effective_batch_size, unlabeled=unlabeled, label=label",
         "effective_batch_size, label=label",
-        ("tests/test_any_csv.py", "-k", "emptied_by_the_label"),
-        slow=True,
+        ("tests/test_bad_data.py", "-k", "emptied_by_the_label"),  # issue 53: fast
     ),
 ]

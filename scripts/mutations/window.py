@@ -179,4 +179,19 @@ MUTATIONS = [
         ("tests/test_oom_recovery.py", "-k", "fit_survives"),
         slow=True,  # its killer is in the slow tier (tests/tiers.py)
     ),
+    # issue 53: the logged learning rate is that of the update just applied, every optimizer kind
+    Mutation(
+        "lr.legacy_schedule_logged_one_update_ahead",
+        SCHEDULE,
+        "step = tf.maximum(tf.cast(optimizer.iterations, tf.float64) - 1.0, 0.0)",
+        "step = tf.cast(optimizer.iterations, tf.float64)",
+        ("tests/test_optimizer_api.py", "-k", "logged_learning_rate and legacy_schedule"),
+    ),
+    Mutation(
+        "lr.legacy_decay_not_logged",
+        SCHEDULE,
+        "return value / (1.0 + decay * step) if decay > 0 else value",
+        "return value",
+        ("tests/test_optimizer_api.py", "-k", "logged_learning_rate and legacy_decay"),
+    ),
 ]
