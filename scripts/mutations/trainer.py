@@ -16,8 +16,8 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.resume_does_not_skip_trained_data",
-        "components/trainer/run_fn.py",
-        ".skip(_data_position(checkpoint, settings, skip))",
+        "components/trainer/fit_windows.py",
+        ".skip(data_position(checkpoint, settings, skip))",
         ".skip(0)",
         ("tests/test_trainer_component.py", "-k", "killed"),
         slow=True,
@@ -40,7 +40,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.trains_on_the_eval_split",
-        "components/trainer/run_fn.py",
+        "components/trainer/fit_windows.py",
         "fn_args, fn_args.train_files, settings, schema, settings.shuffle",
         "fn_args, fn_args.eval_files, settings, schema, settings.shuffle",
         ("tests/test_trainer_component.py", "-k", "big_batch_weights and sgd"),
@@ -127,9 +127,9 @@ MUTATIONS = [
     ),
     Mutation(
         "oom.trainer_replans_from_the_start",
-        "components/trainer/run_fn.py",
-        "plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)",
-        "plan = _fit_plan(0, total_windows, per_epoch, schedule.varies)",
+        "components/trainer/fit_windows.py",
+        "plan = fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)",
+        "plan = fit_plan(0, total_windows, per_epoch, schedule.varies)",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
     ),
@@ -158,7 +158,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.tensorboard_steps_per_second",  # Keras' TensorBoard then watches every batch
-        "components/trainer/run_fn.py",
+        "components/trainer/fit_windows.py",
         'keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch")',
         'keras.callbacks.TensorBoard(model_run_dir, update_freq="epoch", write_steps_per_second=1)',
         ("tests/test_trainer_callbacks.py",),
