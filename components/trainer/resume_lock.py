@@ -120,6 +120,8 @@ class ResumeLock:
       stale_seconds: a heartbeat older than this is a dead holder's.
       settle_seconds: the wait between writing and reading back a token (``None``: 2 s on
         remote file systems, 0.5 s on local ones, where only a takeover uses it).
+      exclusive: whether to create the lock with ``O_EXCL`` (``None``: on local paths; tests
+        pass False to run the remote file systems' protocol on a local folder).
       clock, sleep: wall-clock seconds and sleeping (tests pass fakes).
     """
 
@@ -130,13 +132,14 @@ class ResumeLock:
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         stale_seconds: float = STALE_SECONDS,
         settle_seconds: Optional[float] = None,
+        exclusive: Optional[bool] = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.path = os.path.join(directory, LOCK_NAME)
         self.folder = directory
         self._heartbeat, self._stale = heartbeat_seconds, stale_seconds
-        local = _local(directory)
+        local = _local(directory) if exclusive is None else exclusive
         self._settle = settle_seconds if settle_seconds is not None else (0.5 if local else 2.0)
         self._local = local
         self._clock, self._sleep = clock, sleep
@@ -233,11 +236,9 @@ class ResumeLock:
             if why and self._take_over(holder):
                 logging.warning("ga-tfx: took over the resume lock %s: %s", self.path, why)
                 break
-            if why:
-                continue
             if self._clock() - start > self._stale + 2 * self._heartbeat:
                 raise ResumeLockHeld(self._held_message(holder))
-            if not waited:
+            if not waited and not why:
                 logging.warning(
                     "ga-tfx: waiting for the resume lock %s, held by %s",
                     self.path,
