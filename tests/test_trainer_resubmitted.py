@@ -13,7 +13,6 @@ import shutil
 
 import pytest
 
-from tests import taxi
 from tests import test_trainer_component as trainer
 
 pytestmark = [pytest.mark.tfx]  # the TFX Trainer executor
