@@ -18,7 +18,8 @@ import pytest
 
 pytestmark = [pytest.mark.tfx]  # the Trainer's package imports TFX
 
-FAST = dict(heartbeat_seconds=0.05, stale_seconds=0.6)
+# Short times, with room for a loaded machine (a thread may wait a second for the CPU).
+FAST = dict(heartbeat_seconds=0.1, stale_seconds=2.0)
 
 
 def _race(folder, runs=2, hold=1.5, **options):
@@ -52,20 +53,20 @@ def test_of_two_identical_runs_at_once_one_holds_the_folder_the_other_is_refused
     # O_EXCL: local disks and NFS; the other: what gs:// gets (check, write, settle, read
     # back), run here on a local folder (TF's ram:// appends on rewrite: no stand-in for GCS).
     folder = str(tmp_path / "folder")
-    took, refused = _race(folder, hold=3.0, settle_seconds=1.0, exclusive=exclusive)
+    took, refused = _race(folder, hold=4.0, settle_seconds=1.0, exclusive=exclusive)
     assert took == 1 and len(refused) == 1
     assert refused[0].startswith(
         f"ga-tfx: another run is training this job: {folder}/{resume_lock.LOCK_NAME} is held by "
         f"host {os.uname().nodename}, pid {os.getpid()}"
     )
-    assert "wait for it to end, or, if it is dead, re-run after 0.6 s" in refused[0]
+    assert "wait for it to end, or, if it is dead, re-run after 2 s" in refused[0]
     assert not tf.io.gfile.exists(os.path.join(folder, resume_lock.LOCK_NAME))  # released
 
 
 def test_a_run_waits_for_the_holder_that_ends_and_takes_the_lock_then(tmp_path, caplog):
     folder = str(tmp_path / "folder")
     first = ResumeLock(folder, **FAST).acquire()
-    threading.Timer(0.3, first.release).start()
+    threading.Timer(0.5, first.release).start()
     with caplog.at_level(logging.WARNING):
         with ResumeLock(folder, **FAST) as second:
             assert second.read().token == second.me.token
@@ -95,7 +96,7 @@ def test_a_lock_that_stops_beating_goes_stale_whatever_its_clock_says(tmp_path):
     began = time.monotonic()
     with ResumeLock(folder, **FAST) as lock:
         assert lock.read().token == lock.me.token
-    assert 0.6 <= time.monotonic() - began < 5
+    assert 2.0 <= time.monotonic() - began < 10
 
 
 def test_a_killed_holders_retry_on_the_same_machine_takes_over_at_once(tmp_path):
