@@ -22,14 +22,27 @@ pytestmark = [pytest.mark.tfx]  # the Trainer's package imports TFX
 FAST = dict(heartbeat_seconds=0.1, stale_seconds=2.0)
 
 
-def _race(folder, runs=2, hold=1.5, **options):
+class _BothCheckFirst(ResumeLock):
+    """A lock whose first write waits until the other run has checked too: the worst
+    interleaving of the remote protocol (both find no lock, then both write)."""
+
+    checked = threading.Barrier(2)
+
+    def _write(self):
+        if not getattr(self, "_wrote", False):
+            self._wrote = True
+            self.checked.wait(timeout=10)
+        super()._write()
+
+
+def _race(folder, runs=2, hold=1.5, kind=ResumeLock, **options):
     """``runs`` threads each taking the lock of ``folder`` at the same instant and holding it
     ``hold`` s; returns (how many took it, the ResumeLockHeld messages of the others)."""
     start = threading.Barrier(runs)
     took, refused = [], []
 
     def run():
-        lock = ResumeLock(folder, **dict(FAST, **options))
+        lock = kind(folder, **dict(FAST, **options))
         start.wait()
         try:
             with lock:
@@ -53,7 +66,8 @@ def test_of_two_identical_runs_at_once_one_holds_the_folder_the_other_is_refused
     # O_EXCL: local disks and NFS; the other: what gs:// gets (check, write, settle, read
     # back), run here on a local folder (TF's ram:// appends on rewrite: no stand-in for GCS).
     folder = str(tmp_path / "folder")
-    took, refused = _race(folder, hold=4.0, settle_seconds=1.0, exclusive=exclusive)
+    kind = ResumeLock if exclusive else _BothCheckFirst
+    took, refused = _race(folder, hold=4.0, kind=kind, settle_seconds=1.0, exclusive=exclusive)
     assert took == 1 and len(refused) == 1
     assert refused[0].startswith(
         f"ga-tfx: another run is training this job: {folder}/{resume_lock.LOCK_NAME} is held by "
