@@ -129,11 +129,12 @@ class AccumulationSettings(HoldsSchedule, Settings):
         optional=True,
         flag="",
         help="where every run of this training keeps its resumable checkpoints, in "
-        "<resume_root>/<hash of the training's identity: model code, settings and its "
-        "inputs' URIs> (None: beside the Trainer's outputs, "
+        "<resume_root>/<hash of the training's identity: its inputs' and model code's "
+        "content, ga-tfx version, settings and hyperparameters, no URI> (None: beside the "
+        "Trainer's outputs, "
         "<pipeline_root>/<Trainer>/.ga_tfx_resume); the ga-tfx pipelines set "
         "<pipeline_root>/.ga_tfx_resume/<pipeline name>, so that a job submitted again (new "
-        "job id, new output URIs; its upstream steps from the backend's cache) resumes",
+        "job id, new output URIs for the same content) resumes",
     )
     checkpoint_every_updates: int = setting(
         100,
