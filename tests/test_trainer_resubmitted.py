@@ -15,7 +15,7 @@ import pytest
 
 from tests import test_trainer_component as trainer
 
-pytestmark = [pytest.mark.tfx]  # the TFX Trainer executor
+pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # a killed Trainer, then two more runs
 
 SETTINGS = dict(
     accum_steps=2,
@@ -44,7 +44,6 @@ def _resubmitted(tmp_path, name, **settings):
     return os.path.join(out, "model_run")
 
 
-@pytest.mark.slow  # a Trainer process killed mid-training, then two more Trainer runs
 def test_a_killed_trainers_resubmitted_job_resumes_by_content_and_a_changed_one_starts_over(
     tmp_path, caplog
 ):
