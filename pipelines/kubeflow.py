@@ -15,6 +15,7 @@ get Keras 3, and the ga-tfx Trainer refuses to run under Keras 3.
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx.components.trainer import distribution, preemption
+from ga_tfx.components.trainer import settings as settings_lib
 from ga_tfx.pipelines import kfp_inputs
 from ga_tfx.pipelines import pipeline as pipeline_lib
 from ga_tfx.pipelines.kubeflow_options import (
@@ -30,6 +31,7 @@ from ga_tfx.pipelines.kubeflow_options import (
     check_schema,
 )
 
+import dataclasses
 import json
 import runpy
 import sys
@@ -135,6 +137,18 @@ def compile_pipeline(
         check_cluster_path(flag, path, backend)
     if trainer_retries < 0:
         raise ValueError(f"trainer retries {trainer_retries}: allowed 0 or more")
+    # A preempted pod on open-source KFP keeps only its last periodic checkpoint (about 1 s
+    # between SIGTERM and the end: docs/failure-and-resume.md): the Trainer's Kubeflow interval.
+    accumulation = options.accumulation
+    options = dataclasses.replace(
+        options,
+        accumulation=dataclasses.replace(
+            accumulation,
+            checkpoint_every_seconds=settings_lib.kubeflow_checkpoint_every_seconds(
+                accumulation.checkpoint_every_seconds
+            ),
+        ),
+    )
     parameters = runtime_parameters(data_root, serving_model_dir, options.windows_plan()[0])
     pipeline = pipeline_lib.create_pipeline(
         pipeline_name,

@@ -1,13 +1,13 @@
 """The Trainer's ``fit`` callbacks leave fit's pacing: a call of the train function runs
 several windows (``ga_tfx.engine.pacing``), not one per window, with every callback the
-Trainer installs (``run_fn._callbacks`` and, with an adaptive K, ``_StopAfterWindows``).
+Trainer installs (``fit_windows.callbacks_of`` and, with an adaptive K, ``StopAfterWindows``).
 
 Fast tier: the Trainer's own callbacks on a small accumulation model, no TFX pipeline run.
 """
 
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import keras, tf
-from ga_tfx.components.trainer import checkpoints, run_fn, run_log
+from ga_tfx.components.trainer import checkpoints, fit_windows, run_log
 
 import numpy as np
 import pytest
@@ -47,7 +47,7 @@ def test_every_callback_the_trainer_installs_leaves_fit_pacing(tmp_path):
         every_seconds=1e9,
     )
     assert checkpoint.restore() == 0
-    installed = run_fn._callbacks(str(tmp_path / "run"), logger, checkpoint)
+    installed = fit_windows.callbacks_of(str(tmp_path / "run"), logger, checkpoint)
     calls = _Calls()
     try:
         model.fit(
@@ -55,7 +55,7 @@ def test_every_callback_the_trainer_installs_leaves_fit_pacing(tmp_path):
             epochs=1,
             steps_per_epoch=WINDOWS * K,
             verbose=2,  # as the Trainer's fit: the display-only progress bar
-            callbacks=installed + [run_fn._StopAfterWindows(WINDOWS), calls],
+            callbacks=installed + [fit_windows.StopAfterWindows(WINDOWS), calls],
         )
     finally:
         checkpoint.close()

@@ -5,7 +5,7 @@ tests, ``tests/test_trainer_component.py``.)"""
 import ga_tfx  # noqa: F401  (first import: selects Keras 2)
 from ga_tfx import tf
 from ga_tfx._schema import SettingError
-from ga_tfx.components.trainer import run_fn, run_record
+from ga_tfx.components.trainer import resume, run_fn, run_record
 from ga_tfx.components.trainer import settings as settings_lib
 
 import os
@@ -52,22 +52,28 @@ def test_strategy_step_refuses_a_micro_batch_smaller_than_the_replicas():
         run_fn.run_strategy(one, 20)
 
 
+def _model_code(source):
+    """A ``build_model`` whose code is ``source`` (its compiled code is its identity: no file)."""
+    namespace = {}
+    exec(f"def build_model(hparams):\n    return {source!r}", namespace)
+    return namespace["build_model"]
+
+
 def test_resume_step_shares_a_directory_only_with_the_same_training(tmp_path):
     settings = settings_lib.from_dict(SETTINGS)
     run = run_fn.run_settings(_fn_args(tmp_path), settings)
-    first = run_fn.resume_directory_of(_fn_args(tmp_path), run, "pkg.model")
+    model = _model_code("model")
+    first = resume.resume_directory_of(_fn_args(tmp_path), run, model)
     # A re-run of the same training (another execution's model_run_dir) finds it ...
     again = _fn_args(tmp_path)
     again.model_run_dir = str(tmp_path / "Trainer" / "model_run" / "8")
-    assert run_fn.resume_directory_of(again, run, "pkg.model") == first
+    assert resume.resume_directory_of(again, run, _model_code("model")) == first
     assert first.startswith(str(tmp_path / "Trainer" / ".ga_tfx_resume"))
-    # ... any change of the model code, the settings, the inputs or the length starts over.
+    # ... any change of the model code, the settings or the length starts over (the inputs'
+    # content: tests/test_trainer_resume_identity.py).
     longer = run_fn.run_settings(_fn_args(tmp_path, train_steps=40), settings)
-    other_files = _fn_args(tmp_path)
-    other_files.train_files = ["other/*"]
-    assert first != run_fn.resume_directory_of(_fn_args(tmp_path), run, "pkg.other")
-    assert first != run_fn.resume_directory_of(_fn_args(tmp_path), longer, "pkg.model")
-    assert first != run_fn.resume_directory_of(other_files, run, "pkg.model")
+    assert first != resume.resume_directory_of(_fn_args(tmp_path), run, _model_code("other"))
+    assert first != resume.resume_directory_of(_fn_args(tmp_path), longer, model)
 
 
 def test_record_step_writes_the_run_record_and_deletes_the_checkpoints(tmp_path):

@@ -53,12 +53,12 @@ def resume_directory(model_run_dir, identity, resume_root=None):
     on Vertex, ``<root>/<project>/<job id>/<task>_<uuid>/...``), so a re-run of a failed Trainer
     cannot find its predecessor's checkpoints in its own ``model_run_dir``. They live instead
     in ``<resume_root>/<digest>`` (default ``resume_root``: ``<root>/<component>/.ga_tfx_resume``,
-    beside the component's outputs), where ``digest`` is a hash of ``identity`` (a JSON-able
-    description of the inputs, model code and settings): only a re-run of the same training
-    resumes; any change starts over. The inputs are named by their URIs: a job submitted again
-    whose upstream steps the backend's cache serves reads the same URIs and resumes; upstream
-    steps that ran again made new examples (equal in content, not in bytes: TFX writes
-    tf.Examples' feature maps in no fixed order), and the training starts over.
+    beside the component's outputs; the ga-tfx pipelines set
+    ``<pipeline_root>/.ga_tfx_resume/<pipeline name>``), where ``digest`` is a hash of
+    ``identity``, a JSON-able description of the training: the Trainer's holds its inputs and
+    model code by content, the ga-tfx version, its settings and hyperparameters, and no URI
+    (:func:`ga_tfx.components.trainer.resume.identity_of`). Only a run of the same training
+    resumes; any change starts over.
     """
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
         :20
@@ -89,6 +89,9 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         is set, the next window end (or evaluation batch) saves and raises
         :class:`~ga_tfx.components.trainer.preemption.TrainingInterrupted`.
       clock: seconds, monotonic (tests pass a fake one).
+      before_save: called before each checkpoint is written; raises to prevent it (the
+        Trainer's: the resume lock's
+        :meth:`~ga_tfx.components.trainer.resume_lock.ResumeLock.check`).
 
     Call :meth:`restore` after the model is built and before ``fit``: it returns the windows
     already trained. Keeps the two latest checkpoints. ``windows_done`` is the number of windows
@@ -114,6 +117,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         every_seconds: float,
         stop: Optional[StopRequest] = None,
         clock: Callable[[], float] = time.monotonic,
+        before_save: Callable[[], None] = lambda: None,
     ):
         super().__init__()
         self._ga_model = model
@@ -132,6 +136,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         self._total, self._every, self._seconds = total_windows, every_updates, every_seconds
         self._stop = stop or StopRequest()
         self._clock = clock
+        self._before_save = before_save
         self.saved_at = 0
         # (windows, micro-batches) the restored checkpoint holds, read while the core does not
         # exist yet.
@@ -182,6 +187,7 @@ class UpdateCheckpoint(keras.callbacks.Callback):
         """Writes a checkpoint of the state after ``windows_done`` windows (once per count)."""
         if self._has_checkpoint and self.saved_at == self.windows_done:
             return
+        self._before_save()
         self._write_manager.save(checkpoint_number=self.windows_done)
         self.saved_at, self._saved_time = self.windows_done, self._clock()
         self._updates_since_save = 0

@@ -52,13 +52,7 @@ class Executor(trainer_executor.GenericExecutor):
         fn_args.custom_config = dict(
             fn_args.custom_config or {}, **{keys.GA_TFX: settings.to_exec_properties()}
         )
-        model_identity = {
-            key: exec_properties.get(key)
-            for key in ("module_file", "module_path", keys.MODEL_FN_PROPERTY)
-        }
-        run_fn_lib.train_and_export(
-            fn_args, settings, build_model, model_identity, make_serving_fn=make_serving_fn
-        )
+        run_fn_lib.train_and_export(fn_args, settings, build_model, make_serving_fn=make_serving_fn)
         if distribution.is_chief() and not fileio.exists(fn_args.serving_model_dir):
             # (multi-worker: only the chief writes the serving model)
             raise RuntimeError("ga-tfx run_fn failed to generate a model.")

@@ -48,14 +48,15 @@ from ga_tfx.components.trainer import (
     data,
     distribution,
     export,
+    fit_windows,
     preemption,
+    resume,
     run_log,
     run_record,
     user_module,
 )
 from ga_tfx.components.trainer import model as model_lib
 from ga_tfx.components.trainer import settings as settings_lib
-from ga_tfx.schedules import AdaptiveSchedule
 from ga_tfx.window.replay import replay
 
 import contextlib
@@ -81,21 +82,20 @@ def run_fn(fn_args):
         fn_args,
         settings,
         build_model,
-        model_identity=config[keys.MODEL_FN],
         make_serving_fn=user_module.load_optional(
             export.SERVING_FN_NAME, dotted_path=config[keys.MODEL_FN]
         ),
     )
 
 
-def train_and_export(
-    fn_args, settings, build_model, model_identity="", *, stop=None, make_serving_fn=None
-):
+def train_and_export(fn_args, settings, build_model, *, stop=None, make_serving_fn=None):
     """Trains ``build_model``'s model as described in the module docstring; returns it
     (the plain, unwrapped Keras model that was exported).
 
-    ``model_identity`` names the model code (module path, packaged module, ...): with the
-    inputs and settings it decides which earlier attempt's checkpoints a run resumes from.
+    Which earlier attempt's checkpoints a run resumes from is decided by the training's
+    identity: its inputs' and ``build_model``'s module's content, the ga-tfx version, the
+    settings and hyperparameters (:mod:`~ga_tfx.components.trainer.resume`), and the folder
+    is locked while the run trains (:mod:`~ga_tfx.components.trainer.resume_lock`).
     ``stop``: a :class:`~ga_tfx.components.trainer.preemption.StopRequest` to use instead of
     SIGTERM/SIGINT handlers (tests); by default the handlers are installed for the call.
     ``make_serving_fn``: the module's own ``make_serving_fn(model, transform_output)`` for
@@ -104,7 +104,8 @@ def train_and_export(
     checkpoint when a stop is requested.
 
     The steps, each a function of its own: :func:`run_settings`, :func:`run_strategy`,
-    :func:`fit_memory_budget`, :func:`resume_directory_of`, :func:`build_model_in`,
+    :func:`fit_memory_budget`, :func:`~ga_tfx.components.trainer.resume.resume_folder`,
+    :func:`build_model_in`,
     :func:`train`, :func:`export_model`, :func:`record`.
     """
     run = run_settings(fn_args, settings)
@@ -112,17 +113,40 @@ def train_and_export(
     schema, transform_output = data.schema_and_transform(fn_args)
     run, choice = fit_memory_budget(fn_args, run, schema, build_model, transform_output, strategy)
     settings = run.settings
-    resume_dir = resume_directory_of(fn_args, run, model_identity)
     signals = contextlib.nullcontext(stop) if stop is not None else preemption.stop_on_signals()
-    with signals as stop, model_lib.mixed_precision_policy(settings.mixed_precision):
+    with resume.resume_folder(fn_args, run, build_model, strategy) as lock, signals as stop:
+        plain, model, logger, resumed, metrics = _train_and_export(
+            fn_args,
+            run,
+            strategy,
+            build_model,
+            transform_output,
+            schema,
+            lock,
+            stop,
+            make_serving_fn,
+        )
+        lock.stop_heartbeat()  # the folder is deleted next: nothing may write it again
+        record(fn_args, run, strategy, lock.folder, model, logger, resumed, metrics, choice)
+    return plain
+
+
+def _train_and_export(
+    fn_args, run, strategy, build_model, transform_output, schema, lock, stop, make_serving_fn
+):
+    """Steps 4 to 6 in the held resume folder (``lock.folder``): returns (the exported plain
+    model, the accumulation model, the logger, the windows resumed from, the last metrics)."""
+    settings = run.settings
+    with model_lib.mixed_precision_policy(settings.mixed_precision):
         model = build_model_in(strategy, build_model, run, fn_args.base_model, transform_output)
         checkpoint = checkpoints.UpdateCheckpoint(
             model,
-            resume_dir,
+            lock.folder,
             total_windows=run.windows,
             every_updates=settings.checkpoint_every_updates,
             every_seconds=settings.checkpoint_every_seconds,
             stop=stop,
+            before_save=lock.check,
         )
         logger = run_log.AccumulationLogger(
             os.path.join(fn_args.model_run_dir, "ga_tfx"), total_windows=run.windows
@@ -136,8 +160,7 @@ def train_and_export(
             checkpoint.save_final()  # a stop requested during the export: keep the checkpoints
         finally:
             checkpoint.close()
-    record(fn_args, run, strategy, resume_dir, model, logger, resumed, metrics, choice)
-    return plain
+    return plain, model, logger, resumed, metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,28 +210,6 @@ def run_strategy(settings, windows: int):
     return strategy
 
 
-def resume_directory_of(fn_args, run: Run, model_identity: str) -> str:
-    """Step 3, resume: the checkpoint directory this training shares with its earlier
-    attempts, keyed by the model code, its settings, inputs and length
-    (:func:`~ga_tfx.components.trainer.checkpoints.resume_directory`)."""
-    return checkpoints.resume_directory(
-        fn_args.model_run_dir,
-        dict(
-            model=model_identity,
-            settings=run.settings.to_exec_properties(),
-            hparams=run.hparams,
-            train_files=fn_args.train_files,
-            eval_files=fn_args.eval_files,
-            transform_graph=fn_args.transform_graph_path,
-            schema=fn_args.schema_path,
-            base_model=fn_args.base_model,
-            updates=run.windows,  # the key of existing resume directories
-            eval_steps=fn_args.eval_steps,
-        ),
-        run.settings.resume_root,
-    )
-
-
 def build_model_in(strategy, build_model, run: Run, base_model_dir, transform_output):
     """Step 4, build: the user's model, AccumBN in, warm-started from ``base_model_dir``,
     wrapped for accumulation, under ``strategy``'s scope
@@ -225,19 +226,20 @@ def build_model_in(strategy, build_model, run: Run, base_model_dir, transform_ou
 
 def train(model, fn_args, run: Run, schema, checkpoint, logger):
     """Step 5, train: restores the latest checkpoint, then ``fit`` of the windows not done
-    (:func:`_train`, again after an out-of-memory recovery); returns (the windows the resumed
-    checkpoint holds, 0 for none; the last epoch's logs)."""
+    (:func:`~ga_tfx.components.trainer.fit_windows.fit_windows`, again after an
+    out-of-memory recovery); returns (the windows the resumed checkpoint holds, 0 for none;
+    the last epoch's logs)."""
     settings = run.settings
     evaluation = data.micro_batches(fn_args, fn_args.eval_files, settings, schema, False)
     resumed = checkpoint.restore()
     if resumed:
         logging.info("ga_tfx: resuming after window %d of %d", resumed, run.windows)
-    callbacks = _callbacks(fn_args.model_run_dir, logger, checkpoint)
+    callbacks = fit_windows.callbacks_of(fn_args.model_run_dir, logger, checkpoint)
     # After an out-of-memory recovery (the window discarded, the micro-batch halved: same
     # samples per update) fit cannot read the window again: the plan again, from the first
     # window not done (replay).
     metrics = replay(
-        lambda: _train(
+        lambda: fit_windows.fit_windows(
             model,
             fn_args,
             settings,
@@ -330,94 +332,3 @@ def fit_memory_budget(fn_args, run: Run, schema, build_model, transform_output, 
         settings, micro_batch_size=choice.micro_batch, accum_steps=choice.accum_steps
     )
     return dataclasses.replace(run, settings=fitted), choice
-
-
-def _callbacks(model_run_dir, logger, checkpoint):
-    """The callbacks of every ``fit`` of the Trainer (with an adaptive K, :func:`_train` adds
-    :class:`_StopAfterWindows`): Keras' TensorBoard logs in ``model_run_dir`` at epoch ends, the
-    ``ga_tfx/`` scalars and progress line (``logger``, a
-    :class:`~ga_tfx.components.trainer.run_log.AccumulationLogger`) and the checkpoints
-    (``checkpoint``, an :class:`~ga_tfx.components.trainer.checkpoints.UpdateCheckpoint`). None
-    of them stops fit's pacing (:mod:`ga_tfx.engine.pacing`): a call of the train function runs
-    several windows."""
-    return [
-        keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch"),
-        logger,
-        checkpoint,
-    ]
-
-
-def _train(
-    model, fn_args, settings, schema, evaluation, checkpoint, total_windows, per_epoch, callbacks
-):
-    """The ``fit`` calls of windows ``checkpoint.windows_done + 1 .. total_windows``
-    (:func:`_fit_plan`); returns the last epoch's logs."""
-    metrics = {}
-    schedule = settings.schedule
-    plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)
-    adaptive = isinstance(schedule, AdaptiveSchedule)
-    for initial_epoch, epochs, windows, skip in plan:
-        history = model.fit(
-            # A fresh dataset per fit, from the same seed: the order resumes too.
-            data.micro_batches(
-                fn_args, fn_args.train_files, settings, schema, settings.shuffle
-            ).skip(_data_position(checkpoint, settings, skip)),
-            initial_epoch=initial_epoch,
-            epochs=epochs,
-            # Adaptive K: as many as the windows may take; _StopAfterWindows ends the fit.
-            steps_per_epoch=schedule.micro_batches(skip, skip + windows),
-            validation_data=evaluation if fn_args.eval_steps else None,
-            validation_steps=fn_args.eval_steps or None,
-            verbose=2,
-            callbacks=callbacks + ([_StopAfterWindows(windows)] if adaptive else []),
-        )
-        metrics = {k: float(v[-1]) for k, v in history.history.items() if v}
-    return metrics
-
-
-def _data_position(checkpoint, settings, windows):
-    """Micro-batches the first ``windows`` windows consumed: from the schedule, or (adaptive K,
-    chosen as the training went) the sum of their K (``checkpoint.micro_batches_done``: the
-    window core's count, restored with the checkpoint)."""
-    if not isinstance(settings.schedule, AdaptiveSchedule):
-        return settings.schedule.micro_batches(0, windows)
-    if checkpoint.windows_done != windows:
-        raise RuntimeError(f"{checkpoint.windows_done} windows trained, the plan expects {windows}")
-    return checkpoint.micro_batches_done
-
-
-class _StopAfterWindows(keras.callbacks.Callback):
-    """Ends a ``fit`` after its ``windows`` windows (an adaptive K is known only as the
-    training goes, so ``steps_per_epoch`` is an upper bound): Keras then evaluates and ends
-    the epoch as at its last step."""
-
-    def __init__(self, windows):
-        super().__init__()
-        self._left = windows
-
-    def on_window_end(self, event):
-        self._left -= 1
-        if self._left <= 0:
-            self.model.stop_training = True
-
-
-def _fit_plan(done, total_windows, per_epoch, one_fit_per_epoch=False):
-    """The ``fit`` calls that train windows ``done+1 .. total_windows``: tuples (initial_epoch,
-    epochs, windows per epoch, windows to skip in the data).
-
-    Epochs have ``per_epoch`` windows (evaluation at each epoch end). A resume mid-epoch first
-    finishes that epoch with a shorter ``fit``, so evaluations stay where the uninterrupted
-    run has them. With ``one_fit_per_epoch`` (an ``accum_schedule``: an epoch's micro-batches
-    depend on its windows' K) every epoch is its own ``fit``.
-    """
-    epoch, into = divmod(done, per_epoch)
-    plan = []
-    if into:
-        plan.append((epoch, epoch + 1, per_epoch - into, done))
-        epoch += 1
-    last = total_windows // per_epoch
-    if one_fit_per_epoch:
-        plan += [(e, e + 1, per_epoch, e * per_epoch) for e in range(epoch, last)]
-    elif epoch < last:
-        plan.append((epoch, last, per_epoch, epoch * per_epoch))
-    return plan

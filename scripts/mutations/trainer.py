@@ -16,8 +16,8 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.resume_does_not_skip_trained_data",
-        "components/trainer/run_fn.py",
-        ".skip(_data_position(checkpoint, settings, skip))",
+        "components/trainer/fit_windows.py",
+        ".skip(data_position(checkpoint, settings, skip))",
         ".skip(0)",
         ("tests/test_trainer_component.py", "-k", "killed"),
         slow=True,
@@ -40,7 +40,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.trains_on_the_eval_split",
-        "components/trainer/run_fn.py",
+        "components/trainer/fit_windows.py",
         "fn_args, fn_args.train_files, settings, schema, settings.shuffle",
         "fn_args, fn_args.eval_files, settings, schema, settings.shuffle",
         ("tests/test_trainer_component.py", "-k", "big_batch_weights and sgd"),
@@ -63,14 +63,14 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.adaptive_position_from_the_bound",
-        "components/trainer/run_fn.py",
+        "components/trainer/fit_windows.py",
         "    return checkpoint.micro_batches_done\n",
         "    return settings.schedule.micro_batches(0, windows)\n",
         ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
     ),
     Mutation(
         "trainer.adaptive_fit_not_stopped",
-        "components/trainer/run_fn.py",
+        "components/trainer/fit_windows.py",
         "            self.model.stop_training = True\n",
         "            pass\n",
         ("tests/test_trainer_component.py", "-k", "adaptive_accum_schedule"),
@@ -127,9 +127,9 @@ MUTATIONS = [
     ),
     Mutation(
         "oom.trainer_replans_from_the_start",
-        "components/trainer/run_fn.py",
-        "plan = _fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)",
-        "plan = _fit_plan(0, total_windows, per_epoch, schedule.varies)",
+        "components/trainer/fit_windows.py",
+        "plan = fit_plan(checkpoint.windows_done, total_windows, per_epoch, schedule.varies)",
+        "plan = fit_plan(0, total_windows, per_epoch, schedule.varies)",
         ("tests/test_trainer_component.py", "-k", "survives_an_out_of_memory"),
         slow=True,
     ),
@@ -158,7 +158,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trainer.tensorboard_steps_per_second",  # Keras' TensorBoard then watches every batch
-        "components/trainer/run_fn.py",
+        "components/trainer/fit_windows.py",
         'keras.callbacks.TensorBoard(log_dir=model_run_dir, update_freq="epoch")',
         'keras.callbacks.TensorBoard(model_run_dir, update_freq="epoch", write_steps_per_second=1)',
         ("tests/test_trainer_callbacks.py",),
@@ -176,5 +176,34 @@ MUTATIONS = [
         "    if resume_root is None:\n",
         "    if True:\n",
         ("tests/test_preemption.py", "-k", "resume_root"),
+    ),
+    # ---- issue 51 item 5 / issue 53 item 3: the resume identity by content, the lock
+    Mutation(
+        "resume.settings_out_of_the_identity",  # another agc_clip_factor resumes the old run
+        "components/trainer/resume.py",
+        "        settings=settings,\n",
+        "        settings={},\n",
+        ("tests/test_trainer_resume_identity.py",),
+    ),
+    Mutation(
+        "resume.examples_by_uri",  # changed data at the old URIs resumes; new URIs start over
+        "components/trainer/resume.py",
+        "        train_examples=content.files_digest(fn_args.train_files),\n",
+        "        train_examples=fn_args.train_files,\n",
+        ("tests/test_trainer_resume_identity.py",),
+    ),
+    Mutation(
+        "resume.code_not_in_the_identity",  # a rebuilt image's changed module resumes
+        "components/trainer/resume.py",
+        "        code=content.code_digest(build_model),\n",
+        "",
+        ("tests/test_trainer_resume_identity.py",),
+    ),
+    Mutation(
+        "resume_lock.no_exclusive_create",  # two runs at once both write the folder
+        "components/trainer/resume_lock.py",
+        "os.O_CREAT | os.O_EXCL | os.O_WRONLY",
+        "os.O_CREAT | os.O_WRONLY",
+        ("tests/test_trainer_resume_lock.py",),
     ),
 ]
