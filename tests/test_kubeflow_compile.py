@@ -45,3 +45,20 @@ def test_the_default_job_is_schema_2_1_and_retries_the_trainer_3_times(tmp_path,
 
 def test_the_written_job_retries_the_trainer_as_often_as_asked(tmp_path):
     assert _retries(_compiled(tmp_path, "--trainer-retries", "5")) == 5
+
+
+def _trainer_checkpoint_seconds(job):
+    params = job["pipelineSpec"]["root"]["dag"]["tasks"][TRAINER]["inputs"]["parameters"]
+    return params["checkpoint_every_seconds"]["runtimeValue"]["constant"]
+
+
+def test_the_compiled_trainer_checkpoints_at_kubeflows_interval_unless_told(tmp_path):
+    """A preempted pod on open-source KFP keeps only its last periodic checkpoint: the compiled
+    Trainer's interval is Kubeflow's (60 s), not the local 600 s; one the user gives is kept."""
+    from ga_tfx.components.trainer import settings as settings_lib
+
+    job = _compiled(tmp_path)
+    assert _trainer_checkpoint_seconds(job) == settings_lib.KUBEFLOW_CHECKPOINT_EVERY_SECONDS
+    assert settings_lib.KUBEFLOW_CHECKPOINT_EVERY_SECONDS < 600
+    given = _compiled(tmp_path, "--checkpoint-every-seconds", "90")
+    assert _trainer_checkpoint_seconds(given) == 90
