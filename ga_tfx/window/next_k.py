@@ -2,10 +2,10 @@
 (``config.schedule``, the value in :mod:`ga_tfx.schedules`) and ``lr_scaling``, as functions of
 the config and the core's state."""
 
-from ga_tfx import _tf_keras_internals as internals
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.schedules import AdaptiveSchedule, CallableSchedule, PiecewiseSchedule
+from ga_tfx.window import shims
 from ga_tfx.window.state import WindowState
 
 from typing import Any, cast
@@ -74,13 +74,11 @@ def scale_learning_rate(
     if config.lr_scaling == "none":
         return tf.cast(_learning_rate_value(optimizer), tf.float64)
     variable = optimizer.learning_rate
-    if internals.learning_rate_schedule(optimizer) is not None or not isinstance(
-        variable, tf.Variable
-    ):
+    if shims.learning_rate_schedule(optimizer) is not None or not isinstance(variable, tf.Variable):
         raise ValueError(
             f"lr_scaling={config.lr_scaling!r} sets the optimizer's learning rate when K "
             "changes, so it must be a constant learning rate (a variable), not a "
-            f"LearningRateSchedule; got {internals.learning_rate_schedule(optimizer)!r}. Use "
+            f"LearningRateSchedule; got {shims.learning_rate_schedule(optimizer)!r}. Use "
             "lr_scaling='none' with a schedule."
         )
     base = tf.where(
