@@ -11,8 +11,10 @@ Imported after TensorFlow in a process that already selected Keras 2, it works t
 """
 
 import ga_tfx
+from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 
 import sys
+from typing import Any
 
 if ga_tfx._SET_LEGACY_FLAG and "tensorflow" not in sys.modules:
     import os
@@ -22,3 +24,45 @@ if ga_tfx._SET_LEGACY_FLAG and "tensorflow" not in sys.modules:
     else:
         os.environ["TF_USE_LEGACY_KERAS"] = ga_tfx._LEGACY_FLAG_BEFORE
     ga_tfx._SET_LEGACY_FLAG = False
+
+
+def wrap_model(
+    model: Any, accum_steps: Any = NOT_GIVEN, *, config: Any = None, **settings: Any
+) -> Any:
+    """Makes ``model`` (a Keras 3 model, TensorFlow backend) train by exact accumulation, in
+    place, and returns it: ``fit`` then applies one optimizer update per window of ``K``
+    micro-batches of ``batch_size`` samples, the update of one batch of all the window's samples.
+
+    Args:
+      model: a Keras 3 ``keras.Model`` (functional, Sequential or subclassed; its own
+        ``train_step`` is kept). Compile it after wrapping (``compile`` sets
+        ``steps_per_execution`` to ``K``).
+      accum_steps: ``K``, micro-batches per update (int >= 1); or give ``config``.
+      config: a :class:`ga_tfx.AccumulationConfig` instead of keyword settings.
+      **settings: the other :class:`ga_tfx.AccumulationConfig` settings.
+
+    Returns:
+      ``model``, whose class is now a subclass of its own with the accumulation mixin.
+
+    Example::
+
+        import ga_tfx.keras3 as ga3
+        import keras
+        model = ga3.wrap_model(keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)]), 4)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        # model.fit(x, y, batch_size=8): one update per 4 micro-batches of 8 = batches of 32
+    """
+    from ga_tfx.keras3.tf_model import AccumulationMixin
+
+    resolved = resolve("ga_tfx.keras3.wrap_model", config, dict(settings, accum_steps=accum_steps))
+    if isinstance(model, AccumulationMixin):
+        name = getattr(model, "name", model)
+        raise ValueError(f"model {name!r} is already wrapped; wrap the plain model")
+    cls = type(model)
+    model.__class__ = type(f"Accumulating{cls.__name__}", (AccumulationMixin, cls), {})
+    object.__setattr__(model, "ga_accumulation", resolved)
+    object.__setattr__(model, "_ga_trainer", None)
+    return model
+
+
+__all__ = ["AccumulationConfig", "wrap_model"]
