@@ -217,3 +217,15 @@ def test_agc_acts_once_on_the_window_gradient():
     assert max_weight_difference(ours, reference) <= TOLERANCE
     unclipped = big_batch_weights(keras.optimizers.SGD(0.5), x, y, batch=32, epochs=2)
     assert max_weight_difference(reference, unclipped) > 1e-3  # AGC really acted
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"partial_window": "drop"}, r"partial_window='drop' is not supported on Keras 3 yet"),
+        ({"accum_schedule": "0:4,4:8"}, r"accum_schedule=.* is not supported on Keras 3 yet"),
+    ],
+)
+def test_settings_not_supported_yet_are_refused_naming_what_is_allowed(settings, message):
+    with pytest.raises(ValueError, match=message + r" \(allowed: "):
+        ga3.wrap_model(mlp(), 4, **settings)

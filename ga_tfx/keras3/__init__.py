@@ -55,8 +55,14 @@ def wrap_model(
     from ga_tfx.keras3.tf_model import AccumulationMixin
 
     resolved = resolve("ga_tfx.keras3.wrap_model", config, dict(settings, accum_steps=accum_steps))
+    for name, allowed in (("partial_window", "apply"), ("accum_schedule", None)):
+        if getattr(resolved, name) != allowed:
+            raise ValueError(
+                f"ga_tfx.keras3.wrap_model: {name}={getattr(resolved, name)!r} is not supported "
+                f"on Keras 3 yet (allowed: {allowed!r})"
+            )
     if isinstance(model, AccumulationMixin):
-        name = getattr(model, "name", model)
+        name = getattr(model, "name", "")
         raise ValueError(f"model {name!r} is already wrapped; wrap the plain model")
     cls = type(model)
     model.__class__ = type(f"Accumulating{cls.__name__}", (AccumulationMixin, cls), {})
@@ -65,4 +71,12 @@ def wrap_model(
     return model
 
 
-__all__ = ["AccumulationConfig", "wrap_model"]
+def __getattr__(name: str) -> Any:
+    if name == "GradientAccumulateOptimizer":
+        from ga_tfx.keras3.tf_optimizer import GradientAccumulateOptimizer
+
+        return GradientAccumulateOptimizer
+    raise AttributeError(f"module 'ga_tfx.keras3' has no attribute {name!r}")
+
+
+__all__ = ["AccumulationConfig", "GradientAccumulateOptimizer", "wrap_model"]
