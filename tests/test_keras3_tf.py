@@ -229,3 +229,15 @@ def test_agc_acts_once_on_the_window_gradient():
 def test_settings_not_supported_yet_are_refused_naming_what_is_allowed(settings, message):
     with pytest.raises(ValueError, match=message + r" \(allowed: "):
         ga3.wrap_model(mlp(), 4, **settings)
+
+
+def test_the_core_is_in_the_models_checkpoint_not_in_its_weights(tmp_path):
+    import tensorflow as tf
+
+    x, y = data(64)
+    ours = _accumulated(keras.optimizers.SGD(0.1), x, y, k=4, micro=8)
+    path = tf.train.Checkpoint(model=ours).write(str(tmp_path / "ckpt"))
+    names = [name for name, _ in tf.train.list_variables(path)]
+    assert any(name.startswith("model/ga_window_core/accumulator/sums/") for name in names)
+    assert len(ours.weights) == len(mlp().weights) == 4
+    assert ours.window_core.updates == 2

@@ -22,6 +22,7 @@ from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.runner import WindowRunner
+from ga_tfx.window.shims import is_loss_scale_optimizer
 
 import contextlib
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
@@ -59,6 +60,12 @@ class _GradientSink:
                     "which is not a trainable variable of the model being fitted"
                 )
             grads[index[id(value)]] = grad
+        if is_loss_scale_optimizer(self._optimizer):
+            # train_step scaled the loss (optimizer.scale_loss): the core sums unscaled
+            # gradients; the window end scales the window gradient back for the optimizer,
+            # which unscales it, skips a non-finite window and lowers its scale once.
+            scale = tf.convert_to_tensor(self._optimizer.dynamic_scale)
+            grads = [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
         self.ops.append(self._core.add(grads, self._weight))
         return self.ops[-1]
 

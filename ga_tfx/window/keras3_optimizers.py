@@ -46,10 +46,11 @@ def apply_aggregated_gradients(
     for grad, variable in grads_and_vars:
         if replicas > 1:
             grad = grad / tf.cast(replicas, grad.dtype)
-        pairs.append((grad, internals.keras_variable(optimizer, variable)))
+        inner = getattr(optimizer, "inner_optimizer", optimizer)  # built with the variables
+        pairs.append((grad, internals.keras_variable(inner, variable)))
     if is_loss_scale_optimizer(optimizer):
         # It unscales what it is given: the window gradient (unscaled) times its scale.
-        scale = optimizer.dynamic_scale
+        scale = tf.convert_to_tensor(optimizer.dynamic_scale)
         pairs = [(g * tf.cast(scale, g.dtype), v) for g, v in pairs]
     autograph_converted(optimizer.apply_gradients)(pairs)
     # A tensor to depend on, read after the update (Keras 3 returns its iterations variable).
