@@ -52,9 +52,13 @@ def wrap_model(
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         # model.fit(x, y, batch_size=8): one update per 4 micro-batches of 8 = batches of 32
     """
-    from ga_tfx.keras3.tf_model import AccumulationMixin
+    import keras
 
     resolved = resolve("ga_tfx.keras3.wrap_model", config, dict(settings, accum_steps=accum_steps))
+    if keras.backend.backend() == "jax":
+        return _wrap_for_jax(model, resolved)
+    from ga_tfx.keras3.tf_model import AccumulationMixin
+
     for name, allowed in (("partial_window", "apply"), ("accum_schedule", None)):
         if getattr(resolved, name) != allowed:
             raise ValueError(
@@ -68,6 +72,24 @@ def wrap_model(
     model.__class__ = type(f"Accumulating{cls.__name__}", (AccumulationMixin, cls), {})
     object.__setattr__(model, "ga_accumulation", resolved)
     object.__setattr__(model, "_ga_trainer", None)
+    return model
+
+
+def _wrap_for_jax(model: Any, config: AccumulationConfig) -> Any:
+    """JAX: the window as a stateless optimizer step (:mod:`ga_tfx.keras3.jax_step`); of the
+    settings, ``accum_steps`` only (the others are the core's, on TensorFlow)."""
+    from ga_tfx.keras3.jax_step import JaxAccumulationMixin
+
+    default = AccumulationConfig(accum_steps=config.accum_steps)
+    changed = [name for name in config.to_dict() if getattr(config, name) != getattr(default, name)]
+    if changed:
+        raise ValueError(
+            f"ga_tfx.keras3.wrap_model on the JAX backend takes accum_steps only; got {changed} "
+            "(allowed: accum_steps; the other settings run on the TensorFlow backend)"
+        )
+    cls = type(model)
+    model.__class__ = type(f"Accumulating{cls.__name__}", (JaxAccumulationMixin, cls), {})
+    object.__setattr__(model, "ga_accumulation", config)
     return model
 
 
