@@ -23,3 +23,20 @@ def learning_rate_schedule(optimizer: Any) -> Any:
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     rate = getattr(inner, "_learning_rate", None)
     return rate if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) else None
+
+
+def bn_moments(layer: Any, inputs: Any, mask: Any = None) -> Any:
+    """``(mean, variance)`` of ``inputs`` over a Keras 3 ``BatchNormalization`` layer's reduction
+    axes, as its ``call`` computes them (``_moments``: the biased variance)."""
+    return layer._moments(inputs, mask)
+
+
+def bn_reduction_axes(layer: Any) -> Any:
+    """The axes a Keras 3 ``BatchNormalization`` layer reduces over (``_reduction_axes``)."""
+    return layer._reduction_axes
+
+
+def flatten_layers(model: Any) -> Any:
+    """Every layer inside ``model`` (nested ones included), ``model`` left out
+    (``Layer._flatten_layers``)."""
+    return list(model._flatten_layers(include_self=False, recursive=True))

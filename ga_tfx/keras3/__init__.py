@@ -98,7 +98,17 @@ def __getattr__(name: str) -> Any:
         from ga_tfx.keras3.tf_optimizer import GradientAccumulateOptimizer
 
         return GradientAccumulateOptimizer
+    if name in ("AccumBatchNormalization", "replace_batchnorm_layers"):
+        from ga_tfx.keras3 import batchnorm
+
+        return getattr(batchnorm, name)
     raise AttributeError(f"module 'ga_tfx.keras3' has no attribute {name!r}")
 
 
-__all__ = ["AccumulationConfig", "GradientAccumulateOptimizer", "wrap_model"]
+__all__ = [
+    "AccumBatchNormalization",
+    "AccumulationConfig",
+    "GradientAccumulateOptimizer",
+    "replace_batchnorm_layers",
+    "wrap_model",
+]

@@ -20,6 +20,7 @@ ends their window by ``partial_window`` (``apply``: a smaller batch).
 
 from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
+from ga_tfx.keras3.batchnorm import window_layers
 from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.runner import WindowRunner
 from ga_tfx.window.shims import is_loss_scale_optimizer
@@ -106,7 +107,7 @@ class TFWindowTrainer:
         strategy = model.distribute_strategy
         with strategy.scope():
             variables = [v.value for v in model.trainable_variables]
-            self.core = WindowCore(variables, config)
+            self.core = WindowCore(variables, config, window_layers=window_layers(model))
             # Built here, host side, not inside the window end's first trace.
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
