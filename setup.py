@@ -64,6 +64,17 @@ EXTRAS_REQUIRE = {
     # keras-tuner imports tensorboard in every trial but does not require it: TensorFlow brought
     # it with 2.16 (lock-tfx-1.16.txt); TF 2.21 does not (ModuleNotFoundError in Tuner.run_trial).
     "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
+    # The Keras 3 front-end (ga_tfx.keras3), outside TFX: each range has the tested versions
+    # (requirements/lock-keras3.txt, the keras3 tier of scripts/test.sh) as its ends, and no
+    # further, as its exactness tests read Keras 3's optimizer and trainer internals' behaviour
+    # (keras 3.15.1; keras-tuner 1.4.8, the first that takes Keras 3 models as they are; JAX
+    # 0.12, the backend's stateless step). tf-keras is not needed there: the lock installs
+    # ga-tfx without it.
+    "keras3": [
+        "keras>=3.15.1,<3.16",
+        "keras-tuner>=1.4.8,<1.5",
+        "jax[cpu]>=0.12.0.1,<0.13",
+    ],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
     # pytest-xdist runs the fast tier on both cores (`-n 2`, docs/setup.md "Tests").
     # pytest-timeout gives every test its tier's time limit (pyproject.toml, tests/conftest.py),

@@ -12,6 +12,7 @@ Keras 2 and TensorFlow.
 """
 
 import importlib
+import importlib.util
 import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING, Any, List
@@ -41,8 +42,23 @@ _PUBLIC = {
 
 __all__ = sorted(_PUBLIC)
 
-if "tensorflow" not in _sys.modules:
+# Whether this import set TF_USE_LEGACY_KERAS (and what it was before): the Keras 3 front-end
+# (ga_tfx.keras3), imported before TensorFlow, takes it back, so that tf.keras stays Keras 3.
+_LEGACY_FLAG_BEFORE: Any = None
+_SET_LEGACY_FLAG = False
+
+# Public names that need no Keras (usable with ga_tfx.keras3 too).
+_KERAS_FREE = {"AccumulationConfig", "KerasVersionError"}
+_HAS_TF_KERAS = importlib.util.find_spec("tf_keras") is not None
+
+if not _HAS_TF_KERAS:
+    # No tf-keras installed: there is no Keras 2 to select (a Keras 3 environment, which uses
+    # ga_tfx.keras3); a Keras 2 name raises KerasVersionError when first used.
+    pass
+elif "tensorflow" not in _sys.modules:
     # Before TensorFlow is first imported: tf.keras will resolve to tf-keras (Keras 2).
+    _LEGACY_FLAG_BEFORE = _os.environ.get("TF_USE_LEGACY_KERAS")
+    _SET_LEGACY_FLAG = True
     _os.environ["TF_USE_LEGACY_KERAS"] = "1"
 else:  # TensorFlow is loaded already: decide (and check) now, not at first use.
     importlib.import_module("ga_tfx._keras")
@@ -57,6 +73,8 @@ def __getattr__(name: str) -> Any:
         except metadata.PackageNotFoundError:  # imported from a source tree, not installed
             return "unknown (not installed)"
     if name in _PUBLIC:
+        if not _HAS_TF_KERAS and name not in _KERAS_FREE:
+            importlib.import_module("ga_tfx._keras")  # raises KerasVersionError: no tf-keras
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
         globals()[name] = value
         return value

@@ -10,6 +10,7 @@ confusing errors (e.g. ``inputs not connected to outputs``).
 Every other module of ga-tfx gets Keras from here: ``from ga_tfx._keras import keras, tf``.
 """
 
+import importlib.util
 import os
 import sys
 
@@ -18,13 +19,20 @@ _TRUE_VALUES = ("1", "true", "True")
 
 
 class KerasVersionError(ImportError):
-    """Raised when this process already uses Keras 3 as ``tf.keras``."""
+    """Raised when this process already uses Keras 3 as ``tf.keras``, or when a Keras 2 part of
+    ga_tfx is used where tf-keras is not installed."""
 
 
 def _tensorflow_already_imported():
     return "tensorflow" in sys.modules
 
 
+if importlib.util.find_spec("tf_keras") is None:  # a Keras 3 environment: ga_tfx.keras3
+    # Checked before anything changes this process (tf.keras stays as it is).
+    raise KerasVersionError(
+        "this part of ga_tfx needs Keras 2 (tf-keras), which is not installed: "
+        "pip install 'tf-keras>=2.16,<2.22', or on Keras 3 use ga_tfx.keras3"
+    )
 if not _tensorflow_already_imported():
     # Set before TensorFlow is first imported: tf.keras then resolves to tf-keras (Keras 2).
     os.environ[_LEGACY_FLAG] = "1"

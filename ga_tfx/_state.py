@@ -1,7 +1,6 @@
 """Accumulation state kept beside Keras' weights: in checkpoints, never in ``get_weights()``."""
 
-from ga_tfx import _tf_keras_internals
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 
 from typing import Any, Dict, Sequence
 
@@ -27,6 +26,8 @@ def attach_state(owner: Any, holder: Untracked, module: Any, name: str) -> None:
     ``tf.train.Checkpoint`` and Keras' ``BackupAndRestore`` then save and restore it (deferred
     restoration included), while ``owner.weights`` stays unchanged.
     """
+    from ga_tfx import _tf_keras_internals  # Keras 2's owners (a Keras 2 front-end's call)
+
     holder.value = module
     _tf_keras_internals.track_trackable(owner, module, name)
 

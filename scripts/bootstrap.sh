@@ -3,6 +3,8 @@
 # dependency set and ga-tfx (editable) into each:
 #   tfx    .venv/           the TFX stack for this machine (below), with the dev tools (default)
 #   lib    .venv-lib/       Python 3.12, requirements/lock-lib.txt: the library alone on TF 2.21.0
+#   keras3 .venv-keras3/   Python 3.12, requirements/lock-keras3.txt: the Keras 3 front-end
+#                           (keras 3.15.1, TF 2.21, JAX 0.12 CPU, keras-tuner 1.4.8), no tf-keras
 #   other  .venv-tfx-1.16/  the stack .venv/ does not hold (CI proves both): TFX 1.16 beside a
 #                           native TFX 1.21 (or .venv-tfx-1.21/ if GA_TFX_STACK=1.16 chose 1.16
 #                           there); where glibc is too old for TFX 1.21, the other stack runs in a
@@ -14,7 +16,7 @@
 # ml-metadata and TFDV wheels are built for it: Debian 13, Ubuntu 24.04), else TFX 1.16. The
 # choice is printed in one line; GA_TFX_STACK=1.16 or 1.21 overrides it. GA_TFX_PYTHON names the
 # interpreter for .venv/, GA_TFX_LIB_PYTHON the one for .venv-lib/.
-# Usage: bootstrap.sh [tfx] [lib] [other]   (no argument: tfx). Safe to re-run: an environment
+# Usage: bootstrap.sh [tfx] [lib] [keras3] [other]   (no argument: tfx). Safe to re-run: an environment
 # whose lock file, setup.py and stack have not changed since its last install is left as it is
 # (a stamp file); one made for another stack or Python is made anew.
 #        bootstrap.sh which   prints, installing nothing: the stack of .venv/, the other stack,
@@ -224,6 +226,10 @@ for name in "$@"; do
         exit 2
       fi
       setup_stack "$other" "$root/.venv-tfx-$other" ;;
-    *) echo "error: unknown environment '$name' (allowed: tfx, lib, other)" >&2; exit 2 ;;
+    # Keras 3 (ga_tfx.keras3): keras 3.15.1, TF 2.21, JAX 0.12 CPU, keras-tuner 1.4.8, no tf-keras
+    # (ga-tfx goes in with --no-deps, as in every environment here).
+    keras3) setup_env keras3 "$root/.venv-keras3" 12 GA_TFX_KERAS3_PYTHON \
+              "$root/requirements/lock-keras3.txt" "keras 3.15.1 with TF 2.21 and JAX 0.12 is proven on Python 3.12" ;;
+    *) echo "error: unknown environment '$name' (allowed: tfx, lib, other, keras3)" >&2; exit 2 ;;
   esac
 done

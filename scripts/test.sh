@@ -23,8 +23,13 @@
 #          -m "not tfx and not slow and not source_tree" against the installed package, from a
 #          copy of the clone without its source packages; oneDNN's kernels on (the tfx run
 #          covers Eigen's).
+#   keras3 .venv-keras3/ (Python 3.12, keras 3.15.1, TF 2.21, JAX 0.12, keras-tuner 1.4.8, no
+#          tf-keras): -m keras3, the Keras 3 front-end's tests (ga_tfx.keras3), twice: with
+#          KERAS_BACKEND=tensorflow (report keras3-tensorflow) and KERAS_BACKEND=jax
+#          (keras3-jax); a test for one backend only is deselected in the other's run
+#          (tests/conftest.py). The other tiers do not collect these modules.
 # A -m expression given here is combined with each tier's own ("not tfx" for lib, the other
-# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib wheel other container" by
+# stack's above). GA_TFX_TEST_ENVS picks the environments ("tfx lib wheel keras3 other container" by
 # default; e.g. GA_TFX_TEST_ENVS=tfx for a TFX-only file).
 # Exit status: 0 only when every run passed; a run that collects no test (pytest's 5) fails, and
 # so does a run that collects fewer tests than the committed floor (tests/collection_floor.json:
@@ -50,7 +55,7 @@ workers="${GA_TFX_TEST_WORKERS:-2}"
 xdist=()
 [ "$workers" = 1 ] || xdist=(-n "$workers" --dist worksteal)
 
-read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib wheel other container}"
+read -r -a envs <<< "${GA_TFX_TEST_ENVS:-tfx lib wheel keras3 other container}"
 wants() { [[ " ${envs[*]} " == *" $1 "* ]]; }
 reports="$(mktemp -d)"
 setup_pid=""
@@ -139,8 +144,14 @@ for arg in "$@"; do
   esac
 done
 
-status=0
+# The Keras 3 tier is two runs, one per backend (each its own reports).
+runs=()
 for name in "${envs[@]}"; do
+  if [ "$name" = keras3 ]; then runs+=(keras3-tensorflow keras3-jax); else runs+=("$name"); fi
+done
+
+status=0
+for name in "${runs[@]}"; do
   run_env=(GA_TFX_COLLECTION_REPORT="$reports/$name.collection.json")
   runner=()  # the command that runs pytest: "$python" -m pytest unless the case says
   case "$name" in
@@ -164,7 +175,10 @@ for name in "${envs[@]}"; do
          args=("${xdist[@]}" "${plain_args[@]}")
          run_env+=(TF_ENABLE_ONEDNN_OPTS=1)  # oneDNN's kernels, as the library tier had them
          [ -z "$user_marker" ] || args+=(-m "$(tier_marker "not tfx and not source_tree")") ;;
-    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, wheel, other, container)" >&2; exit 2 ;;
+    keras3-*) python="$root/.venv-keras3/bin/python"
+         args=("${xdist[@]}" -m "$(tier_marker keras3)" "${plain_args[@]}")
+         run_env+=(KERAS_BACKEND="${name#keras3-}") ;;
+    *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, wheel, keras3, other, container)" >&2; exit 2 ;;
   esac
   [ "${#runner[@]}" -gt 0 ] || runner=("$python" -m pytest)
   if [ "$name" = container ]; then
@@ -208,7 +222,7 @@ done
 # What each run collected, per marker, against the committed floor; then one closing line for
 # both runs, from their JUnit reports.
 "$root/.venv/bin/python" - "$reports" "$custom_selection" "$root/tests/collection_floor.json" \
-  "${envs[@]}" <<'EOF' || status=1
+  "${runs[@]}" <<'EOF' || status=1
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -240,7 +254,10 @@ for name in names:
     if custom:
         print(f"[{name}] floor not checked: a selection was given")
         continue
-    floor = floors[name]
+    floor = floors.get(name)
+    if floor is None:  # a tier new since the floor was committed (the lead adds it)
+        print(f"[{name}] no committed floor yet")
+        continue
     below = [f"{key} {counts[key]} < {floor[key]}" for key in floor if counts[key] < floor[key]]
     if below:
         print(

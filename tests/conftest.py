@@ -29,6 +29,15 @@ os.environ["TMPDIR"] = _SCRATCH
 tempfile.tempdir = _SCRATCH
 atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 
+import importlib.util  # noqa: E402
+
+# The Keras 3 environment (.venv-keras3/, scripts/test.sh tier keras3) has no tf-keras: only the
+# modules marked keras3 run there, and the set-up below does not select Keras 2. JAX gets two
+# CPU devices (keras.distribution.DataParallel) from XLA's flag, set before JAX is imported.
+_KERAS3_ENV = importlib.util.find_spec("tf_keras") is None
+if _KERAS3_ENV:
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+
 import ga_tfx  # noqa: E402, F401  (first ga_tfx import: selects Keras 2 before TensorFlow)
 
 # scripts/wheel_check.sh runs the suite against the installed wheel: GA_TFX_EXPECT_INSTALLED_IN
@@ -41,10 +50,14 @@ if _INSTALLED_IN and not os.path.realpath(ga_tfx.__file__).startswith(
         f"ga_tfx was imported from {ga_tfx.__file__}, not from the installed wheel in "
         f"{_INSTALLED_IN} (GA_TFX_EXPECT_INSTALLED_IN): a source tree is on the path"
     )
-from ga_tfx._keras import tf  # noqa: E402
+if _KERAS3_ENV:
+    import ga_tfx.keras3  # noqa: E402, F401  (a Keras 3 process: tf.keras stays Keras 3)
+
+    import tensorflow as tf  # noqa: E402
+else:
+    from ga_tfx._keras import tf  # noqa: E402
 
 import gc  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import textwrap  # noqa: E402
@@ -136,7 +149,9 @@ def _time_limit(item):
 
 def pytest_collection_modifyitems(config, items):
     """The tests listed in tests/tiers.py join the slow tier (one list, one reason each); each
-    test not given its own limit gets its tier's (``TIME_LIMITS``)."""
+    test not given its own limit gets its tier's (``TIME_LIMITS``); in the Keras 3 environment a
+    test marked ``keras3_backend(NAME)`` is deselected (not skipped) in the run of another
+    KERAS_BACKEND."""
     from tests.tiers import is_slow
 
     for item in items:
@@ -145,10 +160,29 @@ def pytest_collection_modifyitems(config, items):
         limit = _time_limit(item)
         if limit is not None and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(limit))
+    if _KERAS3_ENV:
+        backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+        other = [
+            item
+            for item in items
+            if any(backend not in m.args for m in item.iter_markers("keras3_backend"))
+        ]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if item not in other]
+
+
+# Modules marked keras3 are collected in the Keras 3 environment only, and only they are there
+# (the others import Keras 2); found by their module-level `pytestmark` line, as the tfx ones.
+_KERAS3_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.keras3\b", re.MULTILINE)
 
 
 def pytest_ignore_collect(collection_path, config):
-    if _HAS_TFX or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if bool(_KERAS3_MARK.search(collection_path.read_text())) != _KERAS3_ENV:
+        return True
+    if _HAS_TFX:
         return None
     if _TFX_MARK.search(collection_path.read_text()):
         _IGNORED_TFX_MODULES.append(collection_path.name)

@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(f"{ROOT}/docs/*.md"))]
 FEATURES, CLASSES, ROWS = 8, 10, 512
 GIVEN_LINE = re.compile(r"<!-- example given: (.*?) -->")
+KERAS3_EXAMPLE = "<!-- example keras3"
 
 
 def examples():
@@ -43,6 +44,8 @@ def examples():
             if line.strip() != "```python":
                 continue
             end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+            if i and lines[i - 1].strip().startswith(KERAS3_EXAMPLE):
+                continue  # Keras 3: tests/test_keras3_docs.py runs it in .venv-keras3/
             number += 1
             given = GIVEN_LINE.fullmatch(lines[i - 1].strip()) if i else None
             names = [n.strip() for n in given.group(1).split(",")] if given else []

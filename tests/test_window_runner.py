@@ -21,10 +21,14 @@ pytestmark = []  # fast tier; library only (no TFX)
 MICRO, K = 8, 3
 
 
+_BRIDGES = ("ga_tfx._tf_internals", "ga_tfx._tf_keras_internals")
+
+
 def _library_conversions(monkeypatch):
     """The functions of ga-tfx (other than its bridge to the user's code,
-    ``_tf_keras_internals.autograph_converted``) that autograph is asked to convert from
-    here on: a ``tf.function`` traced with autograph on, or a ``tf_convert``."""
+    ``_tf_internals.autograph_converted``, re-exported by ``_tf_keras_internals``) that
+    autograph is asked to convert from here on: a ``tf.function`` traced with autograph on,
+    or a ``tf_convert``."""
     from tensorflow.python.autograph.impl import api
 
     converted = []
@@ -32,7 +36,7 @@ def _library_conversions(monkeypatch):
 
     def recording(f, *args, **kwargs):
         module = getattr(f, "__module__", "") or ""
-        if module.startswith("ga_tfx.") and module != "ga_tfx._tf_keras_internals":
+        if module.startswith("ga_tfx.") and module not in _BRIDGES:
             converted.append(f"{module}.{getattr(f, '__qualname__', f)}")
         return original(f, *args, **kwargs)
 

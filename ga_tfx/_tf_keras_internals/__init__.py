@@ -311,8 +311,14 @@ check_internals()
 check_version()
 
 # The layers', tracking, functional-config and TensorFlow internals (same checks, above).
-from ga_tfx._tf_keras_internals.layers import (  # noqa: E402
+# TensorFlow's own internals, shared with the Keras 3 front-end (no Keras: ga_tfx._tf_internals).
+from ga_tfx._tf_internals import (  # noqa: E402, F401
     autograph_converted,
+    local_component,
+    not_inlined,
+    user_code,
+)
+from ga_tfx._tf_keras_internals.layers import (  # noqa: E402
     autotrackable_children,
     bn_assign_moving_average,
     bn_param_dtype,
@@ -325,11 +331,8 @@ from ga_tfx._tf_keras_internals.layers import (  # noqa: E402
     is_graph_network,
     learning_rate_schedule,
     leave_tf_keras_unconverted_by_autograph,
-    local_component,
-    not_inlined,
     reconstruct_from_config,
     smart_cond,
     traced_for_saving,
     track_trackable,
-    user_code,
 )

@@ -26,7 +26,7 @@ The one AGC class is the chain member :class:`ga_tfx.transforms.AdaptiveClipping
 ``agc_clip_factor`` builds); :func:`adaptive_clip_gradients` is the same rule as a function.
 """
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 from ga_tfx._validation import check_positive_float
 from ga_tfx.config import DEFAULTS
 

@@ -1,8 +1,7 @@
 """The chain's member interface: :class:`GradientTransform` (see :mod:`ga_tfx.transforms`) and
 :class:`FunctionTransform`, a user callable as a member."""
 
-from ga_tfx._keras import tf
-from ga_tfx._tf_keras_internals import autograph_converted
+from ga_tfx._tf_internals import autograph_converted, tf
 
 import re
 from typing import Any, Callable, List, Optional, Sequence, Tuple

@@ -1,8 +1,7 @@
 """The gradient chain: :class:`GradientChain` (members applied in order, once per update) and
 the functions that make the documented one (:func:`make_chain`, :func:`chain_for`)."""
 
-from ga_tfx._keras import tf
-from ga_tfx._tf_keras_internals import user_code
+from ga_tfx._tf_internals import tf, user_code
 from ga_tfx.config import DEFAULTS, AccumulationConfig
 from ga_tfx.transforms.base import FunctionTransform, GradientTransform, GradsAndVars
 from ga_tfx.transforms.members import (

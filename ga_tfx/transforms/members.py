@@ -1,7 +1,7 @@
 """The built-in members of the gradient chain: :class:`NonFiniteGuard`, :class:`ClipGlobalNorm`,
 :class:`AdaptiveClipping` and :class:`GradientNoise` (see :mod:`ga_tfx.transforms`)."""
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 from ga_tfx._validation import check_positive_float
 from ga_tfx.config import DEFAULTS, NONFINITE_POLICIES
 from ga_tfx.transforms.agc import adaptive_clip_gradients, agc_settings, excluded, unit_axes

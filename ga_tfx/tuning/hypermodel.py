@@ -45,38 +45,13 @@ from ga_tfx._schema import spec_of
 from ga_tfx.batchnorm.conversion import replace_batchnorm_layers
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.models import wrap_model
-from ga_tfx.tuning.search_space import AccumulationSearchSpace
+from ga_tfx.tuning.search_space import AccumulationSearchSpace, declare
 from ga_tfx.window.replay import OutOfMemoryRecovered, out_of_memory, replay
 
 import math
 from typing import Any, Callable, Dict, List, Optional, Union, cast
 
 import keras_tuner
-
-
-def _declare(space: AccumulationSearchSpace, hp: Any) -> Dict[str, Any]:
-    """Declares the hyperparameters on ``hp``; returns this trial's values as a dict."""
-    values = {"accum_steps": hp.Choice("accum_steps", space.accum_steps)}
-    values["micro_batch_size"] = (
-        hp.Choice("micro_batch_size", space.micro_batch_size)
-        if len(space.micro_batch_size) > 1
-        else space.micro_batch_size[0]
-    )
-    values["agc_clip_factor"] = None
-    if space.agc_clip_factor is not None:
-        low, high = space.agc_clip_factor
-        if space.agc_optional:
-            if hp.Boolean("agc", default=True):
-                with hp.conditional_scope("agc", [True]):
-                    values["agc_clip_factor"] = hp.Float(
-                        "agc_clip_factor", low, high, sampling="log"
-                    )
-        else:
-            values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high, sampling="log")
-    values["learning_rate"] = None
-    if space.learning_rate is not None:
-        values["learning_rate"] = hp.Float("learning_rate", *space.learning_rate, sampling="log")
-    return values
 
 
 class AccumulationHyperModel(keras_tuner.HyperModel):
@@ -135,7 +110,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         )
 
     def build(self, hp: Any) -> Any:
-        values = _declare(self.search_space, hp)
+        values = declare(self.search_space, hp)
         if not self.search_space.searches_agc():
             values["agc_clip_factor"] = self.agc_clip_factor
         model = self.build_model(hp)

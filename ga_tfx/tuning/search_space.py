@@ -116,3 +116,32 @@ class AccumulationSearchSpace(Settings):
         ratio = effective_batch_size / self.unscaled_batch_size
         factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[self.lr_scaling]
         return learning_rate * factor
+
+
+def declare(space: AccumulationSearchSpace, hp: Any) -> Dict[str, Any]:
+    """Declares the hyperparameters of ``space`` on ``hp`` (a ``keras_tuner.HyperParameters``);
+    returns this trial's values as a dict (``accum_steps``, ``micro_batch_size``,
+    ``agc_clip_factor``, ``learning_rate``; ``None`` where not searched). The one declaration
+    of both Tuner plugins (Keras 2's :mod:`ga_tfx.tuning.hypermodel`, Keras 3's
+    :mod:`ga_tfx.keras3.tuning`)."""
+    values = {"accum_steps": hp.Choice("accum_steps", space.accum_steps)}
+    values["micro_batch_size"] = (
+        hp.Choice("micro_batch_size", space.micro_batch_size)
+        if len(space.micro_batch_size) > 1
+        else space.micro_batch_size[0]
+    )
+    values["agc_clip_factor"] = None
+    if space.agc_clip_factor is not None:
+        low, high = space.agc_clip_factor
+        if space.agc_optional:
+            if hp.Boolean("agc", default=True):
+                with hp.conditional_scope("agc", [True]):
+                    values["agc_clip_factor"] = hp.Float(
+                        "agc_clip_factor", low, high, sampling="log"
+                    )
+        else:
+            values["agc_clip_factor"] = hp.Float("agc_clip_factor", low, high, sampling="log")
+    values["learning_rate"] = None
+    if space.learning_rate is not None:
+        values["learning_rate"] = hp.Float("learning_rate", *space.learning_rate, sampling="log")
+    return values

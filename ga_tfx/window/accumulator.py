@@ -11,9 +11,9 @@ micro-batch's gradient never communicates, and :meth:`window_mean` sums all repl
 with one batched all-reduce per optimizer update.
 """
 
-from ga_tfx import _tf_keras_internals
-from ga_tfx._keras import tf
+from ga_tfx import _tf_internals
 from ga_tfx._state import Untracked
+from ga_tfx._tf_internals import tf
 
 from typing import Any, Iterable, List, Sequence, Tuple
 
@@ -227,7 +227,7 @@ class GradientAccumulator(tf.Module):
 def _local_component(buffer: Any) -> Any:
     """This replica's copy of a replica-local buffer (``ON_READ`` distributed variables do not
     support ``scatter_add`` themselves; their per-device components do)."""
-    return _tf_keras_internals.local_component(buffer)
+    return _tf_internals.local_component(buffer)
 
 
 def _static_shape(variable: Any) -> Any:

@@ -6,7 +6,7 @@ Every front-end only feeds micro-batches and asks these -- ``fit``'s train funct
 :class:`~ga_tfx.window.WindowCore` (duck-typed: this module does not import it).
 """
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 
 from typing import Any, Callable, Optional
 

@@ -1,8 +1,7 @@
 """The window core: :class:`WindowCore` (see :mod:`ga_tfx.window`)."""
 
-from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
-from ga_tfx._tf_keras_internals import user_code
+from ga_tfx._tf_internals import tf, user_code
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.transforms import GradientChain, Member, NonFiniteGuard, chain_for
 from ga_tfx.window import noise, split

@@ -2,10 +2,10 @@
 (``config.schedule``, the value in :mod:`ga_tfx.schedules`) and ``lr_scaling``, as functions of
 the config and the core's state."""
 
-from ga_tfx import _tf_keras_internals as internals
-from ga_tfx._keras import keras, tf
+from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.schedules import AdaptiveSchedule, CallableSchedule, PiecewiseSchedule
+from ga_tfx.window import shims
 from ga_tfx.window.state import WindowState
 
 from typing import Any, cast
@@ -78,13 +78,11 @@ def scale_learning_rate(
     if config.lr_scaling == "none":
         return applied
     variable = optimizer.learning_rate
-    if internals.learning_rate_schedule(optimizer) is not None or not isinstance(
-        variable, tf.Variable
-    ):
+    if shims.learning_rate_schedule(optimizer) is not None or not isinstance(variable, tf.Variable):
         raise ValueError(
             f"lr_scaling={config.lr_scaling!r} sets the optimizer's learning rate when K "
             "changes, so it must be a constant learning rate (a variable), not a "
-            f"LearningRateSchedule; got {internals.learning_rate_schedule(optimizer)!r}. Use "
+            f"LearningRateSchedule; got {shims.learning_rate_schedule(optimizer)!r}. Use "
             "lr_scaling='none' with a schedule."
         )
     base = tf.where(
@@ -102,21 +100,19 @@ def scale_learning_rate(
 def _applied_learning_rate(optimizer: Any) -> tf.Tensor:
     """The learning rate the optimizer's last update used, as float64 (called after it).
 
-    tf-keras' optimizer keeps it in ``learning_rate``: the variable of a constant rate, or,
-    with a ``LearningRateSchedule``, the variable its ``apply_gradients`` sets to the schedule
-    at the step before counting it (tf_keras/src/optimizers/optimizer.py,
-    ``_compute_current_learning_rate``). A legacy optimizer (``keras.optimizers.legacy``)
-    returns the schedule itself, which its update evaluated at ``iterations`` before the
-    increment, and divides its rate (a schedule's or a constant) by ``1 + decay ·
-    iterations`` (legacy/optimizer_v2.py, ``_decayed_lr``): both here at the update just
-    counted, ``iterations - 1``. A
-    ``LossScaleOptimizer`` answers for its inner optimizer."""
-    rate = optimizer.learning_rate
+    With a ``LearningRateSchedule`` it is the schedule at the update just counted,
+    ``iterations - 1``: tf-keras' optimizer sets its ``learning_rate`` variable to that value
+    before counting (tf_keras/src/optimizers/optimizer.py, ``_compute_current_learning_rate``),
+    a legacy one (``keras.optimizers.legacy``) evaluates its schedule at ``iterations`` before
+    the increment, and Keras 3's ``learning_rate`` property evaluates the schedule at the
+    current ``iterations`` (keras/src/optimizers/base_optimizer.py), the next update's: so the
+    schedule itself is asked, for every kind. A legacy optimizer also divides the rate by
+    ``1 + decay · iterations`` (legacy/optimizer_v2.py, ``_decayed_lr``): at the same step here
+    (:func:`ga_tfx.window.shims.legacy_decay`). A ``LossScaleOptimizer`` answers for its inner
+    optimizer."""
     step = tf.maximum(tf.cast(optimizer.iterations, tf.float64) - 1.0, 0.0)
+    schedule = shims.learning_rate_schedule(optimizer)
+    rate = schedule if schedule is not None else optimizer.learning_rate
     value = tf.cast(rate(step) if callable(rate) else tf.convert_to_tensor(rate), tf.float64)
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if not isinstance(inner, keras.optimizers.legacy.Optimizer):
-        return value
-    with tf.init_scope():  # its config reads variables: eagerly, once per trace
-        decay = float(inner.get_config().get("decay", 0.0))  # the legacy optimizers' argument
+    decay = shims.legacy_decay(optimizer)
     return value / (1.0 + decay * step) if decay > 0 else value

@@ -1,7 +1,7 @@
 """The gradient noise scale's arithmetic (``log_noise_scale``; see :mod:`ga_tfx.window`), as
 functions of the config and the core's state."""
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.window.state import WindowState
 

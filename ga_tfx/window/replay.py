@@ -11,7 +11,7 @@ How each front-end reads the data again is its own: ``fit``'s is
 :func:`ga_tfx.engine.recovery.fit_replayed`, ``TrainingLoop``'s its data position.
 """
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 
 from typing import Any, Callable, Optional, TypeVar
 

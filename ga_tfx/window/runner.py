@@ -33,8 +33,8 @@ site. With ``eager`` (``run_eagerly``) nothing is traced.
 The out-of-memory replay that retraces it is beside it (:mod:`ga_tfx.window.replay`).
 """
 
-from ga_tfx import _tf_keras_internals as internals
-from ga_tfx._keras import tf
+from ga_tfx import _tf_internals as internals
+from ga_tfx._tf_internals import tf
 from ga_tfx.window import clock
 from ga_tfx.window.shims import xla_step
 

@@ -1,8 +1,12 @@
 """Optimizer shims: what the core needs to know of Keras' optimizers (loss scaling, applying
-gradients already summed over replicas) and of XLA."""
+gradients already summed over replicas, building slots, the learning-rate schedule) and of XLA.
 
-from ga_tfx._keras import keras, tf
-from ga_tfx._tf_keras_internals import autograph_converted
+The optimizer calls are the core's one Keras-specific interface: each function here hands the
+optimizer to its Keras' binding (:func:`keras_binding`: Keras 2, tf-keras, or Keras 3 on
+TensorFlow), so the core itself imports TensorFlow only (:mod:`ga_tfx._tf_internals`).
+"""
+
+from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 
 from typing import Any, Callable, List, Sequence, Tuple
@@ -23,18 +27,32 @@ def xla_step(function: Callable) -> Callable:
     return tf.function(step, jit_compile=True, reduce_retracing=True)
 
 
-_LossScaleOptimizers = (keras.mixed_precision.LossScaleOptimizer,)
+def keras_binding(optimizer: Any) -> Any:
+    """The optimizer binding of ``optimizer``'s Keras: :mod:`ga_tfx.window.keras3_optimizers`
+    for a class (or a base) from Keras 3's ``keras`` package, else
+    :mod:`ga_tfx.window.keras2_optimizers` (tf-keras). The one place the core tells the two
+    apart; each binding is imported only when an optimizer of its Keras is seen, so a Keras 3
+    process never imports tf-keras. Both have the same functions: ``is_loss_scale_optimizer``,
+    ``skips_nonfinite_itself``, ``apply_aggregated_gradients``, ``build_optimizer``,
+    ``learning_rate_schedule``, ``legacy_decay``."""
+    if any(cls.__module__.split(".")[0] == "keras" for cls in type(optimizer).__mro__):
+        from ga_tfx.window import keras3_optimizers
+
+        return keras3_optimizers
+    from ga_tfx.window import keras2_optimizers
+
+    return keras2_optimizers
 
 
 def is_loss_scale_optimizer(optimizer: Any) -> bool:
     """True for a Keras ``LossScaleOptimizer`` (new or legacy), which scales the loss."""
-    return isinstance(optimizer, _LossScaleOptimizers) or hasattr(optimizer, "get_scaled_loss")
+    return bool(keras_binding(optimizer).is_loss_scale_optimizer(optimizer))
 
 
 def skips_nonfinite_itself(optimizer: Any) -> bool:
     """True for a dynamic ``LossScaleOptimizer``: it skips a non-finite update itself (and
     lowers its loss scale), so the core applies every window and reads its decision."""
-    return is_loss_scale_optimizer(optimizer) and bool(getattr(optimizer, "dynamic", False))
+    return bool(keras_binding(optimizer).skips_nonfinite_itself(optimizer))
 
 
 def apply_aggregated_gradients(
@@ -43,22 +61,25 @@ def apply_aggregated_gradients(
     """``optimizer.apply_gradients`` for gradients that are already summed over replicas.
 
     Under a dynamic ``LossScaleOptimizer`` a non-finite window is skipped as one unit (no weight
-    or slot changes, the loss scale decreases once) and, unlike Keras' own skipped steps, does
-    not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
+    or slot changes, the loss scale decreases once) and, unlike Keras 2's own skipped steps,
+    does not count in ``optimizer.iterations``: iterations (and learning-rate schedules) count
     applied updates only.
     """
-    apply_gradients = autograph_converted(optimizer.apply_gradients)  # the user's, maybe
-    if isinstance(optimizer, keras.optimizers.Optimizer):
-        result = apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
-    else:
-        result = apply_gradients(grads_and_vars, experimental_aggregate_gradients=False)
-    if skips_nonfinite_itself(optimizer):
-        # The same decision the LossScaleOptimizer takes: all gradients finite.
-        with tf.control_dependencies(as_dependencies(result)):
-            result = optimizer.iterations.assign_sub(
-                1 - tf.cast(all_finite(grads_and_vars), tf.int64)
-            )
-    return result
+    return keras_binding(optimizer).apply_aggregated_gradients(
+        optimizer, grads_and_vars, lambda: all_finite(grads_and_vars)
+    )
+
+
+def learning_rate_schedule(optimizer: Any) -> Any:
+    """The optimizer's ``LearningRateSchedule`` (``None`` for a constant learning rate); a
+    ``LossScaleOptimizer`` answers for its inner optimizer."""
+    return keras_binding(optimizer).learning_rate_schedule(optimizer)
+
+
+def legacy_decay(optimizer: Any) -> float:
+    """A legacy tf-keras optimizer's ``decay`` (its rate divided by ``1 + decay · step``); 0.0
+    for every other optimizer (Keras 3 has no legacy optimizers)."""
+    return float(keras_binding(optimizer).legacy_decay(optimizer))
 
 
 def build_optimizer(optimizer: Any, variables: Sequence[tf.Variable]) -> None:
@@ -72,18 +93,14 @@ def build_optimizer(optimizer: Any, variables: Sequence[tf.Variable]) -> None:
     window end's first trace instead, they make ``tf.function`` trace that function a second
     time (a trace that creates variables is followed by one that may not): 0.5 s of the main
     job's 6 s Trainer. Legacy optimizers (``optimizer_v2``, which build for the connected
-    variables only) still create theirs as they first apply. So does Keras' ``Nadam``: its
+    variables only) still create theirs as they first apply. So does Keras 2's ``Nadam``: its
     update keeps trace-time Python state (``_u_product_counter``, counted as its steps are
     traced), so its graph depends on how many times it was traced; plain Keras traces its
     train function twice (the slots are made in the first trace), and built here it would be
     traced once and update differently from plain Keras (max |Δw| 3.5e-3 after a few updates
     in tests/test_equivalence.py).
     """
-    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
-    if isinstance(optimizer, keras.optimizers.Optimizer) and not isinstance(
-        inner, keras.optimizers.Nadam
-    ):
-        optimizer.build(list(variables))
+    keras_binding(optimizer).build_optimizer(optimizer, variables)
 
 
 def all_finite(grads_and_vars: Sequence[Tuple[Any, Any]]) -> tf.Tensor:

@@ -2,7 +2,7 @@
 as functions of the core (a :class:`~ga_tfx.window.WindowCore`, duck-typed: this module does
 not import it; its ``accumulation`` config and ``state`` are read) or of its state."""
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 from ga_tfx.window.state import WindowState
 
 from typing import Any, Callable

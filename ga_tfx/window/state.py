@@ -1,7 +1,7 @@
 """The window core's state: counters, noise-scale averages and records (:class:`WindowState`)."""
 
-from ga_tfx._keras import tf
 from ga_tfx._state import Untracked
+from ga_tfx._tf_internals import tf
 from ga_tfx.window.events import RECORD_CAPACITY, RECORD_FIELDS
 
 from typing import Any, Sequence

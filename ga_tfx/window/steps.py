@@ -6,7 +6,7 @@ estimates, the chain), the end of the window layers in the branch the update too
 window's accounting (cross-replica: counters, noise-scale averages, the next K and learning
 rate, the record)."""
 
-from ga_tfx._keras import tf
+from ga_tfx._tf_internals import tf
 from ga_tfx.transforms import global_norm
 from ga_tfx.window import next_k, noise
 from ga_tfx.window.accumulator import GradientAccumulator

@@ -168,7 +168,7 @@ MUTATIONS = [
     ),
     Mutation(  # fit's window end is traced without autograph: the user's code in it too
         "engine.user_transform_not_converted",
-        "ga_tfx/_tf_keras_internals/layers.py",
+        "ga_tfx/_tf_internals.py",
         "        return function\n    return autograph_converted(function)\n",
         "        return function\n    return function\n",
         ("tests/test_transforms.py", "-k", "python_control_flow"),

@@ -1,0 +1,199 @@
+"""The Keras 3 model front-end on the TensorFlow backend: ``fit`` of whole windows through the
+window core (see :mod:`ga_tfx.keras3` and docs/ARCHITECTURE.md, "Keras 3").
+
+A wrapped model's train function is the core's :class:`~ga_tfx.window.runner.WindowRunner`
+execution of one window per call (Keras 3's ``steps_per_execution`` is set to ``K``, so its
+epoch iterator calls the train function once per window). Each micro-batch runs the model's
+own ``train_step`` (Keras 3's, or the user's override) in replica context, with
+``self.optimizer`` standing for a sink whose ``apply_gradients`` adds the gradients to the core
+(:meth:`~ga_tfx.window.WindowCore.add`, weighted by the replica's samples); the window ends with
+:meth:`~ga_tfx.window.WindowCore.finish` and the real optimizer: one update per window, in
+cross-replica context, under ``tf.distribute`` too. Keras 3 scales each replica's loss by
+``1/R`` (``keras/src/losses/loss.py``, ``scale_loss_for_distribution``), which is the share the
+core's :meth:`~ga_tfx.window.WindowCore.add` expects.
+
+The data's end inside a window (an epoch of ``N`` micro-batches, ``N`` not a multiple of
+``K``): Keras 3's epoch iterator ends the epoch on the ``OutOfRangeError`` of the execution
+that ran out; the micro-batches before it are in the core's buffers, and the end of the epoch
+ends their window by ``partial_window`` (``apply``: a smaller batch).
+"""
+
+from ga_tfx._tf_internals import tf
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.keras3.batchnorm import window_layers
+from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
+from ga_tfx.window.runner import WindowRunner
+from ga_tfx.window.shims import is_loss_scale_optimizer
+
+import contextlib
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
+
+import keras
+
+
+class _GradientSink:
+    """Stands for the model's optimizer while ``train_step`` is traced: ``apply_gradients``
+    adds the micro-batch's gradients to the window; every other attribute is the optimizer's."""
+
+    def __init__(self, optimizer: Any, core: WindowCore, weight: Any) -> None:
+        self._optimizer = optimizer
+        self._core = core
+        self._weight = weight
+        self.ops: List[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
+
+    def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> Any:
+        if self.ops:
+            raise ValueError(
+                "ga_tfx.keras3: the model's train_step called optimizer.apply_gradients more "
+                "than once for one micro-batch; accumulation needs one call per micro-batch"
+            )
+        variables = self._core.accumulator.accumulated_variables
+        index = {id(v): i for i, v in enumerate(variables)}
+        grads: List[Any] = [None] * len(variables)
+        for grad, variable in grads_and_vars:
+            value = getattr(variable, "value", variable)
+            if id(value) not in index:
+                raise ValueError(
+                    f"ga_tfx.keras3: train_step applied a gradient to {variable.path!r}, "
+                    "which is not a trainable variable of the model being fitted"
+                )
+            grads[index[id(value)]] = grad
+        if is_loss_scale_optimizer(self._optimizer):
+            # train_step scaled the loss (optimizer.scale_loss): the core sums unscaled
+            # gradients; the window end scales the window gradient back for the optimizer,
+            # which unscales it, skips a non-finite window and lowers its scale once.
+            scale = tf.convert_to_tensor(self._optimizer.dynamic_scale)
+            grads = [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
+        self.ops.append(self._core.add(grads, self._weight))
+        return self.ops[-1]
+
+    def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
+        return self.apply_gradients(zip(grads, trainable_variables))
+
+
+@contextlib.contextmanager
+def _optimizer_as(model: Any, stand_in: Any) -> Iterator[None]:
+    """``model.optimizer`` is ``stand_in`` inside (a plain attribute swap: Keras 3 tracks
+    nothing of it)."""
+    real = model.optimizer
+    object.__setattr__(model, "optimizer", stand_in)
+    try:
+        yield
+    finally:
+        object.__setattr__(model, "optimizer", real)
+
+
+def _samples(data: Any) -> Any:
+    """The micro-batch's samples on this replica (the first input's leading dimension)."""
+    x = data[0] if isinstance(data, (tuple, list)) else data
+    first = next(t for t in tf.nest.flatten(x) if t is not None)
+    return tf.shape(first)[0]
+
+
+class TFWindowTrainer:
+    """The windows of one wrapped Keras 3 model on TensorFlow: its core and train function.
+
+    Args:
+      model: a compiled, built Keras 3 model (TensorFlow backend).
+      config: the :class:`~ga_tfx.AccumulationConfig`.
+    """
+
+    def __init__(self, model: Any, config: AccumulationConfig) -> None:
+        self.model = model
+        self.config = config
+        strategy = model.distribute_strategy
+        with strategy.scope():
+            variables = [v.value for v in model.trainable_variables]
+            self.core = WindowCore(variables, config, window_layers=window_layers(model))
+            # Built here, host side, not inside the window end's first trace.
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+        self.runner = WindowRunner(
+            self.core,
+            strategy,
+            self._micro_batch,
+            self._finish,
+            logs=self._reduce,
+            eager=bool(model.run_eagerly),
+        )
+        self.train_function = self.runner.trace(self._execution)
+
+    def _micro_batch(self, data: Any) -> Any:
+        """Replica context: the model's ``train_step`` with the sink as its optimizer."""
+        sink = _GradientSink(self.model.optimizer, self.core, _samples(data))
+        with _optimizer_as(self.model, sink):
+            logs = self.model.train_step(data)
+        if not sink.ops:
+            raise ValueError(
+                "ga_tfx.keras3: the model's train_step never called "
+                "self.optimizer.apply_gradients, so there is nothing to accumulate"
+            )
+        with tf.control_dependencies(sink.ops):
+            return tf.nest.map_structure(tf.identity, logs)
+
+    def _finish(self) -> Any:
+        return self.core.finish(self.model.distribute_strategy, self.model.optimizer)
+
+    def _reduce(self, outputs: Any) -> Any:
+        strategy = self.model.distribute_strategy
+        return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
+
+    def _execution(self, iterator: Any) -> Any:
+        steps = self.core.state.current_accum_steps.read_value()
+        return self.runner.execution(iterator, steps, finish_last=True)
+
+    def end_pending_window(self) -> bool:
+        """Host: ends a window the data's end left short, by ``partial_window``."""
+        return self.runner.end_pending_window()
+
+
+class _EndOfEpoch(keras.callbacks.Callback):
+    """Ends, at each epoch's end, the window the data's end left short (``partial_window``)."""
+
+    def __init__(self, owner: Any) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        if self._owner._ga_trainer is not None:
+            self._owner._ga_trainer.end_pending_window()
+
+
+class AccumulationMixin:
+    """Mixed into a Keras 3 model's class by :func:`ga_tfx.keras3.wrap_model`."""
+
+    ga_accumulation: AccumulationConfig
+    _ga_trainer: Optional[TFWindowTrainer]
+    train_function: Any
+
+    @property
+    def window_core(self) -> WindowCore:
+        """The window core (made at the first ``fit``)."""
+        if self._ga_trainer is None:
+            raise ValueError("ga_tfx.keras3: the window core exists from the first fit on")
+        return self._ga_trainer.core
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["steps_per_execution"] = self.ga_accumulation.accum_steps
+        super().compile(*args, **kwargs)  # type: ignore[misc]
+        object.__setattr__(self, "_ga_trainer", None)
+
+    def make_train_function(self, force: bool = False) -> Any:
+        if self.train_function is not None and not force:
+            return self.train_function
+        trainer = self._ga_trainer
+        if trainer is None:
+            trainer = TFWindowTrainer(self, self.ga_accumulation)
+            object.__setattr__(self, "_ga_trainer", trainer)
+            # The core as a checkpoint dependency: model/ga_window_core/... (the layout of the
+            # Keras 2 front-ends).
+            setattr(self, CHECKPOINT_KEY, trainer.core)
+        self.train_function = trainer.train_function
+        return self.train_function
+
+    def fit(self, *args: Any, callbacks: Any = None, **kwargs: Any) -> Any:
+        callbacks = list(callbacks or []) + [_EndOfEpoch(self)]
+        return super().fit(*args, callbacks=callbacks, **kwargs)  # type: ignore[misc]

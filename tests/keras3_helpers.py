@@ -1,0 +1,35 @@
+"""Shared by the Keras 3 tests (tests/test_keras3_*.py): models, data, the big-batch reference."""
+
+import keras
+import numpy as np
+
+# float32 round-off: the window gradient sums K micro-batch means in another order than the
+# big batch's one mean (relative error ~1e-7 per entry); over a few SGD updates of weights of
+# order 1 that stays below 1e-6 (ENGINEERING.md section 3: aim <= 1e-6).
+TOLERANCE = 1e-6
+
+
+def data(n=64, features=4, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype("float32")
+    y = (x @ rng.normal(size=(features, 1)) + 0.1 * rng.normal(size=(n, 1))).astype("float32")
+    return x, y
+
+
+def mlp(features=4, seed=1):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [keras.Input((features,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+    )
+
+
+def max_weight_difference(a, b):
+    return max(float(np.max(np.abs(u - v))) for u, v in zip(a.get_weights(), b.get_weights()))
+
+
+def big_batch_weights(optimizer, x, y, batch, epochs=1, model_fn=mlp, loss="mse"):
+    """Plain Keras 3 trained on batches of ``batch``: the reference."""
+    model = model_fn()
+    model.compile(optimizer=optimizer, loss=loss)
+    model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0)
+    return model
