@@ -36,6 +36,7 @@ def create_pipeline(
     beam_pipeline_args: Optional[List[str]] = None,
     curated_schema_file: Optional[str] = None,
     train_rows: Optional[int] = None,
+    vertex_training=None,
 ) -> tfx.dsl.Pipeline:
     """The digits pipeline over the CSV files in ``data_root`` (or, with ``options.csv.label``, the
     pipeline of any CSV: see :mod:`ga_tfx.pipelines.parts.data`).
@@ -54,6 +55,8 @@ def create_pipeline(
       train_rows: the training split's rows (about 2/3 of the rows with a label), from which a
         ``--label`` run without ``train_updates`` derives its length
         (:meth:`TrainingOptions.windows_plan`); None: not counted.
+      vertex_training: the Trainer as a Vertex AI custom job of several replicas
+        (:class:`~ga_tfx.components.trainer.vertex_training.VertexTraining`); None: one container.
     """
     code = user_code.for_options(options.csv)
     windows, windows_per_epoch = options.windows_plan(train_rows)
@@ -82,7 +85,9 @@ def create_pipeline(
     # Keyed by the pipeline, not by the run: a Kubeflow job submitted again gets a new job id
     # and new output URIs (on Vertex, <root>/<project>/<job id>/<task>_<uuid>/...).
     resume_root = os.path.join(pipeline_root, RESUME_DIR, pipeline_name)
-    trainer = training.trainer(code, run, settings, transform, tuner, windows, resume_root)
+    trainer = training.trainer(
+        code, run, settings, transform, tuner, windows, resume_root, vertex_training
+    )
 
     baseline = evaluation.baseline(code, transform)  # the generic model must beat it
     evaluator = evaluation.evaluator(code, options.blessing, examples, trainer, baseline)

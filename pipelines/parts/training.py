@@ -109,12 +109,16 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
     }
 
 
-def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows: int, resume_root):
+def trainer(
+    code, run, settings: Dict[str, Any], transform, tuner, windows: int, resume_root, vertex=None
+):
     """The ga-tfx Trainer: ``windows`` windows over Transform's output with ``settings``
     (:func:`trainer_settings`), evaluated on ``run.eval_steps`` micro-batches, the Tuner's best
     hyperparameters when ``tuner`` is not None, its resumable checkpoints under
-    ``resume_root``."""
-    return GradientAccumulationTrainer(
+    ``resume_root``; a Vertex AI custom job of several replicas when ``vertex`` (a
+    :class:`~ga_tfx.components.trainer.vertex_training.VertexTraining`) is given."""
+    make = GradientAccumulationTrainer if vertex is None else vertex.trainer
+    return make(
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=tuner.outputs["best_hyperparameters"] if tuner is not None else None,
