@@ -65,6 +65,10 @@ def compile_pipeline(
     pipeline_spec: str = DEFAULT_PIPELINE_SPEC,
     trainer_retries: int = DEFAULT_TRAINER_RETRIES,
     resources: Optional[Dict[str, Resources]] = None,
+    trainer_workers: int = 1,
+    project: Optional[str] = None,
+    region: Optional[str] = None,
+    trainer_machine_type: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Writes the PipelineJob JSON to ``output_file`` and returns it as a dict.
 
@@ -73,7 +77,10 @@ def compile_pipeline(
     default :func:`beam_args` for DirectRunner. ``pipeline_spec``: the schema,
     :data:`PIPELINE_SPECS` says which backend reads which. ``trainer_retries``: the Trainer
     task's ``retryPolicy.maxRetryCount`` (0: none). ``resources``: ``"trainer"`` or ``"tuner"`` ->
-    :class:`Resources` for that step's container.
+    :class:`Resources` for that step's container. ``trainer_workers`` > 1: the Trainer runs as a
+    Vertex AI custom job of that many replicas in ``project`` and ``region``, each on a
+    ``trainer_machine_type`` with the Trainer's accelerator
+    (:mod:`ga_tfx.components.trainer.vertex_training`).
     """
     if pipeline_spec not in PIPELINE_SPECS:
         raise ValueError(
@@ -82,6 +89,19 @@ def compile_pipeline(
         )
     if trainer_retries < 0:
         raise ValueError(f"trainer retries {trainer_retries}: allowed 0 or more")
+    vertex = None
+    if trainer_workers != 1:
+        from ga_tfx.components.trainer.vertex_training import VertexTraining
+
+        resources = dict(resources or {})
+        vertex = VertexTraining.of(
+            image,
+            trainer_workers,
+            project,
+            region,
+            trainer_machine_type,
+            resources.pop("trainer", None),
+        )
     pipeline = pipeline_lib.create_pipeline(
         pipeline_name,
         pipeline_root,
@@ -94,6 +114,7 @@ def compile_pipeline(
             else beam_args("DirectRunner", image, pipeline_root)
         ),
         curated_schema_file=IMAGE_DIGITS_SCHEMA,
+        vertex_training=vertex,
     )
     steps = _steps(pipeline)
     for step, wanted in (resources or {}).items():
