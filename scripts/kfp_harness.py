@@ -33,6 +33,7 @@ import time
 import uuid
 from typing import Callable, Dict, List, Optional
 
+import vertex_standin
 from google.protobuf import json_format, struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2 as pb
 
@@ -154,6 +155,8 @@ class JobRun:
         self.inputs: Dict[str, pb.ExecutorInput] = {}
         self.logs: Dict[str, str] = {}
         self.run_dir = os.path.join(self.pipeline_root, PROJECT, self.job_id)
+        # More variables of every task container (a stand-in's: scripts/vertex_standin.py).
+        self.env: Dict[str, str] = {}
 
     # --- the ExecutorInput a KFP backend builds ---------------------------------------------
     def container(self, task: str) -> pb.PipelineDeploymentConfig.PipelineContainerSpec:
@@ -239,7 +242,7 @@ class JobRun:
         return (
             ["docker", "run", "--rm" if not detach else "--detach", f"--name={name}"]
             + [f"--network={network or self.network}", f"--entrypoint={command[0]}"]
-            + [f"--env={key}={value}" for key, value in (env or {}).items()]
+            + [f"--env={key}={value}" for key, value in {**self.env, **(env or {})}.items()]
             + volumes
             + [self.image]
             + list(command[1:])
@@ -422,6 +425,7 @@ def main(argv=None) -> int:
     run = JobRun(
         args.job, args.image, args.pipeline_root, tuple(args.mount), args.job_id, args.network
     )
+    vertex_standin.attach(run)  # Vertex's job API, for a Trainer compiled with --trainer-workers
     print(f"harness: job {run.job_id}, schema {run.spec.schema_version}, image {args.image}")
     for label, request in ignored_resources(run.spec).items():
         print(f"  (resources of {label} ignored: {request})")
