@@ -169,7 +169,9 @@ class CustomJobs:
             self._state(job_id, "JOB_STATE_FAILED", f"image {wrong} is not the harness's image")
             return job["state"]
         network = f"vertex-{job_id}"
-        subprocess.run(["docker", "network", "create", "--internal", network], check=True)
+        subprocess.run(
+            ["docker", "network", "create", "--internal", network], check=True, capture_output=True
+        )
         try:
             for replica in job["replicas"]:
                 subprocess.run(self.docker_run(replica, network), check=True, capture_output=True)

@@ -306,6 +306,11 @@ COMPILE += ["gs://b/digits", "--serving-dir", "gs://b/serving"]
             "and --region (got project=None, region='r')",
         ),
         (
+            ["--trainer-workers", "3", "--project", "p"],
+            "--trainer-workers 3 runs the Trainer as a Vertex AI custom job: it needs --project "
+            "and --region (got project='p', region=None)",
+        ),
+        (
             ["--trainer-workers", "0"],
             "--trainer-workers 0: a Vertex AI custom job here has 2 or more replicas (1 compiles "
             "the Trainer as one container)",
