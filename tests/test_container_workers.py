@@ -16,9 +16,9 @@ worker pools it was sent -- pool 0 the chief, pool 1 a worker -- as two containe
   on two), within the all-reduce's round-off;
 - is evaluated and blessed, and the model pushed, from the chief's export.
 
-Markers ``container`` and ``container_extra``: about 12 minutes on 2 cores (the upstream steps,
-the one-worker Trainer, the two-replica job with TFX's 30 s poll, the Evaluator and the Pusher),
-left out of CI's container stage; run by
+Markers ``container`` and ``container_extra``: 10.5 to 28 minutes measured on the shared 2-core
+machine (the upstream steps, the one-worker Trainer, the two-replica job with TFX's 30 s poll,
+the Evaluator and the Pusher), left out of CI's container stage; run by
 ``.venv/bin/python -m pytest -m container tests/test_container_workers.py``.
 """
 

@@ -15,7 +15,9 @@ lines 97-120).
 The client writes each request into the spool folder (``$VERTEX_STANDIN_SPOOL``, under the
 pipeline root, mounted) as ``<job>.request.json``; the host (``scripts/vertex_standin.py``)
 starts the replicas and writes ``<job>.state.json``, which ``get_custom_job`` returns. Nothing
-else in the container changes; without ``$VERTEX_STANDIN_SPOOL`` this module does nothing.
+else in the container changes; without ``$VERTEX_STANDIN_SPOOL`` this module does nothing. It
+shadows the image's own ``sitecustomize`` (Debian's, which only installs the apport hook, absent
+from the image).
 """
 
 import importlib.abc
