@@ -77,6 +77,22 @@ def _add_kubeflow_flags(group):
         help="retries of a failed Trainer pod (a preempted one resumes from its checkpoint); "
         f"0: none (default {kubeflow.DEFAULT_TRAINER_RETRIES})",
     )
+    group.add_argument(
+        "--trainer-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the Trainer's replicas: N > 1 runs it as a Vertex AI custom job of N replicas "
+        "through TFX's Vertex training extension (needs --project, --region and --strategy "
+        "multi_worker; --trainer-resources then gives each replica's accelerator); default 1",
+    )
+    group.add_argument("--project", help="the Google Cloud project of --trainer-workers' job")
+    group.add_argument("--region", help="the Vertex AI region of --trainer-workers' job")
+    group.add_argument(
+        "--trainer-machine-type",
+        metavar="TYPE",
+        help="each replica's Vertex AI machine type with --trainer-workers (default n1-standard-8)",
+    )
     for step in ("trainer", "tuner"):
         group.add_argument(
             f"--{step}-resources",
@@ -339,6 +355,10 @@ def _compile(args):
             for step, text in (("trainer", args.trainer_resources), ("tuner", args.tuner_resources))
             if text
         },
+        trainer_workers=args.trainer_workers,
+        project=args.project,
+        region=args.region,
+        trainer_machine_type=args.trainer_machine_type,
     )
     spec = written if backend == "kfp" else written["pipelineSpec"]
     tasks = spec["root"]["dag"]["tasks"]

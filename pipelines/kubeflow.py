@@ -89,6 +89,10 @@ def compile_pipeline(
     pipeline_spec: str = DEFAULT_PIPELINE_SPEC,
     trainer_retries: int = DEFAULT_TRAINER_RETRIES,
     resources: Optional[Dict[str, Resources]] = None,
+    trainer_workers: int = 1,
+    project: Optional[str] = None,
+    region: Optional[str] = None,
+    trainer_machine_type: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Writes the job for ``backend`` to ``output_file`` and returns what it wrote, as a dict.
 
@@ -126,6 +130,9 @@ def compile_pipeline(
     schema, :data:`PIPELINE_SPECS` says which backend reads which. ``trainer_retries``: the
     Trainer task's ``retryPolicy.maxRetryCount`` (0: none). ``resources``: ``"trainer"`` or
     ``"tuner"`` -> :class:`Resources` for that step's container, in ``backend``'s vocabulary.
+    ``trainer_workers`` > 1 (``backend="vertex"`` only): the Trainer runs as a Vertex AI custom
+    job of that many replicas in ``project`` and ``region``, each on a ``trainer_machine_type``
+    with the Trainer's accelerator (:mod:`ga_tfx.components.trainer.vertex_training`).
     """
     check_schema(pipeline_spec, backend)
     check_output_file(output_file, backend)
@@ -150,6 +157,25 @@ def compile_pipeline(
         ),
     )
     parameters = runtime_parameters(data_root, serving_model_dir, options.windows_plan()[0])
+    if trainer_workers != 1 and backend != "vertex":
+        raise ValueError(
+            f"--trainer-workers {trainer_workers} with --backend {backend}: open-source KFP "
+            "starts one container per task (several workers need Kubeflow's training "
+            "operator: docs/pipelines.md, 'Several Trainer workers'); allowed with --backend vertex"
+        )
+    vertex = None
+    if trainer_workers != 1:
+        from ga_tfx.components.trainer.vertex_training import VertexTraining
+
+        resources = dict(resources or {})
+        vertex = VertexTraining.of(
+            image,
+            trainer_workers,
+            project,
+            region,
+            trainer_machine_type,
+            resources.pop("trainer", None),
+        )
     pipeline = pipeline_lib.create_pipeline(
         pipeline_name,
         pipeline_root,
@@ -163,6 +189,7 @@ def compile_pipeline(
         ),
         curated_schema_file=IMAGE_DIGITS_SCHEMA,
         runtime_windows=parameters["train_windows"],
+        vertex_training=vertex,
     )
     steps = _steps(pipeline)
     _set_resources(pipeline, steps, resources or {}, backend)

@@ -37,6 +37,7 @@ def create_pipeline(
     curated_schema_file: Optional[str] = None,
     train_rows: Optional[int] = None,
     runtime_windows=None,
+    vertex_training=None,
 ) -> tfx.dsl.Pipeline:
     """The digits pipeline over the CSV files in ``data_root`` (or, with ``options.csv.label``, the
     pipeline of any CSV: see :mod:`ga_tfx.pipelines.parts.data`).
@@ -59,6 +60,8 @@ def create_pipeline(
       runtime_windows: a ``tfx.dsl.experimental.RuntimeParameter`` of ``ptype=int`` that the
         Trainer reads as its length instead of the plan's windows (a compiled job's run sets
         it; the windows per epoch stay the plan's); None: the plan's.
+      vertex_training: the Trainer as a Vertex AI custom job of several replicas
+        (:class:`~ga_tfx.components.trainer.vertex_training.VertexTraining`); None: one container.
     """
     code = user_code.for_options(options.csv)
     windows, windows_per_epoch = options.windows_plan(train_rows)
@@ -89,7 +92,9 @@ def create_pipeline(
     # Keyed by the pipeline, not by the run: a Kubeflow job submitted again gets a new job id
     # and new output URIs (on Vertex, <root>/<project>/<job id>/<task>_<uuid>/...).
     resume_root = os.path.join(pipeline_root, RESUME_DIR, pipeline_name)
-    trainer = training.trainer(code, run, settings, transform, tuner, windows, resume_root)
+    trainer = training.trainer(
+        code, run, settings, transform, tuner, windows, resume_root, vertex_training
+    )
 
     baseline = evaluation.baseline(code, transform)  # the generic model must beat it
     evaluator = evaluation.evaluator(code, options.blessing, examples, trainer, baseline)

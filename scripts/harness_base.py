@@ -152,6 +152,8 @@ class BaseRun:
         self.outputs: Dict[str, pb.ExecutorOutput] = {}
         self.inputs: Dict[str, pb.ExecutorInput] = {}
         self.logs: Dict[str, str] = {}
+        # More variables of every task container (a stand-in's: scripts/vertex_standin.py).
+        self.env: Dict[str, str] = {}
         self.waits: List[float] = []  # each retry's wait, in the job's clock (unscaled)
         self.run_dir = self.layout_root()
 
@@ -269,7 +271,7 @@ class BaseRun:
         return (
             ["docker", "run", "--rm" if not detach else "--detach", f"--name={name}"]
             + [f"--network={network or self.network}", f"--entrypoint={command[0]}"]
-            + [f"--env={key}={value}" for key, value in (env or {}).items()]
+            + [f"--env={key}={value}" for key, value in {**self.env, **(env or {})}.items()]
             + [f"--volume={m}:{m}" for m in self.mounts]
             + flags
             + [self.image]

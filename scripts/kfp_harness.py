@@ -22,6 +22,7 @@ import subprocess
 import sys
 from typing import Dict, List
 
+import vertex_standin
 from harness_base import (  # noqa: F401  (the harness's names, for its users)
     BaseRun,
     TaskFailed,
@@ -130,6 +131,8 @@ def main(argv=None) -> int:
         run = BACKENDS[args.backend](
             args.job, args.image, args.pipeline_root, tuple(args.mount), **kwargs
         )
+        if args.backend == "vertex":  # Vertex's job API, for a Trainer of --trainer-workers N
+            vertex_standin.attach(run)
         entry = "TFX's stock entry point" if args.stock_entrypoint else "the job's entry point"
         print(
             f"harness ({args.backend}): job {run.job_id}, schema {run.spec.schema_version}, "

@@ -109,11 +109,15 @@ def tuner_config(code, run, tuning, settings: Dict[str, Any], pipeline_root: str
     }
 
 
-def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows, resume_root):
+def trainer(
+    code, run, settings: Dict[str, Any], transform, tuner, windows, resume_root, vertex=None
+):
     """The ga-tfx Trainer: ``windows`` windows over Transform's output with ``settings``
     (:func:`trainer_settings`), evaluated on ``run.eval_steps`` micro-batches, the Tuner's best
     hyperparameters when ``tuner`` is not None, its resumable checkpoints under
-    ``resume_root``. ``windows``: an int (``train_args.num_steps``), or a compiled job's
+    ``resume_root``; a Vertex AI custom job of several replicas when ``vertex`` (a
+    :class:`~ga_tfx.components.trainer.vertex_training.VertexTraining`) is given.
+    ``windows``: an int (``train_args.num_steps``), or a compiled job's
     ``tfx.dsl.experimental.RuntimeParameter`` (the Trainer's int ``train_windows``: a runtime
     parameter cannot be a field of the ``TrainArgs`` proto)."""
     length = (
@@ -121,7 +125,8 @@ def trainer(code, run, settings: Dict[str, Any], transform, tuner, windows, resu
         if isinstance(windows, tfx.dsl.experimental.RuntimeParameter)
         else dict(train_args=tfx.proto.TrainArgs(num_steps=windows))
     )
-    return GradientAccumulationTrainer(
+    make = GradientAccumulationTrainer if vertex is None else vertex.trainer
+    return make(
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
         hyperparameters=tuner.outputs["best_hyperparameters"] if tuner is not None else None,
