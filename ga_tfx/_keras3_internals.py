@@ -40,3 +40,10 @@ def flatten_layers(model: Any) -> Any:
     """Every layer inside ``model`` (nested ones included), ``model`` left out
     (``Layer._flatten_layers``)."""
     return list(model._flatten_layers(include_self=False, recursive=True))
+
+
+def own_variables(optimizer: Any) -> Any:
+    """The variables an optimizer made itself with ``add_variable`` (``iterations``, its
+    learning rate, its slots), in their order: Keras 3's ``BaseOptimizer._variables``, which its
+    ``variables`` property returns and ``stateless_apply`` takes in the same order."""
+    return optimizer._variables

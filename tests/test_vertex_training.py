@@ -318,7 +318,9 @@ COMPILE += ["gs://b/digits", "--serving-dir", "gs://b/serving"]
         (
             ["--trainer-workers", "2", "--project", "p", "--region", "r"]
             + ["--trainer-resources", "accelerator=nvidia.com/gpu"],
-            "accelerator='nvidia.com/gpu': a Vertex AI worker pool takes one of NVIDIA_TESLA_K80",
+            # The compile's resources check (--backend vertex's vocabulary) comes first.
+            "--trainer-resources: accelerator='nvidia.com/gpu' is a Kubernetes resource name "
+            "(--backend kfp); Vertex names the device model",
         ),
         (
             ["--trainer-workers", "2", "--project", "p", "--region", "r"]

@@ -19,6 +19,8 @@ gradients (``Σ n_i g_i / Σ n_i`` with equal ``n_i``: every micro-batch of a wi
 size, as ``fit(batch_size=b)`` gives while the data lasts).
 """
 
+from ga_tfx import _keras3_internals as internals
+
 from typing import Any, List
 
 import keras
@@ -52,15 +54,15 @@ class WindowOptimizer(keras.optimizers.Optimizer):
 
     @property
     def variables(self) -> List[Any]:
-        return self._variables + self.inner_optimizer.variables
+        return internals.own_variables(self) + self.inner_optimizer.variables
 
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
     ) -> Any:
         ops = keras.ops
-        own_count = len(self._variables)
+        own_count = len(internals.own_variables(self))
         own, inner = list(optimizer_variables[:own_count]), list(optimizer_variables[own_count:])
-        position = {id(v): i for i, v in enumerate(self._variables)}
+        position = {id(v): i for i, v in enumerate(internals.own_variables(self))}
         at_count = position[id(self.micro_steps)]
         at_sums = [position[id(s)] for s in self.window_sums]
         count = own[at_count] + 1
