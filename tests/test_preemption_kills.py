@@ -162,7 +162,7 @@ def test_killed_at_five_points_the_reruns_end_with_the_uninterrupted_weights(tmp
     assert (record.resumed_from_window, record.windows, record.windows_this_run) == (8, 8, 0)
 
     uninterrupted, plain_run = _run(tmp_path, "uninterrupted", module_file=module, **SETTINGS)
-    assert run_record.read(plain_run).resumed_from_update is None
+    assert run_record.read(plain_run).resumed_from_window is None
     got, want = _saved_variables(resumed), _saved_variables(uninterrupted)
     assert set(got) == set(want) and len(want) >= 8  # weights, AccumBN statistics, ...
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)

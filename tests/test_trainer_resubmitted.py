@@ -58,14 +58,14 @@ def test_a_killed_trainers_resubmitted_job_resumes_by_content_and_a_changed_one_
     assert lines == [
         f"ga-tfx: starting over, not resuming {killed}: the setting shuffle_seed changed (3 -> 4)"
     ]
-    assert run_record.read(changed).resumed_from_update is None  # trained all 4 windows
+    assert run_record.read(changed).resumed_from_window is None  # trained all 4 windows
     assert tf.train.latest_checkpoint(killed).endswith("ckpt-2")  # never written by it
 
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         again = _resubmitted(tmp_path, "again")
     record = run_record.read(again)
-    assert (record.resumed_from_update, record.updates_this_run) == (2, 2)
+    assert (record.resumed_from_window, record.updates_this_run) == (2, 2)
     steps = [s for s, _ in trainer._scalars(os.path.join(again, "ga_tfx"))["ga_tfx/updates"]]
     assert steps == [3, 4]  # the killed attempt's windows are not trained again
     (took_over,) = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
