@@ -21,7 +21,7 @@ SETTINGS = dict(
     accum_steps=2,
     micro_batch_size=8,
     num_steps=4,
-    updates_per_epoch=1,
+    windows_per_epoch=1,
     checkpoint_every_updates=1,
     eval_steps=0,
     shuffle=1,
@@ -65,7 +65,7 @@ def test_a_killed_trainers_resubmitted_job_resumes_by_content_and_a_changed_one_
     with caplog.at_level(logging.WARNING):
         again = _resubmitted(tmp_path, "again")
     record = run_record.read(again)
-    assert (record.resumed_from_window, record.updates_this_run) == (2, 2)
+    assert (record.resumed_from_window, record.windows_this_run) == (2, 2)
     steps = [s for s, _ in trainer._scalars(os.path.join(again, "ga_tfx"))["ga_tfx/updates"]]
     assert steps == [3, 4]  # the killed attempt's windows are not trained again
     (took_over,) = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
