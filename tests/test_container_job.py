@@ -54,7 +54,6 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from ga_tfx.components.trainer import run_record  # noqa: E402
 from ga_tfx.pipelines.parts.training import TUNER_OBJECTIVE  # noqa: E402
 
-import harness_kfp  # noqa: E402
 import kfp_harness  # noqa: E402
 import yaml  # noqa: E402
 from keras_tuner.src.engine.objective import create_objective  # noqa: E402
@@ -101,8 +100,11 @@ def in_image(image, work, *args):
     )
 
 
-def compile_job(image, work, name, *flags):
-    out = work / f"{name}.json"
+def compile_job(image, work, name, *flags, backend="vertex", data=None, serving=None):
+    """``ga-tfx compile --backend BACKEND`` in the image: vertex's PipelineJob JSON, kfp's bare
+    PipelineSpec YAML; ``data`` and ``serving`` (default: the work folder's) are the runtime
+    parameters' defaults."""
+    out = work / f"{name}.{'yaml' if backend == 'kfp' else 'json'}"
     done = in_image(
         image,
         work,
@@ -114,9 +116,11 @@ def compile_job(image, work, name, *flags):
         "--pipeline-root",
         str(work / "root"),
         "--data-root",
-        str(work / "data"),
+        data or str(work / "data"),
         "--serving-dir",
-        str(work / "serving"),
+        serving or str(work / "serving"),
+        "--backend",
+        backend,
         "--output",
         str(out),
         *flags,
@@ -131,31 +135,32 @@ def new_run(job, image, work, backend="vertex", **kwargs):
     )
 
 
-# The kfp job's data folder as a run parameter: its default names no folder, so a run that
-# did not pass the parameter would read nothing.
+# The kfp job's data and serving folders are run parameters: their defaults name no folder, so
+# a run that did not pass them would read and push nothing.
 DATA_ROOT_DEFAULT = "/nonexistent/data"
+SERVING_DIR_DEFAULT = "/nonexistent/serving"
 
 
 def kfp_job(image, work, name, *flags):
-    """The job compiled in the image, as the bare PipelineSpec YAML open-source KFP uploads
-    (the PipelineJob's pipelineSpec until ``ga-tfx compile --backend kfp`` writes it), with the
-    data root a run parameter (root ``inputDefinitions``, ExampleGen's ``input_base`` reading
-    it as ``componentInputParameter``)."""
-    out = work / f"{name}.yaml"
-    harness_kfp.bare_spec(compile_job(image, work, name, *flags), str(out))
-    spec = yaml.safe_load(out.read_text())
-    spec["root"]["inputDefinitions"] = {
-        "parameters": {"data_root": {"parameterType": "STRING", "defaultValue": DATA_ROOT_DEFAULT}}
-    }
-    (example_gen,) = [t for t in spec["root"]["dag"]["tasks"] if t.endswith("ExampleGen")]
-    inputs = spec["root"]["dag"]["tasks"][example_gen]["inputs"]["parameters"]
-    inputs["input_base"] = {"componentInputParameter": "data_root"}
-    out.write_text(yaml.safe_dump(spec))
-    return str(out)
+    """The job compiled in the image by ``ga-tfx compile --backend kfp``: the bare
+    PipelineSpec YAML open-source KFP uploads, its data root and serving folder runtime
+    parameters (root ``inputDefinitions`` with defaults that name no folder)."""
+    return compile_job(
+        image,
+        work,
+        name,
+        *flags,
+        backend="kfp",
+        data=DATA_ROOT_DEFAULT,
+        serving=SERVING_DIR_DEFAULT,
+    )
 
 
 def kfp_new_run(job, image, work, **kwargs):
-    return new_run(job, image, work, "kfp", params={"data_root": str(work / "data")}, **kwargs)
+    """A run of the kfp job, given the work folder's data and serving folders as its
+    parameters (``--param``, as at KFP's run creation)."""
+    params = {"data_root": str(work / "data"), "serving_dir": str(work / "serving")}
+    return new_run(job, image, work, "kfp", params=params, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +192,12 @@ def job_runs(image, work):
 MIN_ACCURACY = 0.97
 
 
-@pytest.mark.parametrize("schema", ["2.1", pytest.param("2.0", marks=pytest.mark.container_extra)])
+# The vertex mode's whole job in both schemas is container_extra: the stage runs the whole job
+# once, in the kfp mode (test_the_kfp_job_runs_on_open_source_kfps_terms_...), and the vertex
+# mode's Trainer on its outputs (the two-worker test); scripts/container_job.sh --backend vertex
+# runs the vertex job whole.
+@pytest.mark.container_extra
+@pytest.mark.parametrize("schema", ["2.1", "2.0"])
 def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
     run = job_runs[schema]
     assert run.spec.schema_version == f"{schema}.0"
@@ -195,6 +205,7 @@ def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
         name: param.runtime_value.WhichOneof("value")
         for task in run.spec.root.dag.tasks.values()
         for name, param in task.inputs.parameters.items()
+        if param.WhichOneof("kind") == "runtime_value"
     }
     # 2.1 writes constants as `constant` (what open-source KFP resolves), 2.0 as constantValue.
     assert set(parameters.values()) == {"constant" if schema == "2.1" else "constant_value"}
@@ -244,6 +255,7 @@ def test_the_kfp_job_runs_on_open_source_kfps_terms_where_tfxs_own_entry_point_f
     summary = kfp_harness.summary(run)
     print("kfp", summary)
     assert summary["blessed"] is True and summary["pushed"] is True
+    assert summary["pushed_destination"].startswith(str(work / "serving") + "/")  # run's too
     assert os.path.exists(os.path.join(summary["pushed_destination"], "saved_model.pb"))
     assert summary["evaluation"]["sparse_categorical_accuracy"] >= MIN_ACCURACY
     for name, log in run.logs.items():
@@ -483,9 +495,11 @@ TWO_WORKERS = ("--micro-batch", "32", "--accum-steps", "4", "--strategy", "multi
 MULTI_WORKER_TOLERANCE = 1e-5
 
 
-def one_worker_weights(image, work, job_runs, flags, name):
+def one_worker_weights(image, work, upstream, flags, name):
+    """The one-worker Trainer's weights (a vertex run, every task before the Trainer taken
+    from the finished run ``upstream``)."""
     one = new_run(compile_job(image, work, name, *flags, *ONE_WORKER), image, work)
-    one.cache_from(job_runs["2.1"])
+    assert trainer_of(one) not in one.cache_from(upstream) and len(one.outputs) == 6
     one.run_task(trainer_of(one))
     return trainer_outputs(one)[1]
 
@@ -565,12 +579,16 @@ def trainer_workers(run):
 
 
 def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
-    image, work, job_runs
+    image, work, kfp_runs
 ):
+    """In the vertex mode (Vertex starts a worker pool's replicas with ``TF_CONFIG``), the
+    tasks before the Trainer taken from the kfp job's run (the same tasks: a cache hit), so the
+    stage runs the whole job once."""
     flags = ["--train-windows", "24", "--windows-per-epoch", "12"]
-    want = one_worker_weights(image, work, job_runs, flags, "one")
+    upstream = kfp_runs[2]
+    want = one_worker_weights(image, work, upstream, flags, "one")
     two = new_run(compile_job(image, work, "two", *flags, *TWO_WORKERS), image, work)
-    assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
+    assert trainer_of(two) not in two.cache_from(upstream) and len(two.outputs) == 6
     workers = trainer_workers(two)
     try:
         workers.run_to_the_end()
@@ -617,7 +635,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
     two.finish(workers.task)
     record, got = trainer_outputs(two)
     assert record["resumed_from_window"] and record["windows"] == 60, record
-    want = one_worker_weights(image, work, job_runs, flags, "killed-one")
+    want = one_worker_weights(image, work, job_runs["2.1"], flags, "killed-one")
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"resumed at {record['resumed_from_update']}: max |dw| vs one worker = {diff:.3g}")
     assert diff <= MULTI_WORKER_TOLERANCE
