@@ -55,7 +55,6 @@ from ga_tfx.components.trainer import run_record  # noqa: E402
 from ga_tfx.pipelines.parts.training import TUNER_OBJECTIVE  # noqa: E402
 
 import kfp_harness  # noqa: E402
-import yaml  # noqa: E402
 from keras_tuner.src.engine.objective import create_objective  # noqa: E402
 
 TFX = os.environ.get("GA_TFX_IMAGE_TFX", "1.21")

@@ -293,7 +293,7 @@ def test_the_vertex_mode_reads_the_jobs_runtime_config_and_the_creations_values(
     assert given_2_0 == ("/data/c", 9)
     with pytest.raises(kfp_harness.Unsupported, match="--param root: not a parameter .* data_root"):
         _vertex_values(tmp_path, name="d.json", params={"root": "/b"})
-    with pytest.raises(kfp_harness.Unsupported, match="--param train_windows='x': not a NUMBER_INT"):
+    with pytest.raises(kfp_harness.Unsupported, match="train_windows='x': not a NUMBER_INT"):
         _vertex_values(tmp_path, name="e.json", params={"train_windows": "x"})
 
     def no_value(job):
