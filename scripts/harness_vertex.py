@@ -31,8 +31,8 @@ Read (Vertex's documents and the code that writes for it):
   will happen after 60 seconds, then after 120, 240, and so on"), at most ``maxRetryCount``.
 Assumed (not read: Vertex is a service): a parameter the job's ``runtimeConfig`` lacks takes
 the root's ``defaultValue`` (as KFP's driver does), else its task is refused;
-``backoffMaxDuration`` is not applied; the user command is the container's first process (a stopped pod's SIGTERM reaches Python); a task's
-container failing is what a retry follows.
+``backoffMaxDuration`` is not applied; the user command is the container's first process (a
+stopped pod's SIGTERM reaches Python); a task's container failing is what a retry follows.
 
 Other backends' terms are refused by name: a bare PipelineSpec (the kfp mode's).
 """
