@@ -2,8 +2,10 @@
 ``scripts/build_image.sh`` builds, by that backend's container contract (``scripts/kfp_harness.py
 --backend kfp|vertex``), with no network.
 
-kfp (open-source KFP 2.x: the bare PipelineSpec, the data root a run parameter, upstream
-artifacts handed on untyped, the user command under the emissary and launcher stand-ins):
+kfp (open-source KFP 2.x: ``ga-tfx compile --backend kfp``'s bare PipelineSpec, the data root
+and serving folder run parameters (``--param``, their compiled defaults naming no folder),
+upstream artifacts handed on untyped, the user command under the emissary and launcher
+stand-ins):
 1. TFX's stock entry point fails at StatisticsGen (``AttributeError``), ours runs the job to the
    end, blessed and pushed, in the same run setup.
 2. The Trainer's pod stopped as Kubernetes stops it (``docker stop``: SIGTERM to the emissary,
@@ -12,7 +14,8 @@ artifacts handed on untyped, the user command under the emissary and launcher st
 3. The Trainer's container killed: the harness's retry loop waits the compiled backoff (on a
    scaled clock) and the retry resumes, ending at the uninterrupted weights.
 
-vertex (the PipelineJob, typed inputs, the ExampleGen hook, Python as the first process):
+vertex (the PipelineJob, its ``runtimeConfig`` parameter values, typed inputs, the ExampleGen
+hook, Python as the first process):
 4. The digits job (schema 2.1, the default, and 2.0) ends blessed and pushed, at the evaluation
    of the same pipeline run locally (``ga-tfx run``) in the same image; no step reaches for the
    network (no Beam Prism download, no TFX sdist built).
@@ -27,10 +30,13 @@ vertex (the PipelineJob, typed inputs, the ExampleGen hook, Python as the first 
    its best hyperparameters reach the Trainer.
 
 Marker ``container``: run by the container stage of ``scripts/test.sh`` (Docker, as root), not
-by the other tiers. Nothing here is skipped: without Docker these tests fail. Marker
-``container_extra`` (schema 2.0, the comparison with a local run, vertex's SIGTERM resume, the
-tuned job, the Tuner as three containers, the killed worker): left out of CI's stage for its
-time, run by ``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
+by the other tiers. Nothing here is skipped: without Docker these tests fail. The stage runs
+the whole job once, in the kfp mode (1-3); the vertex mode's Trainer as two workers (6) runs on
+that run's outputs (the same upstream tasks: a cache hit). Marker ``container_extra`` (the
+vertex mode's whole job in both schemas (4; ``scripts/container_job.sh --backend vertex`` runs
+it too), the comparison with a local run, vertex's SIGTERM resume, the tuned job, the Tuner as
+three containers, the killed worker): left out of CI's stage for its time, run by
+``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
 """
 
 import json
