@@ -642,7 +642,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
     assert record["resumed_from_window"] and record["windows"] == 60, record
     want = one_worker_weights(image, work, job_runs["2.1"], flags, "killed-one")
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
-    print(f"resumed at {record['resumed_from_update']}: max |dw| vs one worker = {diff:.3g}")
+    print(f"resumed at {record['resumed_from_window']}: max |dw| vs one worker = {diff:.3g}")
     assert diff <= MULTI_WORKER_TOLERANCE
 
 
@@ -662,7 +662,7 @@ def kfp_long(image, work, kfp_runs):
     reference = submission()
     reference.run_task(trainer_of(reference))
     record, weights = trainer_outputs(reference)
-    assert record["resumed_from_update"] is None and record["updates"] == 600
+    assert record["resumed_from_window"] is None and record["windows"] == 600
     return submission, weights
 
 
@@ -687,14 +687,14 @@ def test_a_kfp_trainer_stopped_as_kubernetes_stops_its_pod_resumes_on_resubmissi
     assert resubmitted.job_id != first.job_id
     resubmitted.run_task(trainer_of(resubmitted))
     record, weights = trainer_outputs(resubmitted)
-    resumed = record["resumed_from_update"]
+    resumed = record["resumed_from_window"]
     kind = "its SIGTERM checkpoint" if saved else "the last periodic checkpoint"
     print(f"kfp: stopped; Python {'saved' if saved else 'was killed first'}; resumed at {resumed}")
     if saved:
         assert resumed == int(saved.group(1)), (record, log[-3000:])
     else:
         assert resumed and resumed % 50 == 0, (kind, record)  # every 50 updates (LONG)
-    assert record["updates"] == 600 and record["updates_this_run"] == 600 - resumed, record
+    assert record["windows"] == 600 and record["windows_this_run"] == 600 - resumed, record
     diff = max_dw(weights, want)
     print(f"kfp: resumed from {kind} ({resumed}): max |dw| = {diff:.3g}")
     assert diff <= 1e-6
@@ -728,5 +728,5 @@ def test_a_failing_trainer_container_is_retried_with_the_compiled_backoff(image,
     assert lines[0].endswith("exit 137; retry 1 of 3 after 30 s (clock scaled by 0.01)"), lines
     assert "ga_tfx: resuming after window" in run.logs[f"{task}/executor/2"]
     record, weights = trainer_outputs(run)
-    assert record["resumed_from_update"] and record["updates"] == 600, record
+    assert record["resumed_from_window"] and record["windows"] == 600, record
     assert max_dw(weights, want) <= 1e-6
