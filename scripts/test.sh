@@ -20,7 +20,7 @@
 #          retry policy, the kfp Trainer stopped and resubmitted, killed and retried (~6 min).
 #          The extra ones (the vertex job in schemas 2.1 and 2.0, the local-run comparison,
 #          vertex's SIGTERM resume, the tuned job, the Tuner as three containers, the killed
-#          worker) add ~19.5 min: -m container runs them.
+#          worker) add ~19 min: -m container runs them.
 #          The tfx run leaves these tests out (-m "not container").
 #   wheel  the built wheel in a new venv outside the clone (scripts/wheel_check.sh: Python 3.12
 #          and uv of .venv-lib/, requirements/lock-lib.txt's versions): `ga-tfx --version` and
