@@ -8,7 +8,8 @@
 #   container_job.sh [--backend kfp|vertex] [--tfx 1.21|1.16] [--work DIR] [COMPILE FLAGS...]
 #     e.g. container_job.sh --backend vertex --pipeline-spec 2.0
 #          container_job.sh --tune
-# --backend (default kfp): kfp = open-source KFP 2.x (the bare PipelineSpec YAML, the user
+# --backend (default kfp): kfp = open-source KFP 2.x (`ga-tfx compile --backend kfp`'s bare
+# PipelineSpec YAML, the data and serving folders passed as run parameters, the user
 # command under the emissary and launcher stand-ins, upstream artifacts untyped); it first runs
 # the job with TFX's stock entry point and requires it to fail at StatisticsGen (AttributeError,
 # the untyped input), then runs it with ours. vertex = Vertex AI Pipelines (the PipelineJob).
@@ -40,17 +41,23 @@ image="$(bash "$root/scripts/build_image.sh" --tfx "$tfx" | tail -1)"
 mkdir -p "$work/data" "$work/root" "$work/serving"
 cp "$root"/pipelines/data/digits/*.csv "$work/data/"
 py="$root/.venv/bin/python"
-docker run --rm --network none --volume "$work:$work" --entrypoint python "$image" \
-  -m ga_tfx.pipelines.cli compile --image "$image" --pipeline-root "$work/root" \
-  --data-root "$work/data" --serving-dir "$work/serving" --output "$work/job.json" "$@"
-job="$work/job.json"
+# kfp: the bare PipelineSpec YAML, its data and serving folders runtime parameters whose
+# defaults name no folder, given at run creation (--param); vertex: the PipelineJob JSON, its
+# runtimeConfig holding them.
 if [ "$backend" = kfp ]; then
-  # Until `ga-tfx compile --backend kfp` writes it: the PipelineJob's pipelineSpec, as YAML.
-  "$py" "$root/scripts/harness_kfp.py" bare-spec "$work/job.json" "$work/job.yaml"
-  job="$work/job.yaml"
+  job="$work/job.yaml"; data_default=/nonexistent/data; serving_default=/nonexistent/serving
+else
+  job="$work/job.json"; data_default="$work/data"; serving_default="$work/serving"
 fi
+docker run --rm --network none --volume "$work:$work" --entrypoint python "$image" \
+  -m ga_tfx.pipelines.cli compile --backend "$backend" --image "$image" \
+  --pipeline-root "$work/root" --data-root "$data_default" --serving-dir "$serving_default" \
+  --output "$job" "$@"
 harness=("$py" -u "$root/scripts/kfp_harness.py" "$job" --backend "$backend" --image "$image"
   --pipeline-root "$work/root" --mount "$work/data" --mount "$work/serving")
+if [ "$backend" = kfp ]; then
+  harness+=(--param "data_root=$work/data" --param "serving_dir=$work/serving")
+fi
 if [ "$backend" = kfp ]; then
   echo "[kfp] TFX's stock entry point, in the same run setup (must fail at StatisticsGen):"
   if "${harness[@]}" --stock-entrypoint >"$work/stock.log" 2>&1; then

@@ -28,6 +28,13 @@ SCHEMAS = ("2.0.0", "2.1.0")
 # TFX's own entry point: what a step runs without ours (``stock_entrypoint``).
 TFX_ENTRY_POINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"
 OUR_ENTRY_POINT = "ga_tfx.pipelines.kubeflow"
+_TYPES = pb.ParameterType.ParameterTypeEnum
+# Schema 2.0's root parameter types (``type``, PrimitiveType) as 2.1's ``parameterType``.
+_V20_TYPES = {
+    pb.PrimitiveType.INT: _TYPES.NUMBER_INTEGER,
+    pb.PrimitiveType.DOUBLE: _TYPES.NUMBER_DOUBLE,
+    pb.PrimitiveType.STRING: _TYPES.STRING,
+}
 
 
 class Unsupported(ValueError):
@@ -99,6 +106,55 @@ def _as_v20(value: struct_pb2.Value) -> pb.Value:
     raise Unsupported(f"a driver parameter of kind {kind}: schema 2.0 holds numbers and strings")
 
 
+def from_v20(value: pb.Value) -> struct_pb2.Value:
+    """A schema-2.0 value (``intValue``, ``doubleValue``, ``stringValue``) as 2.1's."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return struct_pb2.Value(string_value=value.string_value)
+    return struct_pb2.Value(number_value=getattr(value, kind or "int_value"))
+
+
+def parse_param(name: str, text: str, ptype: int) -> struct_pb2.Value:
+    """``--param NAME=VALUE``'s value as the parameter's declared type (2.1's
+    ``parameterType``)."""
+    try:
+        if ptype == _TYPES.STRING:
+            return struct_pb2.Value(string_value=text)
+        if ptype in (_TYPES.NUMBER_INTEGER, _TYPES.NUMBER_DOUBLE):
+            number = int(text) if ptype == _TYPES.NUMBER_INTEGER else float(text)
+            return struct_pb2.Value(number_value=number)
+        if ptype == _TYPES.BOOLEAN and text in ("true", "false"):
+            return struct_pb2.Value(bool_value=text == "true")
+        value = struct_pb2.Value()
+        json_format.Parse(json.dumps(json.loads(text)), value)
+        return value
+    except ValueError:
+        kind = _TYPES.Name(ptype)
+        raise Unsupported(f"--param {name}={text!r}: not a {kind}") from None
+
+
+def root_values(
+    spec: pb.PipelineSpec, defaults: Dict[str, struct_pb2.Value], given: Dict[str, str]
+) -> Dict[str, struct_pb2.Value]:
+    """A run's values of the pipeline's root ``inputDefinitions.parameters``: ``given`` (the
+    run's ``--param NAME=VALUE``, parsed as each one's declared type) over ``defaults`` (the
+    backend's: the spec's ``defaultValue``, Vertex's ``runtimeConfig``); a name the pipeline
+    does not declare is refused. A parameter with neither is absent (refused by the task that
+    reads it)."""
+    declared = spec.root.input_definitions.parameters
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise Unsupported(
+            f"--param {unknown[0]}: not a parameter of the pipeline (it has "
+            f"{', '.join(sorted(declared)) or 'none'})"
+        )
+    values = {name: value for name, value in defaults.items() if name in declared}
+    for name, text in given.items():
+        ptype = declared[name].parameter_type or _V20_TYPES.get(declared[name].type, 0)
+        values[name] = parse_param(name, text, ptype)
+    return values
+
+
 def backoff_wait(
     policy: pb.PipelineTaskSpec.RetryPolicy, retries_done: int, factor: float
 ) -> float:
@@ -122,6 +178,9 @@ class BaseRun:
         0.01 waits 0.3 s where the job says 30 s, and says so in its log line).
       stock_entrypoint: run TFX's own entry point instead of ours (``python -m``
         :data:`TFX_ENTRY_POINT`), to show what a step does without it.
+      params: the run's parameters, ``name -> text`` (``--param NAME=VALUE``), each a root
+        ``inputDefinitions.parameters`` entry, over the backend's defaults
+        (:meth:`parameter_defaults`); a task reads them as ``componentInputParameter``.
     """
 
     backend = "?"
@@ -137,8 +196,11 @@ class BaseRun:
         log: Callable[[str], None] = print,
         backoff_scale: float = 1.0,
         stock_entrypoint: bool = False,
+        params: Optional[Dict[str, str]] = None,
     ):
         self.spec = checked(self.load(job_path))
+        self.given = dict(params or {})
+        self.root_values = root_values(self.spec, self.parameter_defaults(), self.given)
         self.schema_21 = self.spec.schema_version == "2.1.0"
         self.executors = executors(self.spec)
         self.image = image
@@ -168,11 +230,31 @@ class BaseRun:
     def task_root(self, task: str) -> str:
         raise NotImplementedError
 
+    def parameter_defaults(self) -> Dict[str, struct_pb2.Value]:
+        """The values a run's parameters take where the run gives none; default: each root
+        parameter's ``defaultValue``."""
+        declared = self.spec.root.input_definitions.parameters
+        return {n: p.default_value for n, p in declared.items() if p.HasField("default_value")}
+
     def input_parameter(self, task: str, name: str, param) -> None:
-        raise Unsupported(
-            f"task {task}: parameter {name} is a {param.WhichOneof('kind')}; the "
-            f"{self.backend} mode passes constants only"
-        )
+        """A task's parameter that is not a constant: the run's value of the root parameter it
+        reads (``componentInputParameter``), in the schema's form; anything else is refused."""
+        if param.WhichOneof("kind") != "component_input_parameter":
+            raise Unsupported(
+                f"task {task}: parameter {name} is a {param.WhichOneof('kind')}; the "
+                f"{self.backend} mode passes constants and the run's parameters only"
+            )
+        root_name = param.component_input_parameter
+        if root_name not in self.root_values:
+            raise Unsupported(
+                f"task {task}: parameter {name} reads the pipeline's {root_name}, which has "
+                f"no value: pass --param {root_name}=VALUE"
+            )
+        value = self.root_values[root_name]
+        if self.schema_21:
+            self.inputs[task].inputs.parameter_values[name].CopyFrom(value)
+        else:
+            self.inputs[task].inputs.parameters[name].CopyFrom(_as_v20(value))
 
     def handed(self, produced: pb.ArtifactList) -> pb.ArtifactList:
         """An upstream output as the next task is handed it."""

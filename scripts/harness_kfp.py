@@ -11,7 +11,8 @@ Read (kubeflow/pipelines ``backend/src/v2`` at 7b70c7b, 2026-08-21, unless a tag
   implemented"): ``minio://`` is refused, naming what TFX writes;
 - root ``inputDefinitions.parameters`` are the run's parameters, each task reading one as
   ``componentInputParameter``: the run's value, else the spec's ``defaultValue``, else an error
-  (``driver/resolve.go``, ``resolveInputs``: lines ~300-320 and ~389);
+  (``driver/resolve.go``, ``resolveInputs``: lines ~300-320 and ~389; the values resolved by
+  ``harness_base.root_values``, shared with the vertex mode);
 - outputs under ``<root>/<pipeline name>/<run id>/<task>/<uuid>/<output>`` (``metadata/
   client.go`` ``GetPipeline``: the run's root is ``GenerateOutputURI(root, [pipelineName,
   runID])``; ``driver/driver.go`` ``provisionOutputs``: ``GenerateOutputURI(root, [taskName,
@@ -40,14 +41,13 @@ not emulated); no ML Metadata, no cache by ``driver/cache.go``'s key (``cache_fr
 for a hit), no artifact upload or download by the launcher.
 """
 
-import json
 import os
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import harness_base as base
 import yaml
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2 as pb
 
 # The stand-ins for Argo's emissary and KFP's launcher, mounted read-only into the container.
@@ -55,7 +55,6 @@ POD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kfp_pod.p
 POD_SCRIPT_IN_CONTAINER = "/opt/ga-tfx-harness/kfp_pod.py"
 # What TFX (tf.io.gfile) writes, for the refusal of a root it cannot.
 TFX_WRITES = "a local or mounted path, or gs:// (tf.io.gfile)"
-_TYPES = pb.ParameterType.ParameterTypeEnum
 
 
 def load_spec(job_path: str) -> pb.PipelineSpec:
@@ -81,30 +80,11 @@ def load_spec(job_path: str) -> pb.PipelineSpec:
     return spec
 
 
-def parse_param(name: str, text: str, ptype: int) -> struct_pb2.Value:
-    """``--param NAME=VALUE``'s value as the parameter's declared type."""
-    try:
-        if ptype == _TYPES.STRING:
-            return struct_pb2.Value(string_value=text)
-        if ptype in (_TYPES.NUMBER_INTEGER, _TYPES.NUMBER_DOUBLE):
-            number = int(text) if ptype == _TYPES.NUMBER_INTEGER else float(text)
-            return struct_pb2.Value(number_value=number)
-        if ptype == _TYPES.BOOLEAN and text in ("true", "false"):
-            return struct_pb2.Value(bool_value=text == "true")
-        value = struct_pb2.Value()
-        json_format.Parse(json.dumps(json.loads(text)), value)
-        return value
-    except ValueError:
-        kind = _TYPES.Name(ptype)
-        raise base.Unsupported(f"--param {name}={text!r}: not a {kind}") from None
-
-
 class KfpRun(base.BaseRun):
     """One run of the PipelineSpec, as open-source KFP runs it (see the module's docstring).
 
-    Args (beyond :class:`harness_base.BaseRun`'s):
-      params: the run's parameters, ``name -> text`` (``--param NAME=VALUE``), each a root
-        ``inputDefinitions.parameters`` entry; the others take their default.
+    Args (beyond :class:`harness_base.BaseRun`'s, whose ``params`` are the run's parameters
+    over the spec's ``defaultValue``):
       pod: run the user command under the emissary and launcher stand-ins (default True); False
         runs it as the container's first process (a fast check of the rest).
     """
@@ -118,7 +98,6 @@ class KfpRun(base.BaseRun):
         pipeline_root: str,
         mounts: tuple = (),
         job_id: Optional[str] = None,
-        params: Optional[Dict[str, str]] = None,
         pod: bool = True,
         **kwargs,
     ):
@@ -133,31 +112,13 @@ class KfpRun(base.BaseRun):
                 f"pipeline root {pipeline_root!r}: {what}; allowed: {TFX_WRITES}, here a "
                 "host folder"
             )
-        self.given = dict(params or {})
         self.use_pod = pod
         super().__init__(
             job_path, image, pipeline_root, mounts, job_id or str(uuid.uuid4()), **kwargs
         )
-        self.root_values = self._root_values()
 
     def load(self, job_path: str) -> pb.PipelineSpec:
         return load_spec(job_path)
-
-    def _root_values(self) -> Dict[str, struct_pb2.Value]:
-        declared = self.spec.root.input_definitions.parameters
-        unknown = sorted(set(self.given) - set(declared))
-        if unknown:
-            raise base.Unsupported(
-                f"--param {unknown[0]}: not a parameter of the pipeline (it has "
-                f"{', '.join(sorted(declared)) or 'none'})"
-            )
-        values = {}
-        for name, spec in declared.items():
-            if name in self.given:
-                values[name] = parse_param(name, self.given[name], spec.parameter_type)
-            elif spec.HasField("default_value"):
-                values[name] = spec.default_value
-        return values
 
     def layout_root(self) -> str:
         return os.path.join(self.pipeline_root, self.spec.pipeline_info.name, self.job_id)
@@ -169,17 +130,6 @@ class KfpRun(base.BaseRun):
 
     def output_name(self, task: str, name: str) -> str:
         return name
-
-    def input_parameter(self, task: str, name: str, param) -> None:
-        if param.WhichOneof("kind") != "component_input_parameter":
-            super().input_parameter(task, name, param)
-        root_name = param.component_input_parameter
-        if root_name not in self.root_values:
-            raise base.Unsupported(
-                f"task {task}: parameter {name} reads the pipeline's {root_name}, which has "
-                f"no default: pass --param {root_name}=VALUE"
-            )
-        self.inputs[task].inputs.parameter_values[name].CopyFrom(self.root_values[root_name])
 
     def handed(self, produced: pb.ArtifactList) -> pb.ArtifactList:
         untyped = pb.ArtifactList()
@@ -206,19 +156,3 @@ class KfpRun(base.BaseRun):
         if limit and (elapsed > limit or elapsed + wait > limit):
             return None  # operator.go: "Backoff would exceed max duration limit"
         return wait
-
-
-def bare_spec(job_json: str, out_yaml: str) -> None:
-    """Writes a PipelineJob's ``pipelineSpec`` as the bare PipelineSpec YAML (the job of the kfp
-    mode where ``ga-tfx compile --backend kfp`` is not there to write it): its constants stay
-    constants (no run parameters)."""
-    with open(out_yaml, "w") as f:
-        yaml.safe_dump(base.load_json(job_json)["pipelineSpec"], f, sort_keys=True)
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 4 or sys.argv[1] != "bare-spec":
-        sys.exit("usage: harness_kfp.py bare-spec JOB.json SPEC.yaml")
-    bare_spec(sys.argv[2], sys.argv[3])

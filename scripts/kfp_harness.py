@@ -113,7 +113,13 @@ def main(argv=None) -> int:
     parser.add_argument("--mount", action="append", default=[])
     parser.add_argument("--job-id")
     parser.add_argument("--network", default="none")
-    parser.add_argument("--param", action="append", default=[], help="kfp: NAME=VALUE")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        help="a run parameter, NAME=VALUE (kfp: the run's; vertex: the PipelineJob's "
+        "parameter_values, over its runtimeConfig)",
+    )
     parser.add_argument("--backoff-scale", type=float, default=1.0)
     parser.add_argument("--stock-entrypoint", action="store_true")
     args = parser.parse_args(argv)
@@ -123,11 +129,8 @@ def main(argv=None) -> int:
             network=args.network,
             backoff_scale=args.backoff_scale,
             stock_entrypoint=args.stock_entrypoint,
+            params=_params(args.param),
         )
-        if args.backend == "kfp":
-            kwargs["params"] = _params(args.param)
-        elif args.param:
-            raise Unsupported("--param: the vertex mode passes the compiled constants only")
         run = BACKENDS[args.backend](
             args.job, args.image, args.pipeline_root, tuple(args.mount), **kwargs
         )

@@ -12,11 +12,15 @@
 #          Debian 13 root (scripts/debian13_root.sh, cached outside the clone; it is made, and
 #          TFX 1.21 installed in it, in the background while the other runs go on); elsewhere
 #          TFX 1.16 in .venv-tfx-1.16/ (Python 3.10).
-#   container  .venv/ driving Docker: -m "container and not container_extra" (the extra ones,
-#          schema 2.0, the local-run comparison, the tuned job, the Tuner as three containers and the killed worker, add ~17 min: -m container
-#          runs them), the compiled Kubeflow job's steps in
-#          containers of the image (scripts/build_image.sh, built in the background from the
-#          start: Docker installed and started where missing, as root), one test at a time.
+#   container  .venv/ driving Docker: -m "container and not container_extra", the compiled
+#          Kubeflow job's steps in containers of the image (scripts/build_image.sh, built in the
+#          background from the start: Docker installed and started where missing, as root), one
+#          test at a time: the whole job once in the kfp mode (and TFX's stock entry point failing
+#          at StatisticsGen), the vertex mode's two-worker Trainer on that run's outputs, the
+#          retry policy, the kfp Trainer stopped and resubmitted, killed and retried (~6 min).
+#          The extra ones (the vertex job in schemas 2.1 and 2.0, the local-run comparison,
+#          vertex's SIGTERM resume, the tuned job, the Tuner as three containers, the killed
+#          worker) add ~19 min: -m container runs them.
 #          The tfx run leaves these tests out (-m "not container").
 #   wheel  the built wheel in a new venv outside the clone (scripts/wheel_check.sh: Python 3.12
 #          and uv of .venv-lib/, requirements/lock-lib.txt's versions): `ga-tfx --version` and

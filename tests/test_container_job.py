@@ -2,8 +2,10 @@
 ``scripts/build_image.sh`` builds, by that backend's container contract (``scripts/kfp_harness.py
 --backend kfp|vertex``), with no network.
 
-kfp (open-source KFP 2.x: the bare PipelineSpec, the data root a run parameter, upstream
-artifacts handed on untyped, the user command under the emissary and launcher stand-ins):
+kfp (open-source KFP 2.x: ``ga-tfx compile --backend kfp``'s bare PipelineSpec, the data root
+and serving folder run parameters (``--param``, their compiled defaults naming no folder),
+upstream artifacts handed on untyped, the user command under the emissary and launcher
+stand-ins):
 1. TFX's stock entry point fails at StatisticsGen (``AttributeError``), ours runs the job to the
    end, blessed and pushed, in the same run setup.
 2. The Trainer's pod stopped as Kubernetes stops it (``docker stop``: SIGTERM to the emissary,
@@ -12,7 +14,8 @@ artifacts handed on untyped, the user command under the emissary and launcher st
 3. The Trainer's container killed: the harness's retry loop waits the compiled backoff (on a
    scaled clock) and the retry resumes, ending at the uninterrupted weights.
 
-vertex (the PipelineJob, typed inputs, the ExampleGen hook, Python as the first process):
+vertex (the PipelineJob, its ``runtimeConfig`` parameter values, typed inputs, the ExampleGen
+hook, Python as the first process):
 4. The digits job (schema 2.1, the default, and 2.0) ends blessed and pushed, at the evaluation
    of the same pipeline run locally (``ga-tfx run``) in the same image; no step reaches for the
    network (no Beam Prism download, no TFX sdist built).
@@ -27,10 +30,13 @@ vertex (the PipelineJob, typed inputs, the ExampleGen hook, Python as the first 
    its best hyperparameters reach the Trainer.
 
 Marker ``container``: run by the container stage of ``scripts/test.sh`` (Docker, as root), not
-by the other tiers. Nothing here is skipped: without Docker these tests fail. Marker
-``container_extra`` (schema 2.0, the comparison with a local run, vertex's SIGTERM resume, the
-tuned job, the Tuner as three containers, the killed worker): left out of CI's stage for its
-time, run by ``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
+by the other tiers. Nothing here is skipped: without Docker these tests fail. The stage runs
+the whole job once, in the kfp mode (1-3); the vertex mode's Trainer as two workers (6) runs on
+that run's outputs (the same upstream tasks: a cache hit). Marker ``container_extra`` (the
+vertex mode's whole job in both schemas (4; ``scripts/container_job.sh --backend vertex`` runs
+it too), the comparison with a local run, vertex's SIGTERM resume, the tuned job, the Tuner as
+three containers, the killed worker): left out of CI's stage for its time, run by
+``.venv/bin/python -m pytest -m container tests/test_container_job.py``.
 """
 
 import json
@@ -54,9 +60,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from ga_tfx.components.trainer import run_record  # noqa: E402
 from ga_tfx.pipelines.parts.training import TUNER_OBJECTIVE  # noqa: E402
 
-import harness_kfp  # noqa: E402
 import kfp_harness  # noqa: E402
-import yaml  # noqa: E402
 from keras_tuner.src.engine.objective import create_objective  # noqa: E402
 
 TFX = os.environ.get("GA_TFX_IMAGE_TFX", "1.21")
@@ -101,8 +105,11 @@ def in_image(image, work, *args):
     )
 
 
-def compile_job(image, work, name, *flags):
-    out = work / f"{name}.json"
+def compile_job(image, work, name, *flags, backend="vertex", data=None, serving=None):
+    """``ga-tfx compile --backend BACKEND`` in the image: vertex's PipelineJob JSON, kfp's bare
+    PipelineSpec YAML; ``data`` and ``serving`` (default: the work folder's) are the runtime
+    parameters' defaults."""
+    out = work / f"{name}.{'yaml' if backend == 'kfp' else 'json'}"
     done = in_image(
         image,
         work,
@@ -114,9 +121,11 @@ def compile_job(image, work, name, *flags):
         "--pipeline-root",
         str(work / "root"),
         "--data-root",
-        str(work / "data"),
+        data or str(work / "data"),
         "--serving-dir",
-        str(work / "serving"),
+        serving or str(work / "serving"),
+        "--backend",
+        backend,
         "--output",
         str(out),
         *flags,
@@ -131,31 +140,32 @@ def new_run(job, image, work, backend="vertex", **kwargs):
     )
 
 
-# The kfp job's data folder as a run parameter: its default names no folder, so a run that
-# did not pass the parameter would read nothing.
+# The kfp job's data and serving folders are run parameters: their defaults name no folder, so
+# a run that did not pass them would read and push nothing.
 DATA_ROOT_DEFAULT = "/nonexistent/data"
+SERVING_DIR_DEFAULT = "/nonexistent/serving"
 
 
 def kfp_job(image, work, name, *flags):
-    """The job compiled in the image, as the bare PipelineSpec YAML open-source KFP uploads
-    (the PipelineJob's pipelineSpec until ``ga-tfx compile --backend kfp`` writes it), with the
-    data root a run parameter (root ``inputDefinitions``, ExampleGen's ``input_base`` reading
-    it as ``componentInputParameter``)."""
-    out = work / f"{name}.yaml"
-    harness_kfp.bare_spec(compile_job(image, work, name, *flags), str(out))
-    spec = yaml.safe_load(out.read_text())
-    spec["root"]["inputDefinitions"] = {
-        "parameters": {"data_root": {"parameterType": "STRING", "defaultValue": DATA_ROOT_DEFAULT}}
-    }
-    (example_gen,) = [t for t in spec["root"]["dag"]["tasks"] if t.endswith("ExampleGen")]
-    inputs = spec["root"]["dag"]["tasks"][example_gen]["inputs"]["parameters"]
-    inputs["input_base"] = {"componentInputParameter": "data_root"}
-    out.write_text(yaml.safe_dump(spec))
-    return str(out)
+    """The job compiled in the image by ``ga-tfx compile --backend kfp``: the bare
+    PipelineSpec YAML open-source KFP uploads, its data root and serving folder runtime
+    parameters (root ``inputDefinitions`` with defaults that name no folder)."""
+    return compile_job(
+        image,
+        work,
+        name,
+        *flags,
+        backend="kfp",
+        data=DATA_ROOT_DEFAULT,
+        serving=SERVING_DIR_DEFAULT,
+    )
 
 
 def kfp_new_run(job, image, work, **kwargs):
-    return new_run(job, image, work, "kfp", params={"data_root": str(work / "data")}, **kwargs)
+    """A run of the kfp job, given the work folder's data and serving folders as its
+    parameters (``--param``, as at KFP's run creation)."""
+    params = {"data_root": str(work / "data"), "serving_dir": str(work / "serving")}
+    return new_run(job, image, work, "kfp", params=params, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +197,12 @@ def job_runs(image, work):
 MIN_ACCURACY = 0.97
 
 
-@pytest.mark.parametrize("schema", ["2.1", pytest.param("2.0", marks=pytest.mark.container_extra)])
+# The vertex mode's whole job in both schemas is container_extra: the stage runs the whole job
+# once, in the kfp mode (test_the_kfp_job_runs_on_open_source_kfps_terms_...), and the vertex
+# mode's Trainer on its outputs (the two-worker test); scripts/container_job.sh --backend vertex
+# runs the vertex job whole.
+@pytest.mark.container_extra
+@pytest.mark.parametrize("schema", ["2.1", "2.0"])
 def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
     run = job_runs[schema]
     assert run.spec.schema_version == f"{schema}.0"
@@ -195,6 +210,7 @@ def test_the_compiled_job_runs_step_by_step_in_containers(job_runs, schema):
         name: param.runtime_value.WhichOneof("value")
         for task in run.spec.root.dag.tasks.values()
         for name, param in task.inputs.parameters.items()
+        if param.WhichOneof("kind") == "runtime_value"
     }
     # 2.1 writes constants as `constant` (what open-source KFP resolves), 2.0 as constantValue.
     assert set(parameters.values()) == {"constant" if schema == "2.1" else "constant_value"}
@@ -244,6 +260,7 @@ def test_the_kfp_job_runs_on_open_source_kfps_terms_where_tfxs_own_entry_point_f
     summary = kfp_harness.summary(run)
     print("kfp", summary)
     assert summary["blessed"] is True and summary["pushed"] is True
+    assert summary["pushed_destination"].startswith(str(work / "serving") + "/")  # run's too
     assert os.path.exists(os.path.join(summary["pushed_destination"], "saved_model.pb"))
     assert summary["evaluation"]["sparse_categorical_accuracy"] >= MIN_ACCURACY
     for name, log in run.logs.items():
@@ -483,9 +500,11 @@ TWO_WORKERS = ("--micro-batch", "32", "--accum-steps", "4", "--strategy", "multi
 MULTI_WORKER_TOLERANCE = 1e-5
 
 
-def one_worker_weights(image, work, job_runs, flags, name):
+def one_worker_weights(image, work, upstream, flags, name):
+    """The one-worker Trainer's weights (a vertex run, every task before the Trainer taken
+    from the finished run ``upstream``)."""
     one = new_run(compile_job(image, work, name, *flags, *ONE_WORKER), image, work)
-    one.cache_from(job_runs["2.1"])
+    assert trainer_of(one) not in one.cache_from(upstream) and len(one.outputs) == 6
     one.run_task(trainer_of(one))
     return trainer_outputs(one)[1]
 
@@ -565,12 +584,16 @@ def trainer_workers(run):
 
 
 def test_two_trainer_containers_under_multi_worker_end_at_one_workers_weights(
-    image, work, job_runs
+    image, work, kfp_runs
 ):
+    """In the vertex mode (Vertex starts a worker pool's replicas with ``TF_CONFIG``), the
+    tasks before the Trainer taken from the kfp job's run (the same tasks: a cache hit), so the
+    stage runs the whole job once."""
     flags = ["--train-windows", "24", "--windows-per-epoch", "12"]
-    want = one_worker_weights(image, work, job_runs, flags, "one")
+    upstream = kfp_runs[2]
+    want = one_worker_weights(image, work, upstream, flags, "one")
     two = new_run(compile_job(image, work, "two", *flags, *TWO_WORKERS), image, work)
-    assert trainer_of(two) not in two.cache_from(job_runs["2.1"])
+    assert trainer_of(two) not in two.cache_from(upstream) and len(two.outputs) == 6
     workers = trainer_workers(two)
     try:
         workers.run_to_the_end()
@@ -617,7 +640,7 @@ def test_a_killed_worker_stops_the_chief_with_a_clear_line_and_a_rerun_resumes(
     two.finish(workers.task)
     record, got = trainer_outputs(two)
     assert record["resumed_from_window"] and record["windows"] == 60, record
-    want = one_worker_weights(image, work, job_runs, flags, "killed-one")
+    want = one_worker_weights(image, work, job_runs["2.1"], flags, "killed-one")
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"resumed at {record['resumed_from_window']}: max |dw| vs one worker = {diff:.3g}")
     assert diff <= MULTI_WORKER_TOLERANCE

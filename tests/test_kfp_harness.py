@@ -72,6 +72,8 @@ def test_schema_2_0_parameters_and_the_driver_values(tmp_path):
         spec["schemaVersion"] = "2.0.0"
         for task in spec["root"]["dag"]["tasks"].values():
             for param in task["inputs"].get("parameters", {}).values():
+                if "runtimeValue" not in param:
+                    continue  # componentInputParameter: the same in both schemas
                 value = param["runtimeValue"].pop("constant")
                 param["runtimeValue"]["constantValue"] = (
                     {"stringValue": value}
@@ -84,6 +86,7 @@ def test_schema_2_0_parameters_and_the_driver_values(tmp_path):
     run = _job(tmp_path, as_2_0)
     ei = run.executor_input("CsvExampleGen")
     assert ei.inputs.parameters["input_base"].string_value and not ei.inputs.parameter_values
+    assert ei.inputs.parameters["output_data_format"].int_value  # a constant
     assert kfp_harness._as_v20(struct_pb2.Value(number_value=3.0)).int_value == 3
     assert kfp_harness._as_v20(struct_pb2.Value(number_value=0.5)).double_value == 0.5
     assert kfp_harness._as_v20(struct_pb2.Value(string_value="x")).string_value == "x"
@@ -126,9 +129,14 @@ def test_the_cache_takes_only_unchanged_tasks_and_what_follows_them(tmp_path):
 
 
 def _bare(tmp_path, edit=None, name="spec.yaml", **kwargs):
-    """The golden job's PipelineSpec as the bare YAML open-source KFP uploads, in the kfp mode."""
+    """The golden job's PipelineSpec as the bare YAML open-source KFP uploads, in the kfp mode:
+    its ``runtimeConfig`` values as the root parameters' ``defaultValue``, where
+    ``ga-tfx compile --backend kfp`` writes them."""
     with open(GOLDEN) as f:
-        spec = json.load(f)["pipelineSpec"]
+        job = json.load(f)
+    spec = job["pipelineSpec"]
+    for parameter, value in job["runtimeConfig"]["parameterValues"].items():
+        spec["root"]["inputDefinitions"]["parameters"][parameter]["defaultValue"] = value
     if edit is not None:
         edit(spec)
     path = tmp_path / name
@@ -233,16 +241,66 @@ def test_the_kfp_mode_passes_the_runs_parameters_and_the_specs_defaults(tmp_path
     no_default = _bare(tmp_path, _data_root_parameter(None), "d.yaml")
     with pytest.raises(kfp_harness.Unsupported, match="pass --param data_root=VALUE"):
         no_default.executor_input("CsvExampleGen")
-    # The vertex mode passes the compiled constants only.
-    vertex_spec = tmp_path / "e.json"
+
+
+def _vertex_values(tmp_path, job_edit=None, name="v.json", **kwargs):
+    """What the vertex mode hands CsvExampleGen (input_base) and the Trainer (train_windows)."""
     with open(GOLDEN) as f:
         job = json.load(f)
-    _data_root_parameter("/a")(job["pipelineSpec"])
-    vertex_spec.write_text(json.dumps(job))
-    with pytest.raises(kfp_harness.Unsupported, match="input_base is a component_input_parameter"):
-        kfp_harness.VertexRun(str(vertex_spec), "img", str(tmp_path / "root")).executor_input(
-            "CsvExampleGen"
+    if job_edit is not None:
+        job_edit(job)
+    path = tmp_path / name
+    path.write_text(json.dumps(job))
+    run = kfp_harness.VertexRun(str(path), "img", str(tmp_path / "root"), **kwargs)
+    example_gen = run.executor_input("CsvExampleGen")
+    # The Trainer's parameter alone (its input artifacts need the upstream tasks run).
+    trainer = run.inputs[TRAINER] = kfp_harness.pb.ExecutorInput()
+    param = run.spec.root.dag.tasks[TRAINER].inputs.parameters["train_windows"]
+    run.input_parameter(TRAINER, "train_windows", param)
+    if run.schema_21:
+        return (
+            example_gen.inputs.parameter_values["input_base"].string_value,
+            trainer.inputs.parameter_values["train_windows"].number_value,
         )
+    return (
+        example_gen.inputs.parameters["input_base"].string_value,
+        trainer.inputs.parameters["train_windows"].int_value,
+    )
+
+
+def test_the_vertex_mode_reads_the_jobs_runtime_config_and_the_creations_values(tmp_path):
+    with open(GOLDEN) as f:
+        config = json.load(f)["runtimeConfig"]["parameterValues"]
+    assert _vertex_values(tmp_path) == (config["data_root"], config["train_windows"])
+    # Values given at job creation (the SDK's parameter_values) go over the runtimeConfig's.
+    given = {"data_root": "/data/b", "train_windows": "7"}
+    assert _vertex_values(tmp_path, name="b.json", params=given) == ("/data/b", 7)
+
+    def as_2_0_config(job):  # schema 2.0: root `type`, runtimeConfig.parameters typed
+        job["pipelineSpec"]["schemaVersion"] = "2.0.0"
+        types = {"STRING": "STRING", "NUMBER_INTEGER": "INT"}
+        for definition in job["pipelineSpec"]["root"]["inputDefinitions"]["parameters"].values():
+            definition["type"] = types[definition.pop("parameterType")]
+        job["runtimeConfig"]["parameters"] = {
+            "data_root": {"stringValue": "/data/c"},
+            "serving_dir": {"stringValue": "/serving"},
+            "train_windows": {"intValue": "11"},
+        }
+        del job["runtimeConfig"]["parameterValues"]
+
+    assert _vertex_values(tmp_path, as_2_0_config, "c.json") == ("/data/c", 11)
+    given_2_0 = _vertex_values(tmp_path, as_2_0_config, "c2.json", params={"train_windows": "9"})
+    assert given_2_0 == ("/data/c", 9)
+    with pytest.raises(kfp_harness.Unsupported, match="--param root: not a parameter .* data_root"):
+        _vertex_values(tmp_path, name="d.json", params={"root": "/b"})
+    with pytest.raises(kfp_harness.Unsupported, match="train_windows='x': not a NUMBER_INT"):
+        _vertex_values(tmp_path, name="e.json", params={"train_windows": "x"})
+
+    def no_value(job):
+        del job["runtimeConfig"]["parameterValues"]["data_root"]
+
+    with pytest.raises(kfp_harness.Unsupported, match="pass --param data_root=VALUE"):
+        _vertex_values(tmp_path, no_value, "f.json")
 
 
 def test_only_the_vertex_mode_runs_the_example_gen_hook(tmp_path, monkeypatch):
