@@ -12,6 +12,7 @@ The hyperparameters are declared once for both (:func:`ga_tfx.tuning.search_spac
 
 from ga_tfx.keras3 import wrap_model
 from ga_tfx.keras3.batchnorm import replace_batchnorm_layers
+from ga_tfx.tuning import search_space as search_space_lib
 from ga_tfx.tuning.search_space import AccumulationSearchSpace, declare
 
 import math
@@ -47,13 +48,7 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         tunable: bool = True,
     ) -> None:
         super().__init__(name=name, tunable=tunable)
-        if not callable(build_model):
-            raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}")
-        if search_space is None:
-            search_space = AccumulationSearchSpace()
-        elif isinstance(search_space, dict):
-            search_space = AccumulationSearchSpace.from_config(search_space)
-        self.search_space = search_space
+        self.search_space = search_space_lib.hypermodel_arguments(build_model, search_space)
         self.build_model = build_model
         self.replace_batchnorm = replace_batchnorm
 

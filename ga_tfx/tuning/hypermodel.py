@@ -45,6 +45,7 @@ from ga_tfx._schema import spec_of
 from ga_tfx.batchnorm.conversion import replace_batchnorm_layers
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.models import wrap_model
+from ga_tfx.tuning import search_space as search_space_lib
 from ga_tfx.tuning.search_space import AccumulationSearchSpace, declare
 from ga_tfx.window.replay import OutOfMemoryRecovered, out_of_memory, replay
 
@@ -87,19 +88,13 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         log_noise_scale: bool = False,
     ) -> None:
         super().__init__(name=name, tunable=tunable)
-        if not callable(build_model):
-            raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}.")
-        if search_space is None:
-            search_space = AccumulationSearchSpace()
-        elif isinstance(search_space, dict):
-            search_space = AccumulationSearchSpace.from_config(search_space)
-        self.search_space = search_space
+        self.search_space = search_space_lib.hypermodel_arguments(build_model, search_space)
         self.build_model = build_model
         self.replace_batchnorm = replace_batchnorm
         self.partial_window = _validation.check_partial_window(partial_window)
         if agc_clip_factor is not None:
             agc_clip_factor = _validation.check_positive_float(agc_clip_factor, "agc_clip_factor")
-            if search_space.searches_agc():
+            if self.search_space.searches_agc():
                 raise ValueError(
                     "agc_clip_factor (a fixed factor) and a search space that "
                     "searches agc_clip_factor exclude each other."

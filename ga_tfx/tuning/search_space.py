@@ -12,7 +12,7 @@ from ga_tfx._schema import Settings, setting
 import dataclasses
 import math
 import numbers
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 
@@ -145,3 +145,20 @@ def declare(space: AccumulationSearchSpace, hp: Any) -> Dict[str, Any]:
     if space.learning_rate is not None:
         values["learning_rate"] = hp.Float("learning_rate", *space.learning_rate, sampling="log")
     return values
+
+
+def hypermodel_arguments(
+    build_model: Callable[[Any], Any],
+    search_space: Union[AccumulationSearchSpace, Dict[str, Any], None],
+) -> AccumulationSearchSpace:
+    """Checks a hypermodel's ``build_model`` (``TypeError`` unless callable) and returns its
+    search space: ``None`` is the default :class:`AccumulationSearchSpace`, a dict its config
+    (:meth:`AccumulationSearchSpace.from_config`). The Keras 2 and Keras 3 plugins both take
+    their arguments through here."""
+    if not callable(build_model):
+        raise TypeError(f"build_model must be callable build_model(hp), got {build_model!r}.")
+    if search_space is None:
+        return AccumulationSearchSpace()
+    if isinstance(search_space, dict):
+        return AccumulationSearchSpace.from_config(search_space)
+    return search_space
