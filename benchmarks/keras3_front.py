@@ -107,9 +107,6 @@ def summarize(args, times):
             "label": label,
             "cpu_rate": spread(args.samples / c for c in cpu[name]),
             "tensor_peak_mib": spread(peaks) if peaks else None,
-            "epochs": [
-                {"wall": t.wall, "cpu": t.cpu, "mib": t.tensor_peak_mib} for t in times[name]
-            ],
         }
     pairs = []
     for num, den, what, goal in PAIRS:
@@ -125,11 +122,24 @@ def _fmt(s, unit=""):
     return f"{s['median']:.3g}{unit} [{s['q1']:.3g}, {s['q3']:.3g}]"
 
 
+VERDICT = {True: "**met**", False: "**not met**", None: "not measured"}
+
+
+def pair_row(pair):
+    """The Markdown row of one paired ratio (the report's, and what tests read back)."""
+    goal = VERDICT[pair["met"]] if pair["goal"] is not None else "context"
+    return f"| {pair['what']} | {_fmt(pair['cpu'], 'x')} | {goal} |"
+
+
 def write_report(args, facts, result, stem):
-    """``stem``.json (everything) and ``stem``.md (the tables and the verdicts)."""
-    with open(stem + ".json", "w") as f:
-        json.dump({"facts": facts, **result}, f, indent=1)
-    verdict = {True: "**met**", False: "**not met**", None: "not measured"}
+    """``stem``.json (the summaries, :func:`benchmarks.results.write`) and ``stem``.md (the
+    tables and the verdicts)."""
+    from benchmarks import results
+
+    # the Markdown prints the figures the JSON keeps (rounded once, by results.compact)
+    result = results.compact({"command": facts["command"], "facts": facts, **result})
+    results.write(result, stem + ".json")
+    verdict = VERDICT
     lines = [
         f"# ga_tfx.keras3 beside Keras 3's accumulation ({facts['backend']} backend)",
         "",
@@ -142,7 +152,7 @@ def write_report(args, facts, result, stem):
         f"Work: conv+BN net, {args.samples} samples per epoch, b = {args.micro_batch}, "
         f"K = {args.accum_steps}, SGD(0.01, momentum 0.9), `fit`; {args.warmup} untimed epochs, "
         f"then {args.rounds} rounds of one epoch each, order reversed every other round, one "
-        "process (`python -m benchmarks.keras3_front`, :mod:`benchmarks.keras3_front`).",
+        "process (`benchmarks/keras3_front.py`).",
         "",
         "The bound here is plain Keras 3 at K·b (the same samples per update, one batch); the "
         "Keras 2 report's fwd+bwd-graph bound is not built for Keras 3. Median "
@@ -156,13 +166,14 @@ def write_report(args, facts, result, stem):
         mib = _fmt(row["tensor_peak_mib"]) if row["tensor_peak_mib"] else "n/a"
         lines.append(f"| {row['label']} (`{name}`) | {_fmt(row['cpu_rate'])} | {mib} |")
     lines += ["", "| paired ratio per CPU-second | median [IQR] | goal |", "|---|---|---|"]
-    for pair in result["pairs"]:
-        goal = verdict[pair["met"]] if pair["goal"] is not None else "context"
-        lines.append(f"| {pair['what']} | {_fmt(pair['cpu'], 'x')} | {goal} |")
+    lines += [pair_row(pair) for pair in result["pairs"]]
+    ours, plain = (result["rows"][n]["tensor_peak_mib"] for n in ("ga_keras3", "keras3_plain_b"))
+    figures = f" ({ours['median']:.3g} vs {plain['median']:.3g} MiB)" if ours and plain else ""
     lines += [
         "",
         "Memory goal (ga_tfx.keras3's peak ≤ plain Keras 3 @ b, medians): "
         + verdict[result["memory_goal_met"]]
+        + figures
         + ".",
         "",
     ]
