@@ -19,6 +19,8 @@ Modules, one concern each:
 * :mod:`benchmarks.report`: the Markdown report writer.
 * :mod:`benchmarks.results`: the JSON results (``--json``): summary figures, one line per record.
 * :mod:`benchmarks.__main__`: the command line.
+* :mod:`benchmarks.keras3_front`: the Keras 3 front-end (``ga_tfx.keras3``) beside Keras 3's
+  built-in accumulation, run with ``.venv-keras3/bin/python`` (``benchmarks/KERAS3.md``).
 
 This package imports nothing at import time: modules that need TensorFlow import ``ga_tfx``
 first (Keras 2). gradient-accumulator is only called, never copied.

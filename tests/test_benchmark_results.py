@@ -140,3 +140,23 @@ def test_committed_critical_batch_record_is_short_lines_and_matches_its_report()
         os.path.join(ROOT, "docs", "img", "critical_batch.png")
     )
     assert not os.path.exists(os.path.join(ROOT, "benchmarks", "critical_batch.png"))
+
+
+@pytest.mark.parametrize("stem", ["KERAS3", "KERAS3_jax"])
+def test_committed_keras3_front_report_matches_its_json(stem):
+    """``python -m benchmarks.keras3_front``'s report: the JSON is compact, and its command,
+    commit, every paired ratio (with its goal's verdict) and the memory verdict are in the
+    Markdown as its writer prints them."""
+    from benchmarks import keras3_front
+
+    with open(os.path.join(ROOT, "benchmarks", f"{stem}.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    assert results.compact(record) == record
+    with open(os.path.join(ROOT, "benchmarks", f"{stem}.md"), encoding="utf-8") as f:
+        report = f.read()
+    assert record["command"] in report and record["facts"]["commit"] in report
+    assert [p["num"] for p in record["pairs"]] == [p[0] for p in keras3_front.PAIRS]
+    for pair in record["pairs"]:
+        assert keras3_front.pair_row(pair) in report, f"{stem}: {keras3_front.pair_row(pair)}"
+    memory = keras3_front.VERDICT[record["memory_goal_met"]]
+    assert f"plain Keras 3 @ b, medians): {memory}" in report
