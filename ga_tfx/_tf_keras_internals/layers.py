@@ -6,12 +6,10 @@ checks every internal they use at import (its ``_REQUIRED`` lists).
 from __future__ import annotations
 
 from ga_tfx._tf_keras_internals import (
-    _ag_ctx,
     _autograph_config,
     _base_layer_utils,
     _control_flow_util,
     _distribute_values,
-    _function_attributes,
     _functional,
 )
 
