@@ -160,3 +160,25 @@ def test_a_holder_whose_lock_was_taken_over_writes_no_checkpoint(tmp_path):
     assert tf.train.latest_checkpoint(folder) is None
     holder.release()  # leaves the other run's lock in place
     assert ResumeLock(folder).read().token == "the other run"
+
+
+@pytest.mark.parametrize("exclusive", [True, False], ids=["O_EXCL", "write-settle-read"])
+def test_a_lock_is_written_with_the_time_of_its_write_not_of_the_runs_start(tmp_path, exclusive):
+    # A run waits (a settle, a dead holder's stale time) between its start and its write; a
+    # lock stamped with the start would read as that much older to the next run (a race once
+    # lost in CI: a holder taken over 2 s after its settle, its heartbeat 1 s old at its write).
+    now = [1000.0]
+    lock = ResumeLock(
+        str(tmp_path / "folder"),
+        exclusive=exclusive,
+        heartbeat_seconds=3600,
+        settle_seconds=0.0,
+        clock=lambda: now[0],
+        sleep=lambda seconds: None,
+    )
+    now[0] += 500.0  # between the run's start and its lock
+    with lock:
+        assert lock.read().beat == 1500.0
+        now[0] += 7.0
+        lock.beat()
+        assert lock.read().beat == 1507.0 and lock.read().beats == 1

@@ -172,6 +172,9 @@ class ResumeLock:
             return Holder("unreadable", "?", "", 0, "", written)
 
     def _text(self) -> str:
+        """This run's record, its heartbeat stamped now: a lock is as fresh as its last
+        write (not as the run's start: a settle, or a wait for a dead holder, comes first)."""
+        self.me.beat = self._clock()
         return json.dumps(dataclasses.asdict(self.me))
 
     def _write(self) -> None:
@@ -271,7 +274,7 @@ class ResumeLock:
         if held is None or held.token != self.me.token:
             self.lost = True
             return
-        self.me.beat, self.me.beats = self._clock(), self.me.beats + 1
+        self.me.beats += 1
         self._write()
 
     def _beat_forever(self) -> None:
