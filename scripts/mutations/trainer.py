@@ -206,4 +206,11 @@ MUTATIONS = [
         "os.O_CREAT | os.O_WRONLY",
         ("tests/test_trainer_resume_lock.py",),
     ),
+    Mutation(
+        "resume_lock.stamped_at_the_runs_start",  # a fresh lock reads as old as its wait
+        "components/trainer/resume_lock.py",
+        "        self.me.beat = self._clock()\n        return json.dumps",
+        "        return json.dumps",
+        ("tests/test_trainer_resume_lock.py",),
+    ),
 ]
