@@ -108,7 +108,7 @@ class AccumulationOptions(HoldsSchedule, Settings):
         "checkpoint_every_updates",
         defaults(AccumulationSettings)["checkpoint_every_updates"],
     )
-    checkpoint_every_seconds: float = like(
+    checkpoint_every_seconds: Optional[float] = like(
         AccumulationSettings,
         "checkpoint_every_seconds",
         defaults(AccumulationSettings)["checkpoint_every_seconds"],

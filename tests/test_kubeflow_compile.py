@@ -62,3 +62,6 @@ def test_the_compiled_trainer_checkpoints_at_kubeflows_interval_unless_told(tmp_
     assert settings_lib.KUBEFLOW_CHECKPOINT_EVERY_SECONDS < 600
     given = _compiled(tmp_path, "--checkpoint-every-seconds", "90")
     assert _trainer_checkpoint_seconds(given) == 90
+    # The local default, asked for by name, is kept too (it once became 60).
+    local = _compiled(tmp_path, "--checkpoint-every-seconds", "600")
+    assert _trainer_checkpoint_seconds(local) == 600

@@ -18,10 +18,21 @@ pytestmark = [pytest.mark.tfx]  # the Trainer's package imports TFX
 
 
 def test_the_compiled_job_checkpoints_every_minute_unless_the_user_chose_an_interval():
-    default = settings_lib.DEFAULTS["checkpoint_every_seconds"]
-    assert settings_lib.kubeflow_checkpoint_every_seconds(default) == 60.0
+    assert settings_lib.DEFAULTS["checkpoint_every_seconds"] is None  # unset: not a value
+    assert settings_lib.kubeflow_checkpoint_every_seconds(None) == 60.0
     assert settings_lib.kubeflow_checkpoint_every_seconds(30.0) == 30.0
-    assert settings_lib.KUBEFLOW_CHECKPOINT_EVERY_SECONDS < default
+    # A user who asks for the local interval gets it (a given 600 once became 60).
+    given = settings_lib.CHECKPOINT_EVERY_SECONDS
+    assert settings_lib.kubeflow_checkpoint_every_seconds(given) == given == 600.0
+    assert settings_lib.KUBEFLOW_CHECKPOINT_EVERY_SECONDS < given
+
+
+def test_an_unset_interval_is_the_local_600_seconds_outside_kubeflow():
+    given = dict(accum_steps=2, micro_batch_size=8, label_key=digits.LABEL_KEY)
+    settings = settings_lib.from_dict(given)
+    assert settings.checkpoint_every_seconds is None and settings.checkpoint_seconds == 600.0
+    chosen = settings_lib.from_dict(dict(given, checkpoint_every_seconds=5))
+    assert chosen.checkpoint_seconds == 5.0
 
 
 def test_a_digits_checkpoint_costs_under_2_percent_of_the_kubeflow_interval(tmp_path):

@@ -144,7 +144,7 @@ def _train_and_export(
             lock.folder,
             total_windows=run.windows,
             every_updates=settings.checkpoint_every_updates,
-            every_seconds=settings.checkpoint_every_seconds,
+            every_seconds=settings.checkpoint_seconds,
             stop=stop,
             before_save=lock.check,
         )

@@ -29,6 +29,21 @@ STRATEGIES = ("auto", "mirrored", "none", "multi_worker")
 MIXED_PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
+# The Trainer's checkpoint interval where checkpoint_every_seconds is unset.
+CHECKPOINT_EVERY_SECONDS = 600.0
+
+# The checkpoint interval of the Trainer in a compiled Kubeflow job (``ga-tfx compile``), in
+# place of CHECKPOINT_EVERY_SECONDS. On open-source KFP a preempted Trainer has about
+# 1 s before the kernel kills it (Argo's emissary forwards SIGTERM, the KFP launcher dies on
+# it; /work/shared/ENGINEERING.md, "What reaches Python when a KFP v2 pod is preempted"), so
+# it cannot finish a window and save: a resubmission resumes from the last periodic checkpoint
+# and the interval is the work a preemption loses. 60 s loses at most a minute (plus the call
+# running, about 0.2 s) where 600 s lost up to ten; a checkpoint of the digits model (174 KB)
+# took 0.15 s to save (median of 14, 0.3 s the first, 2-core CPU machine, local disk), 0.25%
+# of a 60-second interval; at 1 s a save (a slow object store) it is 1.7%.
+KUBEFLOW_CHECKPOINT_EVERY_SECONDS = 60.0
+
+
 @dataclasses.dataclass(frozen=True)
 class AccumulationSettings(HoldsSchedule, Settings):
     """How the Trainer forms batches and updates (checked when created: always valid).
@@ -145,14 +160,22 @@ class AccumulationSettings(HoldsSchedule, Settings):
         "applied), or after checkpoint_every_seconds, whichever comes first (at window ends, "
         "mid-epoch too)",
     )
-    checkpoint_every_seconds: float = setting(
-        600.0,
+    checkpoint_every_seconds: Optional[float] = setting(
+        None,
         kind=float,
         above=0,
+        optional=True,
         help="write a resumable checkpoint after this many seconds of training, or after "
-        "checkpoint_every_updates, whichever comes first (the compiled Kubeflow job: "
-        "KUBEFLOW_CHECKPOINT_EVERY_SECONDS unless given)",
+        "checkpoint_every_updates, whichever comes first (None: "
+        f"{CHECKPOINT_EVERY_SECONDS:g} s; in the compiled Kubeflow job "
+        f"{KUBEFLOW_CHECKPOINT_EVERY_SECONDS:g} s)",
     )
+
+    @property
+    def checkpoint_seconds(self) -> float:
+        """``checkpoint_every_seconds``, or :data:`CHECKPOINT_EVERY_SECONDS` where unset."""
+        given = self.checkpoint_every_seconds
+        return CHECKPOINT_EVERY_SECONDS if given is None else given
 
     @property
     def effective_batch_size(self) -> int:
@@ -178,23 +201,10 @@ class AccumulationSettings(HoldsSchedule, Settings):
         return dataclasses.replace(self, **overrides) if overrides else self
 
 
-# The checkpoint interval of the Trainer in a compiled Kubeflow job (``ga-tfx compile``), in
-# place of checkpoint_every_seconds' 600 s. On open-source KFP a preempted Trainer has about
-# 1 s before the kernel kills it (Argo's emissary forwards SIGTERM, the KFP launcher dies on
-# it; /work/shared/ENGINEERING.md, "What reaches Python when a KFP v2 pod is preempted"), so
-# it cannot finish a window and save: a resubmission resumes from the last periodic checkpoint
-# and the interval is the work a preemption loses. 60 s loses at most a minute (plus the call
-# running, about 0.2 s) where 600 s lost up to ten; a checkpoint of the digits model (174 KB)
-# took 0.15 s to save (median of 14, 0.3 s the first, 2-core CPU machine, local disk), 0.25%
-# of a 60-second interval; at 1 s a save (a slow object store) it is 1.7%.
-KUBEFLOW_CHECKPOINT_EVERY_SECONDS = 60.0
-
-
-def kubeflow_checkpoint_every_seconds(given: float) -> float:
-    """The compiled Kubeflow job's ``checkpoint_every_seconds``: ``given`` when it is not the
-    Trainer's default (the user chose it), else :data:`KUBEFLOW_CHECKPOINT_EVERY_SECONDS`."""
-    default = DEFAULTS["checkpoint_every_seconds"]
-    return KUBEFLOW_CHECKPOINT_EVERY_SECONDS if given == default else given
+def kubeflow_checkpoint_every_seconds(given: Optional[float]) -> float:
+    """The compiled Kubeflow job's ``checkpoint_every_seconds``: ``given`` when the user set
+    it (whatever its value, 600 included), else :data:`KUBEFLOW_CHECKPOINT_EVERY_SECONDS`."""
+    return KUBEFLOW_CHECKPOINT_EVERY_SECONDS if given is None else given
 
 
 def _budget_problem(text: str) -> Optional[str]:

@@ -213,4 +213,11 @@ MUTATIONS = [
         "        return json.dumps",
         ("tests/test_trainer_resume_lock.py",),
     ),
+    Mutation(
+        "settings.kubeflow_interval_overrides_a_given_600",  # the user's 600 s became 60
+        "components/trainer/settings.py",
+        "    return KUBEFLOW_CHECKPOINT_EVERY_SECONDS if given is None else given\n",
+        "    return KUBEFLOW_CHECKPOINT_EVERY_SECONDS if given in (None, 600.0) else given\n",
+        ("tests/test_trainer_kubeflow_interval.py",),
+    ),
 ]
