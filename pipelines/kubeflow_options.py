@@ -37,23 +37,6 @@ DEFAULT_BACKEND = "vertex"  # today's file; open-source KFP asks for --backend k
 # The file each backend takes: kfp 2.x's client loads only .yaml/.yml (or an archive of one)
 # before upload (kfp/client/client.py, _extract_pipeline_yaml); Vertex's PipelineJob is JSON.
 OUTPUT_SUFFIXES = {"kfp": (".yaml", ".yml"), "vertex": (".json",)}
-# Vertex AI's machine-spec accelerator types (its ``AcceleratorType`` enum). Vertex names the
-# device model; a Kubernetes cluster names a device plugin's resource instead.
-VERTEX_ACCELERATORS = (
-    "NVIDIA_TESLA_T4",
-    "NVIDIA_TESLA_V100",
-    "NVIDIA_TESLA_P100",
-    "NVIDIA_TESLA_P4",
-    "NVIDIA_TESLA_A100",
-    "NVIDIA_A100_80GB",
-    "NVIDIA_L4",
-    "NVIDIA_H100_80GB",
-    "NVIDIA_H100_MEGA_80GB",
-    "NVIDIA_H200_141GB",
-    "TPU_V2",
-    "TPU_V3",
-    "TPU_V5_LITEPOD",
-)
 # Open-source KFP: the driver puts the accelerator type, as it is, as a resource name into the
 # pod's limits (kubeflow/pipelines backend/src/v2/driver/driver.go, initPodSpecPatch:
 # ``res.Limits[k8score.ResourceName(acceleratorType)]``): a Kubernetes extended resource,
@@ -97,9 +80,9 @@ class Resources:
     ``cpu=8,memory=32G,accelerator=NVIDIA_TESLA_T4,count=1`` (every key optional; memory in
     G, M, T or Gi, Mi, Ti; count defaults to 1 with an accelerator).
 
-    ``backend="vertex"``: Vertex's accelerator types (:data:`VERTEX_ACCELERATORS`); ``"kfp"``:
-    a Kubernetes extended resource name (:data:`KUBERNETES_ACCELERATORS`). Each refuses the
-    other's names, naming the equivalent. How each is compiled: :meth:`spec`."""
+    ``backend="vertex"``: Vertex's accelerator types (``vertex_training.ACCELERATOR_TYPES``);
+    ``"kfp"``: a Kubernetes extended resource name (:data:`KUBERNETES_ACCELERATORS`). Each
+    refuses the other's names, naming the equivalent. How each is compiled: :meth:`spec`."""
 
     cpu: Optional[float] = None
     memory_gb: Optional[float] = None
@@ -191,6 +174,10 @@ class Resources:
 def _check_accelerator(name: str, backend: str) -> None:
     """``ValueError`` unless ``name`` is an accelerator in ``backend``'s vocabulary; a name of
     the other backend's is refused naming this one's equivalent."""
+    # Vertex names the device model (its AcceleratorType enum: one declaration, the Vertex
+    # Trainer's); a Kubernetes cluster names a device plugin's resource instead.
+    from ga_tfx.components.trainer.vertex_training import ACCELERATOR_TYPES as VERTEX_ACCELERATORS
+
     if backend == "vertex":
         if name in VERTEX_ACCELERATORS:
             return
