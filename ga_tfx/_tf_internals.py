@@ -17,12 +17,15 @@ _ag_ctx = importlib.import_module("tensorflow.python.autograph.core.ag_ctx")
 _function_attributes = importlib.import_module(
     "tensorflow.python.eager.polymorphic_function.attributes"
 )
-for _owner, _name in (
+# (owner, attribute) pairs checked here, at import, for every front-end (the tf-keras shim
+# checks its own beside these, not these again).
+_REQUIRED = (
     (_ag_ctx, "ControlStatusCtx"),
     (_ag_ctx, "Status"),
     (tf.__internal__.autograph, "tf_convert"),
     (_function_attributes, "NO_INLINE"),
-):
+)
+for _owner, _name in _REQUIRED:
     if not hasattr(_owner, _name):
         raise ImportError(f"ga_tfx needs {_owner.__name__}.{_name}, which this TensorFlow lacks")
 

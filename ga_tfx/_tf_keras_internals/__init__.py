@@ -89,9 +89,7 @@ _functional = _import_private("tf_keras.src.engine.functional")
 _control_flow_util = _import_private("tf_keras.src.utils.control_flow_util")
 _distribute_values = _import_private("tensorflow.python.distribute.values")
 _base_layer_utils = _import_private("tf_keras.src.engine.base_layer_utils")
-_ag_ctx = _import_private("tensorflow.python.autograph.core.ag_ctx")
 _autograph_config = _import_private("tensorflow.python.autograph.core.config")
-_function_attributes = _import_private("tensorflow.python.eager.polymorphic_function.attributes")
 
 # (owner, attribute) pairs that must exist on the classes/modules of the installed tf-keras.
 _REQUIRED: Tuple[Tuple[Any, str], ...] = (
@@ -117,12 +115,8 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (_distribute_values.DistributedVariable, "_get_on_device_or_primary"),
     (_base_layer_utils, "call_context"),
     (_base_layer_utils.CallContext, "saving"),
-    (_ag_ctx, "ControlStatusCtx"),
-    (_ag_ctx, "Status"),
     (_autograph_config, "CONVERSION_RULES"),
     (_autograph_config, "DoNotConvert"),
-    (tf.__internal__.autograph, "tf_convert"),
-    (_function_attributes, "NO_INLINE"),
 )
 
 # (class, attribute) pairs for instance attributes: tf-keras sets them on its objects in
