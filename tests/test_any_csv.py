@@ -339,6 +339,44 @@ def _within_the_gbt(out, label, task, ours):
     return gbt, evaluation, train
 
 
+def test_the_tabular_benchmark_reports_the_trainers_windows(tmp_path, monkeypatch):
+    """``benchmarks/tabular_baselines.py`` reads the run summary's fields by name: its row and
+    its report's ``windows`` column are the Trainer's length (``RunSummary.windows``); the
+    pipeline run and the GBT are stood in for."""
+    import pandas as pd
+
+    from benchmarks import tabular_baselines as tb
+    from ga_tfx.pipelines import local
+
+    summary = local.RunSummary(
+        effective_batch_size=128,
+        windows=1234,
+        hyperparameters={},
+        metrics={"root_mean_squared_error": 2.0},
+        blessed=True,
+        pushed_model="/serving/1",
+        serving_model="/model",
+        cached_components=[],
+        baseline_metrics={"root_mean_squared_error": 4.0},
+    )
+    monkeypatch.setattr(tb.tabular_datasets, "write", lambda name, path: path)
+    monkeypatch.setattr(
+        tb, "run_pipeline", lambda *a: dict(summary=summary, seconds=7.0, command="ga-tfx run")
+    )
+    monkeypatch.setattr(tb, "read_split", lambda out, split: pd.DataFrame({"y": [1.0]}))
+    gbt = dict(error=2.5, median=2.6, baseline=4.0, seconds=0.1)
+    monkeypatch.setattr(tb, "gbt", lambda *a: gbt)
+    row = tb.measure(tb.Case("wages1", "wage", "regression"), str(tmp_path))
+    assert row["windows"] == 1234 and row["ours"] == 2.0 and row["ratio"] == 0.8
+    lines = tb.report([row], "c", "abc1234").splitlines()
+    header = next(line for line in lines if line.startswith("| data set |"))
+    [line] = [line for line in lines if line.startswith("| wages1 |")]
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert [cell.strip() for cell in line.strip("|").split("|")][columns.index("windows")] == (
+        "1234"
+    )
+
+
 @pytest.mark.slow  # a whole pipeline run on 3000 messy trips
 def test_messy_classification_explains_trains_beats_the_baseline_and_serves(messy_r, tmp_path):
     messy = messy_r  # in R's dialect: read as the plain table would be (same examples, split)
