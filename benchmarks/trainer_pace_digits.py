@@ -29,8 +29,8 @@ after each epoch, logs to TensorBoard per epoch, and saves a serving SavedModel
 (``serving_default``: serialized raw tf.Example -> transform layer -> model; and
 ``transform_features``) with ``model.save(fn_args.serving_model_dir, signatures=...)``.
 
-Why the comparison is fair: the same samples per step (``K x b``, a window), as many steps as windows,
-the same evaluations (same count, same micro-batches, same samples), the same model and
+Why the comparison is fair: the same samples per step (``K x b``, a window), as many steps as
+windows, the same evaluations (same count, same micro-batches, same samples), the same model and
 optimizer (``build_model({})``: Adam 1e-2, seed 0), the same inputs, and the same export kind.
 What differs is what the ga-tfx Trainer adds and is measured for: the accumulation (``K``
 micro-batches per window, AccumBatchNormalization instead of BatchNormalization), AGC

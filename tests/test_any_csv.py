@@ -77,7 +77,7 @@ def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
 
 
 def test_the_training_length_rule():
-    # The shipped digits keep their 60 updates, evaluated every 20.
+    # The shipped digits keep their 60 windows, evaluated every 20.
     assert TrainingOptions().windows_plan() == (60, 20)
     assert TrainingOptions.of(train_windows=40).windows_plan() == (40, 20)
     # --label: 20 passes over the training rows (10001 rows / 128 per update: 79 a pass) ...
@@ -343,10 +343,11 @@ def test_the_tabular_benchmark_reports_the_trainers_windows(tmp_path, monkeypatc
     """``benchmarks/tabular_baselines.py`` reads the run summary's fields by name: its row and
     its report's ``windows`` column are the Trainer's length (``RunSummary.windows``); the
     pipeline run and the GBT are stood in for."""
+    from ga_tfx.pipelines import local
+
     import pandas as pd
 
     from benchmarks import tabular_baselines as tb
-    from ga_tfx.pipelines import local
 
     summary = local.RunSummary(
         effective_batch_size=128,
