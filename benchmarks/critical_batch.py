@@ -28,13 +28,13 @@ nothing is downloaded):
    nothing from the sweep: at ``USER_LR`` on every data set, until its own eval loss reaches the
    target (:class:`ga_tfx.tuning.StopAtLoss`). **Informed by the sweep** (the figures reported
    before issue 34): trained as the sweep trained that effective batch, at its best learning
-   rate, for as many updates as it needed to reach the target (so the probe covers the path to
+   rate, for as many windows as it needed to reach the target (so the probe covers the path to
    the target loss, where ``B_crit`` is defined). No other figure of the sweep reaches the
    probe. Either way it measures
    ``B_path`` (:func:`ga_tfx.sizing.batch_choice.path_noise_scale`) and recommends ``accum_steps``
    among the powers of two covering the sweep; the check is that the
    recommended effective batch lies within a factor 2 of ``B_crit``. The probe is also run at
-   1/4 and 1/2 of that rate and for half and twice as many updates, to show how much the
+   1/4 and 1/2 of that rate and for half and twice as many windows, to show how much the
    estimate depends on them.
 4. **Ground truth along the path** (:func:`exact_path`): the sweep's own run at the probe's
    batch, with the exact ``B_simple`` before every step (per-sample gradients of every training
@@ -84,10 +84,10 @@ LR_GRID = tuple(0.05 * 2 ** (k / 2) for k in range(15))  # 0.05 .. 6.4, factor s
 # fixed before it first ran: 0.1, the conventional rate of plain SGD (the product's own models
 # train with Adam, whose rates do not carry over to SGD), the same on every data set. Its
 # length: until its own eval loss reaches the target loss (ga_tfx.tuning.StopAtLoss), read every
-# CHECK_UPDATES updates, at most USER_MAX_UPDATES.
+# CHECK_WINDOWS windows, at most USER_MAX_WINDOWS.
 USER_LR = 0.1
-CHECK_UPDATES = 4
-USER_MAX_UPDATES = 2000
+CHECK_WINDOWS = 4
+USER_MAX_WINDOWS = 2000
 
 
 # ---------------------------------------------------------------------------------- data
@@ -359,10 +359,10 @@ def fit_critical_batch(batches, steps) -> Dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------- probe
-def probe(data, lr, seed, updates, target=None) -> Dict[str, Any]:
+def probe(data, lr, seed, windows, target=None) -> Dict[str, Any]:
     """One run of the product's noise-scale probe; returns its report. With ``target``: the
     probe as a user runs it, until its eval loss reaches ``target`` (read every
-    ``CHECK_UPDATES`` updates), at most ``updates`` updates."""
+    ``CHECK_WINDOWS`` windows), at most ``windows`` windows."""
     x, y, x_eval, y_eval = data
     classes = int(y.max()) + 1
     choices = [2**k for k in range(8) if MICRO * 2**k <= 1024]
@@ -387,11 +387,11 @@ def probe(data, lr, seed, updates, target=None) -> Dict[str, Any]:
         keras.utils.set_random_seed(seed)
         train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=seed).repeat()
         val: List[float] = []  # every epoch's eval loss (the Tuner copies callbacks)
-        chunk = updates if target is None else CHECK_UPDATES
+        chunk = windows if target is None else CHECK_WINDOWS
         tuner.search(
             train,
             samples_per_epoch=chunk * PROBE_K * MICRO,
-            epochs=updates // chunk,
+            epochs=windows // chunk,
             validation_data=(x_eval, y_eval),
             validation_batch_size=len(y_eval),
             callbacks=[
@@ -403,7 +403,7 @@ def probe(data, lr, seed, updates, target=None) -> Dict[str, Any]:
             verbose=0,
         )
         report = tuner.probe_report()
-    report["lr"], report["seed"], report["updates"] = lr, seed, len(report["curve"])
+    report["lr"], report["seed"], report["windows"] = lr, seed, len(report["curve"])
     report["eval_loss"] = val[-1]
     report["reached_target"] = target is None or val[-1] <= target
     # B_path over the first half of the probe's windows: how far it had settled.
@@ -489,16 +489,16 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
     log(f"  fit: S_min={fit['s_min']:.1f}  E_min={fit['e_min']:.0f}  B_crit={fit['b_crit']:.1f}")
     sweep_seconds = time.time() - started
     # The probe trains as the sweep did at its effective batch: the best rate there, and as many
-    # updates as that batch needed to reach the target (the probe covers the path to the
+    # windows as that batch needed to reach the target (the probe covers the path to the
     # target loss, where B_crit is defined). No other figure of the sweep reaches the probe.
     at_probe = next(r for r in rows if r["batch"] == PROBE_K * MICRO)
-    lr, updates = at_probe["lr"], max(2, int(round(at_probe["steps"])))
-    probes = [probe(data, lr, seed, updates) for seed in SEEDS]
-    variants = [probe(data, lr * f, SEEDS[0], updates) for f in (0.25, 0.5)] + [
-        probe(data, lr, SEEDS[0], u) for u in (max(2, updates // 2), updates * 2)
+    lr, windows = at_probe["lr"], max(2, int(round(at_probe["steps"])))
+    probes = [probe(data, lr, seed, windows) for seed in SEEDS]
+    variants = [probe(data, lr * f, SEEDS[0], windows) for f in (0.25, 0.5)] + [
+        probe(data, lr, SEEDS[0], w) for w in (max(2, windows // 2), windows * 2)
     ]
     # The probe as a user runs it: nothing from the sweep (USER_LR; until the target loss).
-    user = [probe(data, USER_LR, seed, USER_MAX_UPDATES, spec["target"]) for seed in SEEDS]
+    user = [probe(data, USER_LR, seed, USER_MAX_WINDOWS, spec["target"]) for seed in SEEDS]
     paths = [exact_path(data, PROBE_K * MICRO, lr, seed, spec["target"]) for seed in SEEDS]
     for path in paths:
         path["ratio_to_b_crit"] = path["b_crit"] / fit["b_crit"]
@@ -515,7 +515,7 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
         p["b_simple_ratio_to_b_crit"] = p["b_simple_last"] / fit["b_crit"]
         p["b_path_half_ratio_to_b_crit"] = p["b_path_half"] / fit["b_crit"]
         log(
-            f"  probe lr={p['lr']:.3g} seed={p['seed']} updates={p['updates']}: "
+            f"  probe lr={p['lr']:.3g} seed={p['seed']} windows={p['windows']}: "
             f"B_path={rec['noise_scale']:.1f} (last B_simple {p['b_simple_last']:.1f}) -> "
             f"accum_steps {rec['accum_steps']} (B={rec['effective_batch_size']}), "
             f"{p['ratio_to_b_crit']:.2f} x B_crit"
@@ -530,7 +530,7 @@ def run_dataset(name, spec, log) -> Dict[str, Any]:
         sweep=rows,
         fit=fit,
         probe_lr=lr,
-        probe_updates=updates,
+        probe_windows=windows,
         probes=probes,
         variants=variants,
         user_probes=user,
@@ -655,10 +655,10 @@ def render(results, command, started, elapsed, facts, figure) -> str:
         f"learning rate {USER_LR:g} on every data set (plain SGD's conventional rate; the "
         "product's own models train with Adam, whose rates do not carry over), and the length "
         "set by the target loss: it trains until its own eval loss reaches the target "
-        f"(`ga_tfx.tuning.StopAtLoss`, read every {CHECK_UPDATES} updates, at most "
-        f"{USER_MAX_UPDATES} updates). **Informed by the sweep** (the figures reported before "
+        f"(`ga_tfx.tuning.StopAtLoss`, read every {CHECK_WINDOWS} windows, at most "
+        f"{USER_MAX_WINDOWS} windows). **Informed by the sweep** (the figures reported before "
         "issue 34): trained as the sweep "
-        "trained that batch: at its best learning rate and for as many updates as it needed to "
+        "trained that batch: at its best learning rate and for as many windows as it needed to "
         "reach the target (the path to the target loss, where B_crit is defined; no other "
         "figure of the sweep reaches it). Either way it measures B_path "
         "(`ga_tfx.sizing.batch_choice.path_noise_scale`: from every window's own estimates of "
@@ -688,18 +688,18 @@ def render(results, command, started, elapsed, facts, figure) -> str:
         f"Learning rate {USER_LR:g}; until its own eval loss reaches the target. "
         f"{len(SEEDS)} seeds.",
         "",
-        "| data set | target eval loss | fitted B_crit | updates to the target | B_path | "
-        "B_path at half the updates | recommended effective batch | recommended / B_crit | "
+        "| data set | target eval loss | fitted B_crit | windows to the target | B_path | "
+        "B_path at half the windows | recommended effective batch | recommended / B_crit | "
         "probes within 2x |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         ps = r["user_probes"]
-        updates = ", ".join(
-            f"{p['updates']}" + ("" if p["reached_target"] else " (not reached)") for p in ps
+        windows = ", ".join(
+            f"{p['windows']}" + ("" if p["reached_target"] else " (not reached)") for p in ps
         )
         out.append(
-            f"| {r['name']} | {r['target']} | {r['fit']['b_crit']:.1f} | {updates} | "
+            f"| {r['name']} | {r['target']} | {r['fit']['b_crit']:.1f} | {windows} | "
             + ", ".join(f"{p['recommendation']['noise_scale']:.1f}" for p in ps)
             + " | "
             + ", ".join(f"{p['b_path_half']:.1f}" for p in ps)
@@ -754,12 +754,12 @@ def render(results, command, started, elapsed, facts, figure) -> str:
             f"{min(ratios):.2f} to {max(ratios):.2f}; B_path / B_crit "
             f"{min(p['b_path_ratio_to_b_crit'] for p in r['user_probes']):.2f} to "
             f"{max(p['b_path_ratio_to_b_crit'] for p in r['user_probes']):.2f}, at half its "
-            f"updates {min(p['b_path_half_ratio_to_b_crit'] for p in r['user_probes']):.2f} to "
+            f"windows {min(p['b_path_half_ratio_to_b_crit'] for p in r['user_probes']):.2f} to "
             f"{max(p['b_path_half_ratio_to_b_crit'] for p in r['user_probes']):.2f}; "
-            f"{min(p['updates'] for p in r['user_probes'])} to "
-            f"{max(p['updates'] for p in r['user_probes'])} updates at rate {USER_LR:g}, "
+            f"{min(p['windows'] for p in r['user_probes'])} to "
+            f"{max(p['windows'] for p in r['user_probes'])} windows at rate {USER_LR:g}, "
             f"where the sweep's best rate at B = {PROBE_K * MICRO} is {r['probe_lr']:.3g} and "
-            f"needed {r['probe_updates']})."
+            f"needed {r['probe_windows']})."
         )
     for r in results:
         ratios = [p["ratio_to_b_crit"] for p in r["probes"]]
@@ -790,7 +790,7 @@ def render(results, command, started, elapsed, facts, figure) -> str:
             f"Data: {r['source']}; {r['rows_train']} train / {r['rows_eval']} eval rows, "
             f"{r['features']} features. Target eval loss {r['target']}. Sweep "
             f"{r['sweep_seconds']:.0f} s, all {r['seconds']:.0f} s. The probe informed by "
-            f"the sweep: learning rate {r['probe_lr']:.3g}, {r['probe_updates']} updates; as a "
+            f"the sweep: learning rate {r['probe_lr']:.3g}, {r['probe_windows']} windows; as a "
             f"user runs it: {USER_LR:g}, until the target.",
             "",
             "| effective batch B | best learning rate | steps S (median) | steps per seed | "
@@ -815,7 +815,7 @@ def render(results, command, started, elapsed, facts, figure) -> str:
             "(seed; the variants show how the estimate moves with the probe's learning rate and "
             "length, seed 0):",
             "",
-            "| probe | learning rate | updates | B_path | B_path / B_crit | last B_simple | "
+            "| probe | learning rate | windows | B_path | B_path / B_crit | last B_simple | "
             "last B_simple / B_crit | accum_steps | effective batch | / B_crit |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
@@ -825,7 +825,7 @@ def render(results, command, started, elapsed, facts, figure) -> str:
         ) + [("variant", p) for p in r["variants"]]:
             rec = p["recommendation"]
             out.append(
-                f"| {label} | {p['lr']:.3g} | {p['updates']} | {rec['noise_scale']:.1f} | "
+                f"| {label} | {p['lr']:.3g} | {p['windows']} | {rec['noise_scale']:.1f} | "
                 f"{p['b_path_ratio_to_b_crit']:.2f} | {p['b_simple_last']:.1f} | "
                 f"{p['b_simple_ratio_to_b_crit']:.2f} | {rec['accum_steps']} | "
                 f"{rec['effective_batch_size']} | {p['ratio_to_b_crit']:.2f} |"
@@ -861,7 +861,7 @@ def render(results, command, started, elapsed, facts, figure) -> str:
         "trusting a value that is still moving.",
         "- B_crit itself depends on the target: a lower loss has a larger critical batch.",
         "- The probe as a user runs it against the informed one: the same code, the same "
-        "target; only the rate (and so the number of updates to the target) differs. Where "
+        "target; only the rate (and so the number of windows to the target) differs. Where "
         "the user's rate is far from the best rate at the probe's batch, B_path follows the "
         "path that rate takes, not the path of a batch trained at its best rate, which is "
         "what B_crit describes.",

@@ -240,7 +240,7 @@ def measure(case: Case, work_dir: str, exclude: Sequence[str] = ()) -> Dict[str,
         gbt_seconds=theirs["seconds"],
         blessed=summary.blessed,
         pushed=summary.pushed_model is not None,
-        updates=summary.updates,
+        windows=summary.windows,
         command=ours["command"],
     )
 
@@ -268,7 +268,7 @@ def report(results: List[Dict[str, object]], command: str, commit: str) -> str:
         "",
         "| data set | tables | label (task) | columns left out | rows (train/eval) | ours | "
         "GBT best (median) | ours / GBT best | baseline | leaks named | blessed, pushed | "
-        "updates | time (ours) | time (GBT) |",
+        "windows | time (ours) | time (GBT) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
@@ -280,7 +280,7 @@ def report(results: List[Dict[str, object]], command: str, commit: str) -> str:
             f"({r['gbt_median']:.4g}) | "
             f"**{r['ratio']:.2f}** | {r['baseline']:.4g} | {', '.join(r['leaks']) or 'none'} | "
             f"{'yes' if r['blessed'] else 'no'}, {'yes' if r['pushed'] else 'no'} | "
-            f"{r['updates']} | {r['seconds']:.0f} s | {r['gbt_seconds']:.1f} s |"
+            f"{r['windows']} | {r['seconds']:.0f} s | {r['gbt_seconds']:.1f} s |"
         )
     held = [r["ratio"] for r in results if r["case"].held_out]
     lines += [

@@ -12,7 +12,7 @@ taxi feature, batches of 40, ``MirroredStrategy``, TensorBoard per epoch), 1000 
 evaluation steps, run by TFX's own Trainer executor (``GenericExecutor``). The ga-tfx side is
 the same module plus ``build_model(hparams)`` (the module's own model, compiled as its run_fn
 compiles it), run by ``GradientAccumulationTrainer``'s executor with micro-batches of 10 and
-``accum_steps`` 4: 1000 updates of 40 samples, the same samples per update and in all as the
+``accum_steps`` 4: 1000 windows of 40 samples, the same samples per window and in all as the
 stock Trainer's 1000 steps, 600 evaluation micro-batches of 10 (its 150 batches of 40).
 
 Both read TFX's taxi testdata (its transformed examples and transform graph, shipped in the
@@ -38,7 +38,8 @@ from benchmarks import trainer_pace_digits as digits_job
 from benchmarks.provenance import add_allow_dirty, measured_code, refuse_uncommitted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UPDATES, EVAL_STEPS, BATCH, MICRO, K = 1000, 150, 40, 10, 4
+# WINDOWS: the ga-tfx side's length in windows, the stock side's in steps (of K x MICRO each).
+WINDOWS, EVAL_STEPS, BATCH, MICRO, K = 1000, 150, 40, 10, 4
 # --job: its report's default path (without extension).
 JOBS = {"taxi": "TRAINER_PACE", "digits": "TRAINER_PACE_DIGITS"}
 
@@ -87,7 +88,7 @@ def _taxi_args(side, out):
     if side == "stock":
         props = {
             specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(
-                trainer_pb2.TrainArgs(num_steps=UPDATES)
+                trainer_pb2.TrainArgs(num_steps=WINDOWS)
             ),
             specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(
                 trainer_pb2.EvalArgs(num_steps=EVAL_STEPS)
@@ -102,7 +103,7 @@ def _taxi_args(side, out):
             g.write(f.read() + BUILD_MODEL)
         props = {
             specs.TRAIN_ARGS_KEY: proto_utils.proto_to_json(
-                trainer_pb2.TrainArgs(num_steps=UPDATES)
+                trainer_pb2.TrainArgs(num_steps=WINDOWS)
             ),
             specs.EVAL_ARGS_KEY: proto_utils.proto_to_json(
                 trainer_pb2.EvalArgs(num_steps=EVAL_STEPS * BATCH // MICRO)
@@ -145,8 +146,8 @@ def _report(runs, command, commit, digits=None):
     if digits is None:
         title, source = "TFX's taxi example", "benchmarks/trainer_pace.py"
         what = (
-            f"Stock: TFX's `taxi_utils_native_keras` module and executor,\n{UPDATES} steps of "
-            f"{BATCH}. ga-tfx: the same module's model, {UPDATES} updates of {K} x {MICRO}."
+            f"Stock: TFX's `taxi_utils_native_keras` module and executor,\n{WINDOWS} steps of "
+            f"{BATCH}. ga-tfx: the same module's model, {WINDOWS} windows of {K} x {MICRO}."
         )
     else:
         title, source = digits_job.TITLE, "benchmarks/trainer_pace_digits.py"

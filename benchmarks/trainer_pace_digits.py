@@ -14,9 +14,9 @@ the component, not copied by hand).
 
 ga-tfx side: ``GradientAccumulationTrainer``'s executor with those properties, as the main job
 runs it: ``model_fn`` ``ga_tfx.pipelines.digits`` (``build_model``, its BatchNormalization
-replaced by AccumBatchNormalization), ``train_args.num_steps`` updates of ``accum_steps``
+replaced by AccumBatchNormalization), ``train_args.num_steps`` windows of ``accum_steps``
 micro-batches of ``micro_batch_size``, an evaluation of ``eval_args.num_steps`` micro-batches
-after each ``updates_per_epoch`` updates, AGC, resumable checkpoints (and their deletion), the
+after each ``windows_per_epoch`` windows, AGC, resumable checkpoints (and their deletion), the
 run log and run record, TensorBoard, then the export (``serving_default``, ``transform_features``).
 
 Stock side: TFX's own ``GenericExecutor`` with :data:`STOCK_MODULE`, a module file written the
@@ -24,16 +24,16 @@ way TFX's penguin/taxi examples write theirs: ``run_fn`` reads the same transfor
 ``fn_args.data_accessor.tf_dataset_factory`` (batches of ``micro_batch_size x accum_steps``,
 the ga-tfx side's effective batch), trains the same ``digits.build_model(hparams)`` with plain
 Keras ``fit`` (its stock BatchNormalization) for ``train_args.num_steps`` steps in epochs of
-``updates_per_epoch`` steps, evaluates ``eval_args.num_steps`` batches of ``micro_batch_size``
+``windows_per_epoch`` steps, evaluates ``eval_args.num_steps`` batches of ``micro_batch_size``
 after each epoch, logs to TensorBoard per epoch, and saves a serving SavedModel
 (``serving_default``: serialized raw tf.Example -> transform layer -> model; and
 ``transform_features``) with ``model.save(fn_args.serving_model_dir, signatures=...)``.
 
-Why the comparison is fair: the same samples per update (``K x b``), the same number of updates,
-the same evaluations (same count, same micro-batches, same samples), the same model and
+Why the comparison is fair: the same samples per step (``K x b``, a window), as many steps as
+windows, the same evaluations (same count, same micro-batches, same samples), the same model and
 optimizer (``build_model({})``: Adam 1e-2, seed 0), the same inputs, and the same export kind.
 What differs is what the ga-tfx Trainer adds and is measured for: the accumulation (``K``
-micro-batches per update, AccumBatchNormalization instead of BatchNormalization), AGC
+micro-batches per window, AccumBatchNormalization instead of BatchNormalization), AGC
 (``agc_clip_factor`` of the main job), checkpoints, the run log and record. Also as a stock
 module writes it: no ``tf.distribute`` strategy (the ga-tfx side's ``strategy`` ``"auto"`` is the
 same default strategy on a machine with at most one GPU; with more it mirrors, so compare on one
@@ -49,7 +49,7 @@ PIPELINE_NAME = "trainer-pace-digits"
 TITLE = "the main job: digits"
 
 # The stock module's custom_config keys: its batch, its evaluation batch, its epoch (in steps).
-CONFIG_KEYS = ("batch_size", "eval_batch_size", "updates_per_epoch")
+CONFIG_KEYS = ("batch_size", "eval_batch_size", "steps_per_epoch")
 # The stock side's module file: TFX's penguin/taxi style, training digits.build_model.
 STOCK_MODULE = '''"""Stock TFX Trainer module: digits.build_model trained by plain Keras."""
 
@@ -60,7 +60,7 @@ from ga_tfx.pipelines import digits
 import tensorflow_transform as tft
 from tfx_bsl.public import tfxio
 
-BATCH_SIZE, EVAL_BATCH_SIZE, UPDATES_PER_EPOCH = CONFIG_KEYS
+BATCH_SIZE, EVAL_BATCH_SIZE, STEPS_PER_EPOCH = CONFIG_KEYS
 
 
 def _input_fn(file_pattern, data_accessor, tf_transform_output, batch_size):
@@ -103,7 +103,7 @@ def run_fn(fn_args):
         fn_args.eval_files, fn_args.data_accessor, tf_transform_output, config[EVAL_BATCH_SIZE]
     )
     model = digits.build_model({})
-    per_epoch = config[UPDATES_PER_EPOCH] or fn_args.train_steps
+    per_epoch = config[STEPS_PER_EPOCH] or fn_args.train_steps
     model.fit(
         train_dataset,
         epochs=fn_args.train_steps // per_epoch,
@@ -225,7 +225,7 @@ def executor_args(side, out, inputs_file):
 
 def stock_config(settings):
     """The stock module's ``custom_config``: the ga-tfx side's effective batch, its
-    evaluation micro-batch and its epoch (updates between evaluations)."""
+    evaluation micro-batch and its epoch (windows between evaluations)."""
     values = (settings.effective_batch_size, settings.micro_batch_size, settings.windows_per_epoch)
     return dict(zip(CONFIG_KEYS, values))
 
@@ -239,7 +239,7 @@ def describe(job):
         f"Inputs: the main job's Transform outputs (digits, default options). Stock: TFX's "
         f"`GenericExecutor`, `digits.build_model` by plain Keras, {steps} steps of "
         f"{settings.effective_batch_size}. ga-tfx: the main job's `GradientAccumulationTrainer` "
-        f"properties, {steps} updates of {settings.accum_steps} x {settings.micro_batch_size}. "
+        f"properties, {steps} windows of {settings.accum_steps} x {settings.micro_batch_size}. "
         f"Both: {evals} evaluation batches of {settings.micro_batch_size} every "
-        f"{settings.windows_per_epoch} updates."
+        f"{settings.windows_per_epoch} windows."
     )

@@ -53,7 +53,7 @@ _EXTENDED_RESOURCE = re.compile(
 RUNTIME_PARAMETERS = {
     "data_root": (str, "the folder of CSV files ExampleGen reads (--data-root)"),
     "serving_dir": (str, "where the Pusher copies a blessed model (--serving-dir)"),
-    "train_windows": (int, "the Trainer's length in windows (--train-updates)"),
+    "train_windows": (int, "the Trainer's length in windows (--train-windows)"),
 }
 # How a run is given its pipeline root (the file holds none under kfp; Vertex's holds a default).
 RUN_PIPELINE_ROOT = {

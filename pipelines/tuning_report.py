@@ -138,7 +138,7 @@ def probe_lines(probe: Dict[str, Any]) -> List[str]:
     measure = rec.get("measure", "B_simple")  # B_simple: a record from before B_path
     lines = [
         f"noise-scale probe:    accum_steps {k} x micro-batch {micro} (effective batch "
-        f"{k * micro}), {last.get('update', '?')} updates, {last.get('samples', '?')} samples",
+        f"{k * micro}), {last.get('window', '?')} windows, {last.get('samples', '?')} samples",
         f"measured {measure + ':':<13}{rec['noise_scale']:.4g} samples ("
         + (
             "the noise scale of the probe's path, each window weighted by its progress)"
@@ -168,14 +168,14 @@ def stop_lines(probe: Dict[str, Any]) -> List[str]:
     if probe.get("target_loss") is None:
         return []
     target, curve = probe["target_loss"], probe.get("curve") or []
-    updates = curve[-1].get("update", "?") if curve else 0
+    windows = curve[-1].get("window", "?") if curve else 0
     if probe.get("reached_target"):
         return [
-            f"stopped at the target: eval loss at or below {target:.4g} after {updates} updates "
+            f"stopped at the target: eval loss at or below {target:.4g} after {windows} windows "
             "(the probe measured the path to the loss you aim at)"
         ]
     return [
-        f"target NOT reached:   eval loss still above {target:.4g} after {updates} updates (the "
+        f"target NOT reached:   eval loss still above {target:.4g} after {windows} windows (the "
         "cap, --tuning-windows); the noise scale grows as the loss falls, so the recommendation "
         "is that of a higher loss: a lower limit of the target's effective batch. A longer "
         "probe (--tuning-windows) would reach the target"

@@ -1,6 +1,6 @@
 """Trainer runs through the real ga-tfx run_fn, for tests/test_multi_worker.py.
 
-``python -m tests.multi_worker_script OUT MODULE_FILE STRATEGY MICRO_BATCH ACCUM_STEPS UPDATES
+``python -m tests.multi_worker_script OUT MODULE_FILE STRATEGY MICRO_BATCH ACCUM_STEPS WINDOWS
 OPTIMIZERS`` builds the artifacts and ``FnArgs`` as the Trainer's executor does (taxi testdata
 of the TFX wheel, see tests/test_trainer_component.py) and, for each optimizer of the
 comma-separated ``OPTIMIZERS`` (names of ``tests.taxi.MODEL_MODULE``: ``sgd``,
@@ -29,12 +29,12 @@ def hyperparameters(optimizer):
     return {"batchnorm": False, "optimizer": optimizer}
 
 
-def train(out, module_file, strategy, micro_batch_size, accum_steps, updates, optimizer):
+def train(out, module_file, strategy, micro_batch_size, accum_steps, windows, optimizer):
     """Trains through ``train_and_export``; returns the path of the saved weights."""
     inputs, outputs = _artifacts(out, hyperparameters(optimizer))
     props = _exec_properties(
         module_file,
-        num_steps=updates,
+        num_steps=windows,
         eval_steps=0,
         accum_steps=accum_steps,
         micro_batch_size=micro_batch_size,

@@ -77,7 +77,7 @@ def test_the_data_check_counts_rows_with_a_label_and_refuses_none(tmp_path):
 
 
 def test_the_training_length_rule():
-    # The shipped digits keep their 60 updates, evaluated every 20.
+    # The shipped digits keep their 60 windows, evaluated every 20.
     assert TrainingOptions().windows_plan() == (60, 20)
     assert TrainingOptions.of(train_windows=40).windows_plan() == (40, 20)
     # --label: 20 passes over the training rows (10001 rows / 128 per update: 79 a pass) ...
@@ -337,6 +337,45 @@ def _within_the_gbt(out, label, task, ours):
     print(f"messy taxi {label}: ours {ours:.4g}, GBT best {gbt['error']:.4g}")
     assert ours <= tb.MAX_RATIO * gbt["error"]
     return gbt, evaluation, train
+
+
+def test_the_tabular_benchmark_reports_the_trainers_windows(tmp_path, monkeypatch):
+    """``benchmarks/tabular_baselines.py`` reads the run summary's fields by name: its row and
+    its report's ``windows`` column are the Trainer's length (``RunSummary.windows``); the
+    pipeline run and the GBT are stood in for."""
+    from ga_tfx.pipelines import local
+
+    import pandas as pd
+
+    from benchmarks import tabular_baselines as tb
+
+    summary = local.RunSummary(
+        effective_batch_size=128,
+        windows=1234,
+        hyperparameters={},
+        metrics={"root_mean_squared_error": 2.0},
+        blessed=True,
+        pushed_model="/serving/1",
+        serving_model="/model",
+        cached_components=[],
+        baseline_metrics={"root_mean_squared_error": 4.0},
+    )
+    monkeypatch.setattr(tb.tabular_datasets, "write", lambda name, path: path)
+    monkeypatch.setattr(
+        tb, "run_pipeline", lambda *a: dict(summary=summary, seconds=7.0, command="ga-tfx run")
+    )
+    monkeypatch.setattr(tb, "read_split", lambda out, split: pd.DataFrame({"y": [1.0]}))
+    gbt = dict(error=2.5, median=2.6, baseline=4.0, seconds=0.1)
+    monkeypatch.setattr(tb, "gbt", lambda *a: gbt)
+    row = tb.measure(tb.Case("wages1", "wage", "regression"), str(tmp_path))
+    assert row["windows"] == 1234 and row["ours"] == 2.0 and row["ratio"] == 0.8
+    lines = tb.report([row], "c", "abc1234").splitlines()
+    header = next(line for line in lines if line.startswith("| data set |"))
+    [line] = [line for line in lines if line.startswith("| wages1 |")]
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert [cell.strip() for cell in line.strip("|").split("|")][columns.index("windows")] == (
+        "1234"
+    )
 
 
 @pytest.mark.slow  # a whole pipeline run on 3000 messy trips

@@ -131,7 +131,7 @@ def test_committed_critical_batch_record_is_short_lines_and_matches_its_report()
         )
         assert row in report, row
         for p in r["probes"] + r["variants"] + r["user_probes"]:
-            assert len(p["curve"]) == p["updates"] > 0
+            assert len(p["curve"]) == p["windows"] > 0
             assert {"window_samples", "noise_trace_window", "noise_grad_sq_window"} <= set(
                 p["curve"][-1]
             )

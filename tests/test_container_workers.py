@@ -48,7 +48,7 @@ import vertex_standin  # noqa: E402
 image, work = job_tests.image, job_tests.work
 pytestmark = [pytest.mark.tfx, pytest.mark.slow, pytest.mark.container, pytest.mark.container_extra]
 
-FLAGS = ("--train-updates", "24", "--updates-per-epoch", "12")
+FLAGS = ("--train-windows", "24", "--windows-per-epoch", "12")
 # float32 weights after 24 updates, the two workers' all-reduce summing in another order than
 # one worker: measured 3.3e-7 (2026-11-28), about 3 float32 ulps at 1.0.
 TOLERANCE = 1e-6
@@ -108,7 +108,7 @@ def test_two_vertex_replicas_of_the_compiled_worker_pools_end_at_one_workers_wei
         assert "ga_tfx: " in log and ", 2 replicas, " in log, log[-3000:]  # one cluster
 
     record, got = trainer_outputs(two)
-    assert record["replicas"] == 2 and record["updates"] == 24, record
+    assert record["replicas"] == 2 and record["windows"] == 24, record
     assert set(got) == set(want) and len(want) >= 8
     diff = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     print(f"two Vertex replicas vs one worker: max |dw| = {diff:.3g} over {len(want)} tensors")

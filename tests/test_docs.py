@@ -186,7 +186,7 @@ CHECKS = {
     ("docs/trainer-and-tuner.md", 2): _check_probe,
     ("docs/trainer-and-tuner.md", 3): _check_trainer,
 }
-# Longer runs (a search of 8 trials, a probe of 40 updates): in the slow tier.
+# Longer runs (a search of 8 trials, a probe of 40 windows): in the slow tier.
 SLOW = {("docs/trainer-and-tuner.md", 1), ("docs/trainer-and-tuner.md", 2)}
 
 

@@ -148,14 +148,14 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
 
     assert whole.display_name == NAME and spec.pipeline_info.name == NAME
     assert spec.schema_version == "2.1.0"  # the default: what open-source KFP reads
-    updates = options.windows_plan()[0]
+    windows = options.windows_plan()[0]
     assert job["runtimeConfig"] == {
         "gcsOutputDirectory": CLUSTER_PATHS["pipeline_root"],
         # The runtime parameters' defaults: the compile's values.
         "parameterValues": {
             "data_root": CLUSTER_PATHS["data_root"],
             "serving_dir": CLUSTER_PATHS["serving_model_dir"],
-            "train_windows": updates,
+            "train_windows": windows,
         },
     }
     assert runtime_inputs(spec) == {
@@ -477,7 +477,7 @@ def test_the_compile_command_writes_the_kfp_yaml_with_kubernetes_resources(tmp_p
     output = tmp_path / "digits.yaml"
     flags = ["compile", "--backend", "kfp", "--image", "reg/ga-tfx:1"]
     flags += ["--pipeline-root", "/mnt/pipeline", "--data-root", "/mnt/data"]
-    flags += ["--serving-dir", "/mnt/serving", "--output", str(output), "--train-updates", "40"]
+    flags += ["--serving-dir", "/mnt/serving", "--output", str(output), "--train-windows", "40"]
     flags += ["--trainer-resources", "cpu=4,memory=16G,accelerator=nvidia.com/gpu,count=2"]
     assert cli.main(flags) == 0
     out = capsys.readouterr().out
@@ -671,8 +671,8 @@ def test_compiled_trainer_container_runs_and_exports_a_model(tmp_path):
         "model": [model_uri],
         "model_run": [model_run_uri],
     }
-    # The compiled settings and the run's length reached the training: 4 updates (the run's
-    # train_windows, not the compiled 6) of 2 x 16 examples.
+    # The compiled settings and the run's length reached the training: 4 windows (the run's
+    # train_windows, not the compiled 6) of 2 x 16 examples, each an update.
     scalars = {}
     for path in glob.glob(os.path.join(model_run_uri, "ga_tfx", "events*")):
         for event in tf.compat.v1.train.summary_iterator(path):

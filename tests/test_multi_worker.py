@@ -24,7 +24,7 @@ from tests.worker_processes import workers_running
 
 pytestmark = [pytest.mark.tfx, pytest.mark.slow]  # the TFX Trainer's run_fn in 2 workers
 
-MICRO, K, UPDATES = 8, 2, 3  # global micro-batch of 8 = 4 examples per worker
+MICRO, K, WINDOWS = 8, 2, 3  # global micro-batch of 8 = 4 examples per worker
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
 # float32 round-off: the workers' all-reduce sums the gradient in another order than one
 # big batch does, a few ulp (eps = 1.2e-7) of each gradient; the weights (|w| < 2) move by
@@ -63,7 +63,7 @@ def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path
             "multi_worker",
             MICRO,
             K,
-            UPDATES,
+            WINDOWS,
             ",".join(OPTIMIZERS),
         ],
         timeout_s=TIMEOUT_S,
@@ -71,7 +71,7 @@ def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path
     ):
         # The plain Keras references train while the workers start.
         big = {
-            name: _plain_keras_big_batch(hyperparameters(name), MICRO * K, UPDATES).get_weights()
+            name: _plain_keras_big_batch(hyperparameters(name), MICRO * K, WINDOWS).get_weights()
             for name in OPTIMIZERS
         }
     print(f"two workers + references: {time.monotonic() - start:.1f}s")
@@ -81,7 +81,7 @@ def test_two_workers_match_big_batch_training_and_only_the_chief_writes(tmp_path
     for name in OPTIMIZERS:
         chief = _weights(tmp_path / "w0" / name / "weights.npz")
         other = _weights(tmp_path / "w1" / name / "weights.npz")
-        assert _updates(tmp_path / "w0" / name) == [float(u) for u in range(1, UPDATES + 1)]
+        assert _updates(tmp_path / "w0" / name) == [float(u) for u in range(1, WINDOWS + 1)]
         assert _max_diff(chief, other) == 0.0  # the workers hold one set of mirrored weights
         diff = _max_diff(chief, big[name])
         initial = namespace["build_model"](hyperparameters(name)).get_weights()

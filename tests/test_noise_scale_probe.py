@@ -113,7 +113,7 @@ def test_b_path_leaves_out_missing_estimates_clips_weights_and_says_when_nothing
 
 
 # ------------------------------------------------------------------- the probe, end to end
-D, MICRO, PROBE_K, UPDATES = 8, 4, 8, 60
+D, MICRO, PROBE_K, WINDOWS = 8, 4, 8, 60
 TRUE_B_SIMPLE = 17.0  # (d (|δ|² + σ²) + |δ|²) / |δ|² with d = 8, |δ|² = σ² = 1
 
 
@@ -131,7 +131,7 @@ def _least_squares_hypermodel(accum_steps=(1, 2, 4, 8, 16), **space):
         return model
 
     rng = np.random.default_rng(0)
-    n = UPDATES * PROBE_K * MICRO
+    n = WINDOWS * PROBE_K * MICRO
     x = rng.normal(size=(n, D)).astype("float32")
     y = (x @ w_star + rng.normal(size=n).astype("float32"))[:, None]
     space = dict({"accum_steps": list(accum_steps), "micro_batch_size": MICRO}, **space)
@@ -153,7 +153,7 @@ def test_the_probe_measures_a_known_noise_scale_and_recommends_accum_steps_from_
     )
     report = tuner.probe_report()
     curve = report["curve"]
-    assert [row["window"] for row in curve] == list(range(1, UPDATES + 1))
+    assert [row["window"] for row in curve] == list(range(1, WINDOWS + 1))
     assert curve[-1]["samples"] == len(x)  # every probe window was PROBE_K micro-batches
     rec = report["recommendation"]
     # B_path of a constant noise scale is that noise scale. Its spread: 2.3 % over 400

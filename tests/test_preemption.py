@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tensorflow.python.checkpoint import checkpoint_management
 
-K, MICRO, UPDATES = 2, 4, 7
+K, MICRO, WINDOWS = 2, 4, 7
 
 
 def _model(**compile_kwargs):
@@ -31,7 +31,7 @@ def _model(**compile_kwargs):
 
 def _data(skip_windows=0):
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(UPDATES * K * MICRO, 3)).astype("float32")
+    x = rng.normal(size=(WINDOWS * K * MICRO, 3)).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(MICRO)
     return dataset.skip(skip_windows * K)
 
@@ -68,7 +68,7 @@ def _fit(model, *callbacks, done=0):
     model.fit(
         _data(done),
         epochs=1,
-        steps_per_epoch=(UPDATES - done) * K,
+        steps_per_epoch=(WINDOWS - done) * K,
         verbose=0,
         callbacks=list(callbacks),
     )
@@ -77,13 +77,13 @@ def _fit(model, *callbacks, done=0):
 def _checkpoint(model, directory, kind=checkpoints.UpdateCheckpoint, **kwargs):
     """``kind(model, directory, ...)`` for this module's training: no periodic checkpoint
     unless ``kwargs`` ask for one."""
-    kwargs = dict(dict(total_windows=UPDATES, every_updates=100, every_seconds=1e9), **kwargs)
+    kwargs = dict(dict(total_windows=WINDOWS, every_updates=100, every_seconds=1e9), **kwargs)
     return kind(model, str(directory), **kwargs)
 
 
 def test_checkpoints_every_n_updates_and_at_the_end(tmp_path):
     model = _model(steps_per_execution=K)  # one window per call: the cadence, window by window
-    saves = _Saves(model, str(tmp_path), total_windows=UPDATES, every_updates=3, every_seconds=1e9)
+    saves = _Saves(model, str(tmp_path), total_windows=WINDOWS, every_updates=3, every_seconds=1e9)
     assert saves.restore() == 0
     _fit(model, saves)
     saves.save_final()
@@ -114,30 +114,30 @@ def test_the_trainers_checkpoints_leave_fit_pacing_and_count_every_window(tmp_pa
     one_per_call = _model(steps_per_execution=K)
     _fit(one_per_call)
     model, calls = _model(), _Calls()
-    saves = _Saves(model, str(tmp_path), total_windows=UPDATES, every_updates=3, every_seconds=1e9)
+    saves = _Saves(model, str(tmp_path), total_windows=WINDOWS, every_updates=3, every_seconds=1e9)
     saves.restore()
     _fit(model, calls, saves)
     saves.save_final()
-    assert calls.calls < UPDATES  # paced: the first call one window, the next ones more
-    assert saves.windows_done == UPDATES == int(model.optimizer.iterations.numpy())
-    assert saves.saved[-1] == UPDATES and all(n >= 3 for n in saves.saved)
+    assert calls.calls < WINDOWS  # paced: the first call one window, the next ones more
+    assert saves.windows_done == WINDOWS == int(model.optimizer.iterations.numpy())
+    assert saves.saved[-1] == WINDOWS and all(n >= 3 for n in saves.saved)
     for a, b in zip(model.weights, one_per_call.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     # A callback that watches batches without saying so still gets one window per call.
     watched, calls = _model(), _Calls()
     calls.follows_pacing = False
     _fit(watched, calls)
-    assert calls.calls == UPDATES
+    assert calls.calls == WINDOWS
 
 
 def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
-    # compile(steps_per_execution=2K): calls of 2, 2, 2 and 1 windows (UPDATES = 7).
+    # compile(steps_per_execution=2K): calls of 2, 2, 2 and 1 windows (WINDOWS = 7).
     uninterrupted = _model(steps_per_execution=2 * K)
     saves = _checkpoint(uninterrupted, tmp_path / "whole", _Saves, every_updates=3)
     saves.restore()
     _fit(uninterrupted, saves)
     saves.save_final()
-    assert saves.windows_done == UPDATES == int(uninterrupted.optimizer.iterations.numpy())
+    assert saves.windows_done == WINDOWS == int(uninterrupted.optimizer.iterations.numpy())
     assert saves.saved == [4, 7]  # the first call end at or past 3 updates; the end
 
     # A stop requested as the second call (windows 3 and 4) begins takes effect at its end.
@@ -152,7 +152,7 @@ def test_several_windows_per_call_are_each_counted_and_resume_exactly(tmp_path):
     done = again.restore()
     assert done == 4 == int(resumed.optimizer.iterations.numpy())
     _fit(resumed, again, done=done)
-    assert again.windows_done == UPDATES == int(resumed.optimizer.iterations.numpy())
+    assert again.windows_done == WINDOWS == int(resumed.optimizer.iterations.numpy())
     diff = max(
         float(np.max(np.abs(a.numpy() - b.numpy())))
         for a, b in zip(resumed.weights, uninterrupted.weights)
@@ -166,7 +166,7 @@ def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
     saves = _Saves(
         model,
         str(tmp_path),
-        total_windows=UPDATES,
+        total_windows=WINDOWS,
         every_updates=5,
         every_seconds=25.0,
         clock=lambda: now[0],
@@ -183,7 +183,7 @@ def test_checkpoints_by_wall_time_whichever_comes_first(tmp_path):
     saves = _Saves(
         model,
         str(tmp_path / "updates_first"),
-        total_windows=UPDATES,
+        total_windows=WINDOWS,
         every_updates=2,
         every_seconds=25.0,
         clock=lambda: now[0],
@@ -267,7 +267,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
     a torn write of checkpoint 4 (files half written, index not yet updated) restores 2."""
     model = _model()
     saves = checkpoints.UpdateCheckpoint(
-        model, str(tmp_path), total_windows=UPDATES, every_updates=2, every_seconds=1e9
+        model, str(tmp_path), total_windows=WINDOWS, every_updates=2, every_seconds=1e9
     )
     saves.restore()
     at_two = []
@@ -297,7 +297,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint(tmp_pat
 
     resumed = _model()
     again = checkpoints.UpdateCheckpoint(
-        resumed, str(tmp_path), total_windows=UPDATES, every_updates=2, every_seconds=1e9
+        resumed, str(tmp_path), total_windows=WINDOWS, every_updates=2, every_seconds=1e9
     )
     assert again.restore() == 2
     for got, want in zip(resumed.weights, at_two[0]):
@@ -315,7 +315,7 @@ def test_the_trainers_interruption_counts_windows_a_skipped_one_included(tmp_pat
     """The Trainer's message counts windows (its ``num_steps`` unit), not updates: a stop after
     4 windows, the first skipped as non-finite (a NaN target), says window 4 of 7, with 3
     updates applied."""
-    x = np.random.default_rng(0).normal(size=(UPDATES * K * MICRO, 3)).astype("float32")
+    x = np.random.default_rng(0).normal(size=(WINDOWS * K * MICRO, 3)).astype("float32")
     y = x.sum(axis=1, keepdims=True)
     y[0] = np.nan  # window 1's loss and gradient: skipped
     model, stop = _model(), preemption.StopRequest()
@@ -326,14 +326,14 @@ def test_the_trainers_interruption_counts_windows_a_skipped_one_included(tmp_pat
         model.fit(
             tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO),
             epochs=1,
-            steps_per_epoch=UPDATES * K,
+            steps_per_epoch=WINDOWS * K,
             verbose=0,
             callbacks=[request, stopping],
         )
     assert str(raised.value) == (
         "interrupted at window 4 of 7; checkpoint saved; re-run the same command to resume"
     )
-    assert raised.value.windows_done == 4 and raised.value.total_windows == UPDATES
+    assert raised.value.windows_done == 4 and raised.value.total_windows == WINDOWS
     assert (model.window_core.windows, model.window_core.updates) == (4, 3)
 
 
@@ -388,7 +388,7 @@ def test_the_counts_are_the_window_cores_and_stored_once(tmp_path):
     assert again.restore() == 3 and again.micro_batches_done == 3 * K  # before the core exists
     assert resumed.window_core is None
     _fit(resumed, again, done=3)
-    assert (again.windows_done, again.micro_batches_done) == (UPDATES, UPDATES * K)
+    assert (again.windows_done, again.micro_batches_done) == (WINDOWS, WINDOWS * K)
     assert _weights_diff(resumed, uninterrupted) <= 1e-6
 
 
@@ -396,7 +396,7 @@ def test_the_resume_directory_is_under_resume_root_when_one_is_set():
     """``resume_root`` (the Trainer's setting; the ga-tfx pipelines set one under the pipeline
     root) holds the resume directories; without one they are beside the Trainer's outputs.
     Either way the directory is named by the training's identity."""
-    identity = {"model": "m", "updates": 7}
+    identity = {"model": "m", "windows": 7}
     beside = checkpoints.resume_directory("root/Trainer/model_run/12", identity)
     assert os.path.dirname(beside) == os.path.join("root", "Trainer", ".ga_tfx_resume")
     given = checkpoints.resume_directory("root/Trainer/model_run/12", identity, "gs://b/resume")

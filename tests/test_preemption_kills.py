@@ -1,7 +1,7 @@
 """A Trainer killed at five points, re-run each time, ends with the uninterrupted weights.
 
 One chain of attempts of the same training (taxi testdata, AccumBN, SGD with momentum, shuffled
-data, 8 updates of 2 micro-batches, evaluation every 4 updates, a checkpoint every 3 updates):
+data, 8 windows of 2 micro-batches, evaluation every 4 windows, a checkpoint every 3 updates):
 each attempt is a fresh process, as a retried pod or a re-run ``ga-tfx run`` is, killed at one
 point; the next attempt resumes from what the previous one left:
 
@@ -11,7 +11,7 @@ point; the next attempt resumes from what the previous one left:
 3. SIGKILL mid-window (window 7 running; latest checkpoint: update 5);
 4. SIGKILL during a checkpoint write (update 8's files half written, index not yet updated);
 5. SIGKILL right after a checkpoint (update 8);
-6. SIGKILL during the export (the final checkpoint holds all 8 updates);
+6. SIGKILL during the export (the final checkpoint holds all 8 windows);
 then a last attempt in this process exports, and its weights, optimizer slots and AccumBN
 statistics equal those of an uninterrupted run.
 """

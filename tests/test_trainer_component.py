@@ -535,7 +535,7 @@ def test_accumulated_micro_batches_give_the_big_batch_weights(tmp_path, optimize
 
 
 def test_a_piecewise_accum_schedule_trains_each_window_as_its_own_big_batch(tmp_path):
-    # accum_schedule "0:2,2:4" with micro-batches of 4 and 2 updates per epoch (one fit per
+    # accum_schedule "0:2,2:4" with micro-batches of 4 and 2 windows per epoch (one fit per
     # epoch, its micro-batches the sum of its windows' K): windows of 8, 8, 16 and 16 examples.
     # The reference is plain Keras, one train_on_batch per window on those examples in order.
     hparams = {"batchnorm": False, "optimizer": "sgd_momentum"}
@@ -711,7 +711,7 @@ KILL_AT = int(sys.argv[3])
 
 def save_then_die(self):
     save(self)
-    if self.windows_done == KILL_AT:  # KILL_AT updates checkpointed: the machine goes away
+    if self.windows_done == KILL_AT:  # KILL_AT windows checkpointed: the machine goes away
         os.kill(os.getpid(), signal.SIGKILL)
 
 checkpoints.UpdateCheckpoint.save = save_then_die
@@ -795,7 +795,7 @@ def test_base_model_warm_starts_the_new_training(tmp_path):
         for got, want in zip(model.get_layer(layer).weights, trained.get_layer(layer).weights):
             np.testing.assert_array_equal(got.numpy(), want.numpy())
 
-    # Through the executor (SGD, 2 updates): training starts from the base model's weights.
+    # Through the executor (SGD, 2 windows): training starts from the base model's weights.
     # The reference is a run without base_model whose build_model loads those weights
     # itself: the same start, data and settings, so the same weights (the same float32
     # operations: 1e-6 leaves room only for round-off).

@@ -29,9 +29,9 @@ def test_the_ga_side_runs_the_main_jobs_trainer_and_the_stock_side_its_effective
     assert digits_job.stock_config(settings) == {
         "batch_size": settings.accum_steps * settings.micro_batch_size,
         "eval_batch_size": settings.micro_batch_size,
-        "updates_per_epoch": 20,
+        "steps_per_epoch": 20,
     }
     module = {}  # the generated module's text runs (its imports and definitions)
     exec(compile(digits_job.STOCK_MODULE, "digits_stock_module.py", "exec"), module)
     assert callable(module["run_fn"])
-    assert (module["BATCH_SIZE"], module["UPDATES_PER_EPOCH"]) == digits_job.CONFIG_KEYS[::2]
+    assert (module["BATCH_SIZE"], module["STEPS_PER_EPOCH"]) == digits_job.CONFIG_KEYS[::2]

@@ -332,25 +332,25 @@ def _stock_probe(tmp_path, model_module, name, target, num_steps):
 
 def test_the_probe_stops_at_its_first_evaluation_at_an_easy_target(tmp_path, model_module):
     """Through TFX's stock Tuner executor: a target every loss meets ends the probe at its
-    first evaluation (2 updates of a cap of 20: evaluated every 2), and the report says so."""
+    first evaluation (2 windows of a cap of 20: evaluated every 2), and the report says so."""
     easy = _stock_probe(tmp_path, model_module, "easy", 1e6, 20)
-    assert [r["update"] for r in easy["probe"]["curve"]] == [1, 2]
+    assert [r["window"] for r in easy["probe"]["curve"]] == [1, 2]
     assert easy["probe"]["target_loss"] == 1e6 and easy["probe"]["reached_target"] is True
     assert tuning_report.stop_lines(easy["probe"]) == [
-        "stopped at the target: eval loss at or below 1e+06 after 2 updates (the probe "
+        "stopped at the target: eval loss at or below 1e+06 after 2 windows (the probe "
         "measured the path to the loss you aim at)"
     ]
     assert tuning_report.stop_lines({"curve": []}) == []  # no target: no line
 
 
 def test_the_probe_runs_to_the_cap_at_an_unreachable_target(tmp_path, model_module):
-    """A target no loss meets: all the cap's updates (8, evaluated every one), and the report
+    """A target no loss meets: all the cap's windows (8, evaluated every one), and the report
     says the target was not reached and what the recommendation then is."""
     never = _stock_probe(tmp_path, model_module, "never", 1e-9, 8)
-    assert [r["update"] for r in never["probe"]["curve"]] == list(range(1, 9))
+    assert [r["window"] for r in never["probe"]["curve"]] == list(range(1, 9))
     assert never["probe"]["reached_target"] is False
     (line,) = tuning_report.stop_lines(never["probe"])
-    assert line.startswith("target NOT reached:   eval loss still above 1e-09 after 8 updates")
+    assert line.startswith("target NOT reached:   eval loss still above 1e-09 after 8 windows")
     assert "a lower limit of the target's effective batch" in line
     assert line in tuning_report.probe_lines(never["probe"])
 
@@ -383,7 +383,7 @@ def _b_path(curve):
 
 def test_the_stock_tuner_probes_once_and_exports_the_recommendation(tmp_path, model_module):
     """The noise-scale kind through TFX's stock Tuner executor (taxi testdata, the test model
-    its BatchNormalization replaced): one probe of 26 updates at accum_steps 4 x micro-batch 1,
+    its BatchNormalization replaced): one probe of 26 windows at accum_steps 4 x micro-batch 1,
     and the best hyperparameters it exports are the searched accum_steps nearest on a log2
     scale to B_path / 1, B_path worked out here from the probe's per-window estimates. On this
     problem the last window's B_simple points to another accum_steps, so a recommendation
@@ -422,10 +422,11 @@ def test_the_stock_tuner_probes_once_and_exports_the_recommendation(tmp_path, mo
 
 # ------------------------------------------------------------------- the report's evidence
 def _probe_record():
+    # Window 4 skipped (non-finite): 8 windows, 7 updates; the report counts windows.
     curve = [
         {
             "window": i,
-            "update": i,
+            "update": i - (i >= 4),
             "samples": 128 * i,
             "loss": 2.0 / i,
             "noise_scale": None if i == 1 else 20.0 + 10 * i,
@@ -462,7 +463,7 @@ def test_the_probe_report_shows_the_curve_the_choice_and_why(tmp_path):
     assert row[header.index("noise_scale")] == "100"  # beside the score
     lines = report["probe_lines"]
     text = "\n".join(lines)
-    assert "accum_steps 4 x micro-batch 32 (effective batch 128), 8 updates, 1024 samples" in text
+    assert "accum_steps 4 x micro-batch 32 (effective batch 128), 8 windows, 1024 samples" in text
     assert "measured B_path:      100 samples (the noise scale of the probe's path" in text
     assert "B_simple at the probe's last update: 100 samples" in text
     assert "second half: 70 to 100 samples (4 windows)" in text  # windows 5..8: 70, 80, 90, 100

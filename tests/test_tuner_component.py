@@ -114,11 +114,11 @@ def _config(module_name, **overrides):
 
 
 # ---------------------------------------------------------------------- the budget rule
-def test_budget_rule_num_steps_counts_updates_of_the_largest_effective_batch():
+def test_budget_rule_num_steps_counts_windows_of_the_largest_effective_batch():
     space = AccumulationSearchSpace(accum_steps=[1, 2, 4], micro_batch_size=[8, 16])
     assert space.max_effective_batch_size == 64
-    # 5 updates of the largest effective batch (4 x 16): 320 samples for every trial, i.e.
-    # 320 / (K * b) updates: 40 for (1, 8), 5 for (4, 16).
+    # 5 windows of the largest effective batch (4 x 16): 320 samples for every trial, i.e.
+    # 320 / (K * b) windows: 40 for (1, 8), 5 for (4, 16).
     assert tuner_lib.trial_budget(5, space) == 320
     # One micro-batch size of 16 and one of 24: 3 x 24 = 72 samples are not micro-batches of 16.
     uneven = AccumulationSearchSpace(accum_steps=[1], micro_batch_size=[16, 24])
@@ -150,7 +150,7 @@ def test_stock_tuner_searches_accum_steps_and_the_trainer_uses_the_best(
     trials = _trials(working_dir)
     assert len(trials) == 3 and {status for status, _, _ in trials} == {"COMPLETED"}
     assert {values["accum_steps"] for _, values, _ in trials} == {1, 2, 4}  # seed 6
-    budget = num_steps * 4 * micro  # num_steps updates of the largest effective batch
+    budget = num_steps * 4 * micro  # num_steps windows of the largest effective batch
     for _, values, metrics in trials:
         k = values["accum_steps"]
         assert 0.01 <= values["agc_clip_factor"] <= 0.1

@@ -195,7 +195,7 @@ class _BatchEnds(keras.callbacks.Callback):
 
 
 # 86 samples = 15 micro-batches per epoch. With steps_per_execution = 2K = 8, an epoch is one
-# execution of 8 micro-batches (2 updates) and one of 7 (1 update + the partial window); carry
+# execution of 8 micro-batches (2 windows) and one of 7 (1 window + the partial one); carry
 # makes later epochs start with the short execution that completes the pending window.
 @pytest.mark.parametrize("policy", ["apply", "drop", "carry"])
 def test_several_windows_per_execution_match_their_big_batch_definition(policy):

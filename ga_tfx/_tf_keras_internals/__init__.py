@@ -1,7 +1,7 @@
 """Every private tf-keras (and TensorFlow) name ga-tfx relies on, in one place.
 
 ga-tfx extends Keras 2 where tf-keras has no public hook: the window loop reads and, for
-``partial_window="carry"``, sets the model's ``steps_per_execution`` variable, counts updates
+``partial_window="carry"``, sets the model's ``steps_per_execution`` variable, counts windows
 in Keras' train counter, reduces per-replica logs as ``fit`` does, rebuilds functional graphs
 from a config, and subclasses ``BatchNormalization``. Nothing else in ga-tfx (library,
 components, pipelines) touches a private tf-keras attribute or imports ``tf_keras.src``; it
@@ -217,7 +217,8 @@ def in_multi_worker_mode(strategy: tf.distribute.Strategy) -> bool:
 
 
 def count_train_step(model: tf_keras.Model) -> Any:
-    """Adds one to Keras' train counter (``model._train_counter``): one optimizer update."""
+    """Adds one to Keras' train counter (``model._train_counter``): one finished window
+    (applied or skipped)."""
     return model._train_counter.assign_add(1)
 
 

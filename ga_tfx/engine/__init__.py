@@ -170,11 +170,11 @@ class AccumulationEngine(WindowStep):
 
         ``steps_per_execution``: ``None`` or ``1`` (default) runs one window of ``K``
         micro-batches per call of the train function where a callback watches batches, so
-        batch-level callbacks run once per update; where none does, ``fit`` paces its calls
+        batch-level callbacks run once per window; where none does, ``fit`` paces its calls
         (as many whole windows per call as take about 0.2 s, :mod:`ga_tfx.engine.pacing`).
         ``"auto"`` always paces, as Keras' ``"auto"`` tunes. A multiple ``m·K`` runs ``m``
-        windows (``m`` updates) per call, as Keras' ``steps_per_execution`` runs several steps
-        per call: fewer host round trips, callbacks every ``m`` updates. The same windows in
+        windows per call, as Keras' ``steps_per_execution`` runs several steps per call: fewer
+        host round trips, callbacks every ``m`` windows. The same windows in
         the same order, however many per call: the weights do not change.
         ``run_eagerly=True`` runs every micro-batch eagerly; ``jit_compile=True`` compiles
         each micro-batch's step and each window's update with XLA (as Keras compiles its

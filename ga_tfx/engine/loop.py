@@ -173,7 +173,7 @@ class WindowLoop:
     @contextlib.contextmanager
     def one_window_per_call(self) -> Iterator[None]:
         """Within it, each call is one micro-batch, one whole window, finished whatever the
-        policy (``train_on_batch``: its batch is one update)."""
+        policy (``train_on_batch``: its batch is one window)."""
         previous, self._ending = self._ending, "apply"
         self.set_steps_per_execution(1)
         try:

@@ -3,7 +3,7 @@
 Every call of the train function costs a host round trip: a step of Keras' ``fit`` loop and a
 ``tf.function`` call (about 0.4 ms on the benchmark's 2-core machine, 2-3 % of an epoch of its
 conv net at one window per call). One window per call is what batch-level callbacks need:
-checkpoints, preemption handlers and TensorBoard then see every update. Where no callback
+checkpoints, preemption handlers and TensorBoard then see every window. Where no callback
 watches batches, nothing can tell how many windows a call runs (the same windows, in the same
 order, give the same weights, bit for bit), so ``fit`` runs as many whole windows per call as
 take about :data:`CALL_SECONDS`, measured on the previous call. ``Ctrl-C`` and
@@ -13,12 +13,12 @@ When ``fit`` paces (decided once per ``fit`` by :func:`should_pace`), by ``compi
 ``steps_per_execution`` (:func:`mode_of`):
 
 * unset (or 1): where no callback implements batch hooks, train or test (Keras' progress bar
-  and ``History`` aside: the bar is for people, who cannot tell 5 updates a second from 500;
+  and ``History`` aside: the bar is for people, who cannot tell 5 windows a second from 500;
   and a callback with ``follows_pacing = True`` aside: one that acts on the window events of a
   call, whatever their number -- the Trainer's checkpoints, logs and progress line, the
   Tuner's trial callbacks);
 * ``"auto"``: always, as Keras' own ``"auto"`` does (batch-level callbacks then run after a
-  call's last update, every few updates);
+  call's last window, every few windows);
 * an explicit ``m·K``: never, it is honoured exactly;
 
 and only on one worker: under ``MultiWorkerMirroredStrategy`` every worker must run the same

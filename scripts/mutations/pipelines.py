@@ -60,7 +60,7 @@ MUTATIONS = [
         ("tests/test_bad_data.py", "-k", "shipped_data_passes"),
     ),
     Mutation(
-        "options.updates_per_pass_rounded_down",  # the last rows of a pass never trained on
+        "options.windows_per_pass_rounded_down",  # the last rows of a pass never trained on
         "pipelines/run_length.py",
         "per_pass = -(-train_rows // (first_k * run.micro_batch_size))",
         "per_pass = train_rows // (first_k * run.micro_batch_size)",
