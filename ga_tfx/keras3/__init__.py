@@ -78,7 +78,7 @@ def wrap_model(
 def _wrap_for_jax(model: Any, config: AccumulationConfig) -> Any:
     """JAX: the window as a stateless optimizer step (:mod:`ga_tfx.keras3.jax_step`); of the
     settings, ``accum_steps`` only (the others are the core's, on TensorFlow)."""
-    from ga_tfx.keras3.jax_step import JaxAccumulationMixin
+    from ga_tfx.keras3.jax_model import JaxAccumulationMixin
 
     default = AccumulationConfig(accum_steps=config.accum_steps)
     changed = [name for name in config.to_dict() if getattr(config, name) != getattr(default, name)]

@@ -1,0 +1,71 @@
+"""The Keras 3 model front-end on the JAX backend: what :func:`ga_tfx.keras3.wrap_model` mixes
+into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s).
+
+- ``compile`` wraps the optimizer in a :class:`~ga_tfx.keras3.jax_step.WindowOptimizer`.
+- ``train_step`` records the micro-batch's samples (the leading dimension of the traced batch's
+  first input, static under ``jax.jit``: the global batch's under ``DataParallel``, as Keras'
+  own loss tracker counts them) for the optimizer's next ``stateless_apply``, then runs the
+  model's own ``train_step`` (Keras 3's, or the user's override).
+- The data's end inside a window: Keras' JAX ``fit`` syncs the state back into the variables at
+  each epoch's end (``jax_state_sync``), then runs validation, then the callbacks'
+  ``on_epoch_end``. The short window is applied there, eagerly, as one update of its samples
+  (``partial_window="apply"``, what plain Keras at ``K·b`` does with its smaller last batch):
+  before validation (fit's ``evaluate``) and, when there is none, by a callback that runs before
+  the user's ``on_epoch_end`` callbacks (a checkpoint at the epoch's end sees it applied). An
+  epoch cut by ``steps_per_epoch`` ends the same way.
+"""
+
+from ga_tfx import _keras3_internals as internals
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.keras3.jax_step import WindowOptimizer
+
+from typing import Any, Optional
+
+import keras
+
+
+class _EndOfEpoch(keras.callbacks.Callback):
+    """Applies, at each epoch's end, the window the data's end left short."""
+
+    def __init__(self, owner: Any) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        self._owner.end_pending_window()
+
+
+class JaxAccumulationMixin:
+    """Mixed into a Keras 3 model's class by :func:`ga_tfx.keras3.wrap_model` on JAX."""
+
+    ga_accumulation: AccumulationConfig
+    optimizer: Any
+    trainable_variables: Any
+
+    def compile(self, *args: Any, optimizer: Any = "rmsprop", **kwargs: Any) -> None:
+        inner = keras.optimizers.get(optimizer)
+        wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
+        super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
+
+    def train_step(self, state: Any, data: Any) -> Any:
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        first = next(t for t in keras.tree.flatten(x) if t is not None)
+        self.optimizer.micro_batch_samples = int(first.shape[0])
+        return super().train_step(state, data)  # type: ignore[misc]
+
+    def end_pending_window(self) -> bool:
+        """Eagerly, on synced variables: applies the window in progress as one smaller update
+        (``partial_window="apply"``). Returns whether there was one."""
+        optimizer = self.optimizer
+        if not isinstance(optimizer, WindowOptimizer):
+            return False
+        return optimizer.end_window(self.trainable_variables)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        if internals.called_by_fit(kwargs):  # fit's validation: the epoch's data has ended
+            self.end_pending_window()
+        return super().evaluate(*args, **kwargs)  # type: ignore[misc]
+
+    def fit(self, *args: Any, callbacks: Any = None, **kwargs: Any) -> Any:
+        callbacks = [_EndOfEpoch(self)] + list(callbacks or [])
+        return super().fit(*args, callbacks=callbacks, **kwargs)  # type: ignore[misc]
