@@ -8,6 +8,21 @@ import numpy as np
 # order 1 that stays below 1e-6 (ENGINEERING.md section 3: aim <= 1e-6).
 TOLERANCE = 1e-6
 
+# Every Keras 3 optimizer, as the TensorFlow and JAX backends' tests check it against big batch.
+OPTIMIZERS = {
+    "sgd_momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+    "sgd_nesterov": lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(0.01),
+    "adamw": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.05),
+    "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
+    "adagrad": lambda: keras.optimizers.Adagrad(0.05),
+    "adadelta": lambda: keras.optimizers.Adadelta(1.0),
+    "adamax": lambda: keras.optimizers.Adamax(0.01),
+    "nadam": lambda: keras.optimizers.Nadam(0.01),
+    "lion": lambda: keras.optimizers.Lion(0.001),
+    "ftrl": lambda: keras.optimizers.Ftrl(0.05),
+}
+
 
 def data(n=64, features=4, seed=0):
     rng = np.random.default_rng(seed)

@@ -1,7 +1,9 @@
 """The Keras 3 model front-end on the JAX backend: what :func:`ga_tfx.keras3.wrap_model` mixes
 into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s).
 
-- ``compile`` wraps the optimizer in a :class:`~ga_tfx.keras3.jax_step.WindowOptimizer`.
+- ``compile`` wraps the optimizer in a :class:`~ga_tfx.keras3.jax_step.WindowOptimizer`, and
+  builds it when the model is built, so that ``load_weights`` after ``compile`` restores the
+  window state (a run resumes inside its window).
 - ``train_step`` records the micro-batch's samples (the leading dimension of the traced batch's
   first input, static under ``jax.jit``: the global batch's under ``DataParallel``, as Keras'
   own loss tracker counts them) for the optimizer's next ``stateless_apply``, then runs the
@@ -46,6 +48,10 @@ class JaxAccumulationMixin:
         inner = keras.optimizers.get(optimizer)
         wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
         super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
+        if getattr(self, "built", False):
+            # Built now (Keras builds it at the first fit): load_weights after compile then
+            # restores the window state too (Keras skips an unbuilt optimizer's, with a warning).
+            wrapped.build(self.trainable_variables)
 
     def train_step(self, state: Any, data: Any) -> Any:
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)

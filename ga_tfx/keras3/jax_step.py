@@ -125,9 +125,7 @@ class WindowOptimizer(keras.optimizers.Optimizer):
         sums = [own[i] + n * ops.cast(g, "float32") for i, g in zip(at_sums, grads)]
 
         def apply() -> Any:
-            new_trainable, new_inner = self._apply_window(
-                inner, sums, samples, trainable_variables
-            )
+            new_trainable, new_inner = self._apply_window(inner, sums, samples, trainable_variables)
             zeros = [ops.zeros_like(s) for s in sums]
             return new_trainable, new_inner, zeros, ops.zeros_like(samples), ops.zeros_like(count)
 
