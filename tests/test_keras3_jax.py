@@ -253,3 +253,35 @@ def test_global_clipping_on_the_optimizer_acts_once_on_the_window_gradient():
 def test_settings_other_than_accum_steps_are_refused_on_jax():
     with pytest.raises(ValueError, match=r"takes accum_steps only; got \['agc_clip_factor'\]"):
         ga3.wrap_model(mlp(), 4, agc_clip_factor=0.01)
+
+
+@pytest.mark.parametrize(
+    "optimizer, message",
+    [
+        (
+            lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+            r"a LossScaleOptimizer is not supported \(allowed: ",
+        ),
+        (
+            lambda: keras.optimizers.SGD(0.1, gradient_accumulation_steps=4),
+            r"gradient_accumulation_steps=4 on the optimizer would accumulate twice \(allowed: ",
+        ),
+    ],
+    ids=["loss_scale_optimizer", "keras_accumulation"],
+)
+def test_optimizers_it_cannot_wrap_exactly_are_refused_at_compile(optimizer, message):
+    model = ga3.wrap_model(mlp(), 4)
+    with pytest.raises(ValueError, match=message):
+        model.compile(optimizer=optimizer(), loss="mse")
+
+
+def test_a_mixed_float16_policy_is_refused_at_compile():
+    # Keras' compile wraps the optimizer in a LossScaleOptimizer under mixed_float16: its
+    # unscaling of the window gradient is not proven on JAX (it is on TensorFlow).
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = ga3.wrap_model(mlp(), 4)
+        with pytest.raises(ValueError, match=r"dtype policy 'mixed_float16' .* \(allowed: "):
+            model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

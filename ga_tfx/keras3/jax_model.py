@@ -46,8 +46,25 @@ class JaxAccumulationMixin:
 
     def compile(self, *args: Any, optimizer: Any = "rmsprop", **kwargs: Any) -> None:
         inner = keras.optimizers.get(optimizer)
+        if isinstance(inner, keras.optimizers.LossScaleOptimizer):
+            raise ValueError(
+                "ga_tfx.keras3 on the JAX backend: a LossScaleOptimizer is not supported "
+                "(allowed: a Keras 3 optimizer without loss scaling; mixed_float16 runs on the "
+                "TensorFlow backend)"
+            )
+        if inner.gradient_accumulation_steps:
+            raise ValueError(
+                f"ga_tfx.keras3: gradient_accumulation_steps={inner.gradient_accumulation_steps}"
+                " on the optimizer would accumulate twice (allowed: None; give K to wrap_model)"
+            )
         wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
         super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
+        if self.optimizer is not wrapped:  # Keras wrapped it: a mixed_float16 policy
+            raise ValueError(
+                f"ga_tfx.keras3 on the JAX backend: dtype policy {self.dtype_policy.name!r} "
+                "(Keras adds a LossScaleOptimizer) is not supported (allowed: a policy without "
+                "loss scaling, e.g. float32; mixed_float16 runs on the TensorFlow backend)"
+            )
         if getattr(self, "built", False):
             # Built now (Keras builds it at the first fit): load_weights after compile then
             # restores the window state too (Keras skips an unbuilt optimizer's, with a warning).
