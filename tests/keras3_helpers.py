@@ -48,3 +48,27 @@ def big_batch_weights(optimizer, x, y, batch, epochs=1, model_fn=mlp, loss="mse"
     model.compile(optimizer=optimizer, loss=loss)
     model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0)
     return model
+
+
+# float32 round-off of the window's sums (Σ n·mean, Σ n·(var + mean²)) against one batch's
+# moments, over 4 moving-average steps of statistics of order 1.
+BN_TOLERANCE = 1e-5
+
+
+def bn_first(layer_class=keras.layers.BatchNormalization):
+    # BatchNormalization on the data itself: its statistics depend on the data only, so the
+    # accumulated model's (whose later weights train on ghost-normalised micro-batches) are
+    # comparable with the big batch's.
+    keras.utils.set_random_seed(1)
+    return keras.Sequential([keras.Input((4,)), layer_class(momentum=0.5), keras.layers.Dense(1)])
+
+
+def moving_statistics(model):
+    layer = model.layers[0]
+    return layer.moving_mean.numpy(), layer.moving_variance.numpy()
+
+
+def shifted_data(n=64):
+    x, y = data(n)
+    x = x * 3.0 + np.arange(n, dtype="float32")[:, None] / 16.0  # micro-batches differ in mean
+    return x, y

@@ -8,6 +8,9 @@ weights."""
 import ga_tfx.keras3 as ga3
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -135,6 +138,20 @@ def test_uneven_data_and_short_windows_match_big_batch(end, devices):
     assert _updates(ours) == int(plain.optimizer.iterations.numpy()) == 4
     assert int(ours.optimizer.micro_steps.numpy()) == 0  # nothing left pending
     assert max_weight_difference(ours, plain) <= TOLERANCE
+
+
+def test_an_epoch_cut_by_steps_per_epoch_ends_its_window_as_a_smaller_batch():
+    # 8 micro-batches of 8, steps_per_epoch=6, 2 epochs: Keras' array iterator goes on where the
+    # last epoch stopped, so the epochs see micro-batches 0-5 and 6-7: updates on samples 0-31,
+    # 32-47 (the first epoch's end) and 48-63 (the second's), as train_on_batch makes them.
+    x, y = data(64)
+    ours = _accumulated(keras.optimizers.SGD(0.1), x, y, steps_per_epoch=6)
+    by_hand = mlp()
+    by_hand.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    for start, stop in ((0, 32), (32, 48), (48, 64)):
+        by_hand.train_on_batch(x[start:stop], y[start:stop])
+    assert _updates(ours) == 3
+    assert max_weight_difference(ours, by_hand) <= TOLERANCE
 
 
 class _AtEpochEnd(keras.callbacks.Callback):
@@ -285,3 +302,26 @@ def test_a_mixed_float16_policy_is_refused_at_compile():
             model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_jax_path_imports_no_tensorflow():
+    # A JAX user may have no TensorFlow: wrapping, compiling and fitting (AccumBN and a short
+    # window included) import none (keras.utils.set_random_seed would, so it is not called).
+    script = """
+import sys
+import ga_tfx.keras3 as ga3
+import keras
+import numpy as np
+x, y = np.ones((52, 4), "float32"), np.ones((52, 1), "float32")
+layers = [keras.Input((4,)), ga3.AccumBatchNormalization(), keras.layers.Dense(1)]
+model = ga3.wrap_model(keras.Sequential(layers), 4)
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+print(int(model.optimizer.iterations.numpy()), "tensorflow" in sys.modules)
+"""
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["2", "False"]

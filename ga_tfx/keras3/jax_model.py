@@ -19,6 +19,7 @@ into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s
 
 from ga_tfx import _keras3_internals as internals
 from ga_tfx.config import AccumulationConfig
+from ga_tfx.keras3.batchnorm import fold, window_layers
 from ga_tfx.keras3.jax_step import WindowOptimizer
 
 from typing import Any, Optional
@@ -74,7 +75,35 @@ class JaxAccumulationMixin:
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         first = next(t for t in keras.tree.flatten(x) if t is not None)
         self.optimizer.micro_batch_samples = int(first.shape[0])
-        return super().train_step(state, data)  # type: ignore[misc]
+        logs, state = super().train_step(state, data)  # type: ignore[misc]
+        return logs, self._batchnorm_window_end(state)
+
+    def _batchnorm_window_end(self, state: Any) -> Any:
+        """AccumBatchNormalization layers: where the optimizer's window just ended (its
+        micro-step count back to 0), their window sums are folded into the moving statistics
+        and cleared (:func:`ga_tfx.keras3.batchnorm.fold`), in the returned state."""
+        layers = window_layers(self)
+        if not layers:
+            return state
+        ops = keras.ops
+        trainable, non_trainable, optimizer_variables, metrics = state
+        at_count = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.micro_steps))
+        ended = ops.equal(optimizer_variables[at_count], 0)
+        non_trainable = list(non_trainable)
+        index = {id(v): i for i, v in enumerate(self.non_trainable_variables)}
+        for layer in layers:
+            moving = [index[id(layer.moving_mean)], index[id(layer.moving_variance)]]
+            sums = [index[id(v)] for v in layer.window_sums]
+            folded = fold(
+                [non_trainable[i] for i in moving], [non_trainable[i] for i in sums], layer.momentum
+            )
+            for i, value in zip(moving, folded):
+                non_trainable[i] = ops.where(ended, value, non_trainable[i])
+            for i in sums:
+                non_trainable[i] = ops.where(
+                    ended, ops.zeros_like(non_trainable[i]), non_trainable[i]
+                )
+        return trainable, non_trainable, optimizer_variables, metrics
 
     def end_pending_window(self) -> bool:
         """Eagerly, on synced variables: applies the window in progress as one smaller update
@@ -82,7 +111,18 @@ class JaxAccumulationMixin:
         optimizer = self.optimizer
         if not isinstance(optimizer, WindowOptimizer):
             return False
-        return optimizer.end_window(self.trainable_variables)
+        if not optimizer.end_window(self.trainable_variables):
+            return False
+        for layer in window_layers(self):
+            moving = [layer.moving_mean, layer.moving_variance]
+            folded = fold(
+                [v.value for v in moving], [v.value for v in layer.window_sums], layer.momentum
+            )
+            for variable, value in zip(moving, folded):
+                variable.assign(value)
+            for variable in layer.window_sums:
+                variable.assign(keras.ops.zeros_like(variable.value))
+        return True
 
     def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         if internals.called_by_fit(kwargs):  # fit's validation: the epoch's data has ended
