@@ -51,3 +51,18 @@ def test_replace_batchnorm_layers_carries_the_weights_over():
     assert replaced.layers[0].momentum == 0.5
     for a, b in zip(model.get_weights(), replaced.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_frozen_layer_keeps_its_moving_statistics():
+    # trainable=False: it normalises with its moving statistics and adds nothing to the window;
+    # the window's end leaves them as they were (folding an empty window gave NaN).
+    x, y = shifted_data(64)
+    model = ga3.wrap_model(bn_first(ga3.AccumBatchNormalization), 4)
+    layer = model.layers[0]
+    layer.moving_mean.assign([1.0, 2.0, 3.0, 4.0])
+    layer.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    mean, variance = moving_statistics(model)
+    np.testing.assert_array_equal(mean, [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(variance, [1.0, 1.0, 1.0, 1.0])

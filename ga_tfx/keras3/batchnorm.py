@@ -34,13 +34,17 @@ def _on_jax() -> bool:
 
 def fold(moving: Any, sums: Any, momentum: float) -> List[Any]:
     """The moving ``[mean, variance]`` with the window of ``sums`` (``[n, Σ n·mean,
-    Σ n·(variance + mean²)]``) folded in with ``momentum``, as big-batch BN folds one batch."""
+    Σ n·(variance + mean²)]``) folded in with ``momentum``, as big-batch BN folds one batch; left
+    as they are where the window saw no training call (``n`` 0: a frozen layer)."""
+    ops = keras.ops
     count, total, squares = sums
-    mean = total / count
-    variance = squares / count - mean * mean
+    seen = ops.greater(count, 0.0)
+    safe = ops.maximum(count, 1.0)
+    mean = total / safe
+    variance = squares / safe - mean * mean
     return [
-        moving[0] * momentum + mean * (1.0 - momentum),
-        moving[1] * momentum + variance * (1.0 - momentum),
+        ops.where(seen, old * momentum + new * (1.0 - momentum), old)
+        for old, new in zip(moving, (mean, variance))
     ]
 
 

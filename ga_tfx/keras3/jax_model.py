@@ -44,6 +44,8 @@ class JaxAccumulationMixin:
     ga_accumulation: AccumulationConfig
     optimizer: Any
     trainable_variables: Any
+    non_trainable_variables: Any
+    dtype_policy: Any
 
     def compile(self, *args: Any, optimizer: Any = "rmsprop", **kwargs: Any) -> None:
         inner = keras.optimizers.get(optimizer)
