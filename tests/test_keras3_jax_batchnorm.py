@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.keras3_helpers import BN_TOLERANCE, bn_first, moving_statistics, shifted_data
-from tests.test_keras3_jax import _devices
+from tests.test_keras3_jax import _devices, _KilledAt
 
 pytestmark = [pytest.mark.keras3, pytest.mark.keras3_backend("jax")]
 
@@ -69,3 +69,39 @@ def test_a_frozen_layer_keeps_its_moving_statistics():
     mean, variance = moving_statistics(model)
     np.testing.assert_array_equal(mean, [1.0, 2.0, 3.0, 4.0])
     np.testing.assert_array_equal(variance, [1.0, 1.0, 1.0, 1.0])
+
+
+def test_a_run_killed_inside_a_window_resumes_its_statistics(tmp_path):
+    # Killed after 6 micro-batches of 8 (K=4): the layer's window sums of the two micro-batches
+    # since the last update are in the ModelCheckpoint's weights file with the optimizer's;
+    # a new model loads it and fits the two micro-batches left.
+    x, y = shifted_data(64)
+    path = str(tmp_path / "mid_window.weights.h5")
+    accum_bn = lambda: bn_first(ga3.AccumBatchNormalization)  # noqa: E731
+    whole = ga3.wrap_model(accum_bn(), 4)
+    whole.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    whole.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    first = ga3.wrap_model(accum_bn(), 4)
+    first.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    checkpoint = keras.callbacks.ModelCheckpoint(path, save_weights_only=True, save_freq=6)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit(
+            x,
+            y,
+            batch_size=8,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[checkpoint, _KilledAt(5)],
+        )
+    resumed = ga3.wrap_model(accum_bn(), 4)
+    resumed.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    resumed.load_weights(path)
+    assert float(resumed.layers[0].window_sums[0].numpy()) == 16.0  # two micro-batches of 8
+    resumed.fit(x[48:], y[48:], batch_size=8, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(moving_statistics(resumed), moving_statistics(whole)):
+        assert np.max(np.abs(a - b)) <= BN_TOLERANCE
+    assert (
+        max(np.max(np.abs(a - b)) for a, b in zip(resumed.get_weights(), whole.get_weights()))
+        <= 1e-6
+    )
