@@ -47,3 +47,10 @@ def own_variables(optimizer: Any) -> Any:
     learning rate, its slots), in their order: Keras 3's ``BaseOptimizer._variables``, which its
     ``variables`` property returns and ``stateless_apply`` takes in the same order."""
     return optimizer._variables
+
+
+def called_by_fit(evaluate_kwargs: Any) -> bool:
+    """Whether ``Model.evaluate`` was called by ``fit`` for its validation at an epoch's end:
+    Keras 3's ``fit`` (TensorFlow and JAX trainers) passes the private keyword
+    ``_use_cached_eval_dataset=True`` then, and a user's call does not."""
+    return bool(evaluate_kwargs.get("_use_cached_eval_dataset", False))

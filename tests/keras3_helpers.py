@@ -8,6 +8,21 @@ import numpy as np
 # order 1 that stays below 1e-6 (ENGINEERING.md section 3: aim <= 1e-6).
 TOLERANCE = 1e-6
 
+# Every Keras 3 optimizer, as the TensorFlow and JAX backends' tests check it against big batch.
+OPTIMIZERS = {
+    "sgd_momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+    "sgd_nesterov": lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(0.01),
+    "adamw": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.05),
+    "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
+    "adagrad": lambda: keras.optimizers.Adagrad(0.05),
+    "adadelta": lambda: keras.optimizers.Adadelta(1.0),
+    "adamax": lambda: keras.optimizers.Adamax(0.01),
+    "nadam": lambda: keras.optimizers.Nadam(0.01),
+    "lion": lambda: keras.optimizers.Lion(0.001),
+    "ftrl": lambda: keras.optimizers.Ftrl(0.05),
+}
+
 
 def data(n=64, features=4, seed=0):
     rng = np.random.default_rng(seed)
@@ -33,3 +48,27 @@ def big_batch_weights(optimizer, x, y, batch, epochs=1, model_fn=mlp, loss="mse"
     model.compile(optimizer=optimizer, loss=loss)
     model.fit(x, y, batch_size=batch, epochs=epochs, shuffle=False, verbose=0)
     return model
+
+
+# float32 round-off of the window's sums (Σ n·mean, Σ n·(var + mean²)) against one batch's
+# moments, over 4 moving-average steps of statistics of order 1.
+BN_TOLERANCE = 1e-5
+
+
+def bn_first(layer_class=keras.layers.BatchNormalization):
+    # BatchNormalization on the data itself: its statistics depend on the data only, so the
+    # accumulated model's (whose later weights train on ghost-normalised micro-batches) are
+    # comparable with the big batch's.
+    keras.utils.set_random_seed(1)
+    return keras.Sequential([keras.Input((4,)), layer_class(momentum=0.5), keras.layers.Dense(1)])
+
+
+def moving_statistics(model):
+    layer = model.layers[0]
+    return layer.moving_mean.numpy(), layer.moving_variance.numpy()
+
+
+def shifted_data(n=64):
+    x, y = data(n)
+    x = x * 3.0 + np.arange(n, dtype="float32")[:, None] / 16.0  # micro-batches differ in mean
+    return x, y

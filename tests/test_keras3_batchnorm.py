@@ -7,40 +7,17 @@ import keras
 import numpy as np
 import pytest
 
-from tests.keras3_helpers import data
+from tests.keras3_helpers import BN_TOLERANCE, bn_first, moving_statistics, shifted_data
 
 pytestmark = [pytest.mark.keras3, pytest.mark.keras3_backend("tensorflow")]
-
-# float32 round-off of the window's sums (Σ n·mean, Σ n·(var + mean²)) against one batch's
-# moments, over 4 moving-average steps of statistics of order 1.
-BN_TOLERANCE = 1e-5
-
-
-def _bn_first(layer_class=keras.layers.BatchNormalization):
-    # BatchNormalization on the data itself: its statistics depend on the data only, so the
-    # accumulated model's (whose later weights train on ghost-normalised micro-batches) are
-    # comparable with the big batch's.
-    keras.utils.set_random_seed(1)
-    return keras.Sequential([keras.Input((4,)), layer_class(momentum=0.5), keras.layers.Dense(1)])
-
-
-def _moving(model):
-    layer = model.layers[0]
-    return layer.moving_mean.numpy(), layer.moving_variance.numpy()
-
-
-def _shifted_data():
-    x, y = data(64)
-    x = x * 3.0 + np.arange(64, dtype="float32")[:, None] / 16.0  # micro-batches differ in mean
-    return x, y
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_moving_statistics_of_whole_windows_equal_big_batch_bn(replicas):
     import tensorflow as tf
 
-    x, y = _shifted_data()
-    big = _bn_first()
+    x, y = shifted_data()
+    big = bn_first()
     big.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     big.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
     strategy = (
@@ -49,21 +26,24 @@ def test_moving_statistics_of_whole_windows_equal_big_batch_bn(replicas):
         else tf.distribute.get_strategy()
     )
     with strategy.scope():
-        ours = ga3.wrap_model(_bn_first(ga3.AccumBatchNormalization), 4)
+        ours = ga3.wrap_model(bn_first(ga3.AccumBatchNormalization), 4)
         ours.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     ours.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
     assert len(ours.weights) == len(big.weights)  # the window sums are not weights
-    for a, b in zip(_moving(ours), _moving(big)):
+    for a, b in zip(moving_statistics(ours), moving_statistics(big)):
         assert np.max(np.abs(a - b)) <= BN_TOLERANCE
     # Per micro-batch (plain BN on micro-batches) the statistics are far off: the claim is real.
-    micro = _bn_first()
+    micro = bn_first()
     micro.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     micro.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
-    assert max(np.max(np.abs(a - b)) for a, b in zip(_moving(micro), _moving(big))) > 0.1
+    assert (
+        max(np.max(np.abs(a - b)) for a, b in zip(moving_statistics(micro), moving_statistics(big)))
+        > 0.1
+    )
 
 
 def test_replace_batchnorm_layers_carries_the_weights_over():
-    model = _bn_first()
+    model = bn_first()
     model.layers[0].moving_mean.assign([1.0, 2.0, 3.0, 4.0])
     model.layers[0].gamma.assign([0.5, 0.5, 2.0, 2.0])
     replaced = ga3.replace_batchnorm_layers(model)
@@ -71,3 +51,18 @@ def test_replace_batchnorm_layers_carries_the_weights_over():
     assert replaced.layers[0].momentum == 0.5
     for a, b in zip(model.get_weights(), replaced.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_frozen_layer_keeps_its_moving_statistics():
+    # trainable=False: it normalises with its moving statistics and adds nothing to the window;
+    # the window's end leaves them as they were (folding an empty window gave NaN).
+    x, y = shifted_data(64)
+    model = ga3.wrap_model(bn_first(ga3.AccumBatchNormalization), 4)
+    layer = model.layers[0]
+    layer.moving_mean.assign([1.0, 2.0, 3.0, 4.0])
+    layer.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    mean, variance = moving_statistics(model)
+    np.testing.assert_array_equal(mean, [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(variance, [1.0, 1.0, 1.0, 1.0])

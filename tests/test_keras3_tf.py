@@ -6,7 +6,14 @@ import ga_tfx.keras3 as ga3
 import keras
 import pytest
 
-from tests.keras3_helpers import TOLERANCE, big_batch_weights, data, max_weight_difference, mlp
+from tests.keras3_helpers import (
+    OPTIMIZERS,
+    TOLERANCE,
+    big_batch_weights,
+    data,
+    max_weight_difference,
+    mlp,
+)
 
 pytestmark = [pytest.mark.keras3, pytest.mark.keras3_backend("tensorflow")]
 
@@ -24,21 +31,6 @@ def test_sgd_matches_big_batch():
     plain = big_batch_weights(keras.optimizers.SGD(0.1), x, y, batch=32, epochs=2)
     assert int(ours.optimizer.iterations.numpy()) == int(plain.optimizer.iterations.numpy()) == 4
     assert max_weight_difference(ours, plain) <= TOLERANCE
-
-
-OPTIMIZERS = {
-    "sgd_momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9),
-    "sgd_nesterov": lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
-    "adam": lambda: keras.optimizers.Adam(0.01),
-    "adamw": lambda: keras.optimizers.AdamW(0.01, weight_decay=0.05),
-    "rmsprop": lambda: keras.optimizers.RMSprop(0.01, momentum=0.5),
-    "adagrad": lambda: keras.optimizers.Adagrad(0.05),
-    "adadelta": lambda: keras.optimizers.Adadelta(1.0),
-    "adamax": lambda: keras.optimizers.Adamax(0.01),
-    "nadam": lambda: keras.optimizers.Nadam(0.01),
-    "lion": lambda: keras.optimizers.Lion(0.001),
-    "ftrl": lambda: keras.optimizers.Ftrl(0.05),
-}
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

@@ -29,7 +29,7 @@ if ga_tfx._SET_LEGACY_FLAG and "tensorflow" not in sys.modules:
 def wrap_model(
     model: Any, accum_steps: Any = NOT_GIVEN, *, config: Any = None, **settings: Any
 ) -> Any:
-    """Makes ``model`` (a Keras 3 model, TensorFlow backend) train by exact accumulation, in
+    """Makes ``model`` (a Keras 3 model, TensorFlow or JAX backend) train by exact accumulation, in
     place, and returns it: ``fit`` then applies one optimizer update per window of ``K``
     micro-batches of ``batch_size`` samples, the update of one batch of all the window's samples.
 
@@ -76,9 +76,10 @@ def wrap_model(
 
 
 def _wrap_for_jax(model: Any, config: AccumulationConfig) -> Any:
-    """JAX: the window as a stateless optimizer step (:mod:`ga_tfx.keras3.jax_step`); of the
-    settings, ``accum_steps`` only (the others are the core's, on TensorFlow)."""
-    from ga_tfx.keras3.jax_step import JaxAccumulationMixin
+    """JAX: the window as a stateless optimizer step (:mod:`ga_tfx.keras3.jax_step`, the model
+    side :mod:`ga_tfx.keras3.jax_model`); of the settings, ``accum_steps`` only (the others are
+    the core's, on TensorFlow)."""
+    from ga_tfx.keras3.jax_model import JaxAccumulationMixin
 
     default = AccumulationConfig(accum_steps=config.accum_steps)
     changed = [name for name in config.to_dict() if getattr(config, name) != getattr(default, name)]

@@ -8,26 +8,35 @@ is therefore part of the optimizer's variables, threaded through that function a
 ``MultiSteps`` threads its ``MultiStepsState`` (read, not copied): :class:`WindowOptimizer`
 wraps the user's optimizer as Keras' own ``LossScaleOptimizer`` does (its variables first, the
 inner optimizer's after; ``keras/src/optimizers/loss_scale_optimizer.py``), adds each
-micro-batch's gradient to float32 sums and counts it, and when the window holds ``K`` applies
-the inner optimizer once, with the window gradient, under ``ops.cond`` (``jax.lax.cond``): the
-inner optimizer's ``iterations`` and its learning-rate schedule count updates. Under
+micro-batch's gradient, weighted by its samples ``n``, to float32 sums, adds ``n`` to a float32
+sample count and counts the micro-batch; when the window holds ``K`` it applies the inner
+optimizer once, with the window gradient, under ``ops.cond`` (``jax.lax.cond``): the inner
+optimizer's ``iterations`` and its learning-rate schedule count updates. Under
 ``keras.distribution.DataParallel`` the gradient Keras hands it is already the global batch's
-(XLA all-reduces it), and the sums are replicated like the weights.
+(XLA all-reduces it), ``n`` is the global batch's (the traced batch's leading dimension), and the
+sums are replicated like the weights.
 
-The numbers are the core's: the window gradient is the mean of the window's micro-batch
-gradients (``Σ n_i g_i / Σ n_i`` with equal ``n_i``: every micro-batch of a window the same
-size, as ``fit(batch_size=b)`` gives while the data lasts).
+The numbers are the core's (:class:`ga_tfx.window.accumulator.GradientAccumulator`): the window
+gradient is ``Σ n_i g_i / Σ n_i``, ``g_i`` micro-batch ``i``'s mean-loss gradient, so a smaller
+last micro-batch weighs by its samples, as in one batch of all the window's samples. ``n_i``
+reaches the step from the model's ``train_step`` (:mod:`ga_tfx.keras3.jax_model`), which records
+the static leading dimension of the traced batch before Keras calls ``stateless_apply``; a window
+the data's end leaves short is applied by :meth:`WindowOptimizer.end_window` (eagerly, on the
+synced variables). Being optimizer variables, the window's sums, sample count and micro-step
+count are saved with the optimizer (``model.save_weights``, ``ModelCheckpoint``) and a run
+restored from them resumes inside its window.
 """
 
 from ga_tfx import _keras3_internals as internals
 
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
 import keras
 
 
 class WindowOptimizer(keras.optimizers.Optimizer):
-    """Applies ``inner_optimizer`` once per ``accum_steps`` calls, with their mean gradient.
+    """Applies ``inner_optimizer`` once per ``accum_steps`` micro-batches, with their
+    sample-weighted mean gradient.
 
     Args:
       inner_optimizer: a Keras 3 optimizer.
@@ -38,10 +47,16 @@ class WindowOptimizer(keras.optimizers.Optimizer):
         super().__init__(learning_rate=0.0, name=name)
         self.inner_optimizer = inner_optimizer
         self.accum_steps = int(accum_steps)
+        # The samples of the micro-batch being traced (the model's train_step sets it, the next
+        # stateless_apply takes it): a Python int, static under jit.
+        self.micro_batch_samples: Optional[int] = None
 
     def build(self, var_list: List[Any]) -> None:
         self.micro_steps = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation="none", name="micro_steps"
+        )
+        self.window_samples = self.add_variable(
+            shape=(), dtype="float32", initializer="zeros", name="window_samples"
         )
         self.window_sums = [
             self.add_variable(
@@ -56,44 +71,90 @@ class WindowOptimizer(keras.optimizers.Optimizer):
     def variables(self) -> List[Any]:
         return internals.own_variables(self) + self.inner_optimizer.variables
 
+    # Read and set on the inner optimizer, as LossScaleOptimizer does: a callback that reads the
+    # step or changes the rate (LearningRateScheduler, ReduceLROnPlateau) reaches the optimizer
+    # that updates.
+    @property
+    def iterations(self) -> Any:
+        return self.inner_optimizer.iterations
+
+    @property
+    def learning_rate(self) -> Any:
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate: Any) -> None:
+        if hasattr(self, "inner_optimizer"):  # Optimizer.__init__ sets its own first
+            self.inner_optimizer.learning_rate = learning_rate
+
+    def finalize_variable_values(self, var_list: Any) -> None:
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def _positions(self) -> Tuple[int, int, List[int], int]:
+        """Where the micro-step count, the sample count and the sums are among the own
+        variables, and how many own variables there are."""
+        own = internals.own_variables(self)
+        position = {id(v): i for i, v in enumerate(own)}
+        sums = [position[id(s)] for s in self.window_sums]
+        return position[id(self.micro_steps)], position[id(self.window_samples)], sums, len(own)
+
+    def _apply_window(self, inner: Any, sums: Any, samples: Any, trainable: Any) -> Any:
+        """The inner optimizer's update with the window gradient ``sums / samples``."""
+        window = [keras.ops.cast(s / samples, v.dtype) for s, v in zip(sums, trainable)]
+        new_trainable, new_inner = self.inner_optimizer.stateless_apply(inner, window, trainable)
+        return list(new_trainable), list(new_inner)
+
     def stateless_apply(
         self, optimizer_variables: Any, grads: Any, trainable_variables: Any
     ) -> Any:
+        samples_now = self.micro_batch_samples
+        if samples_now is None:
+            raise ValueError(
+                "ga_tfx.keras3: WindowOptimizer.stateless_apply needs the micro-batch's samples, "
+                "which the wrapped model's train_step records; train through "
+                "ga_tfx.keras3.wrap_model(model, K) and fit"
+            )
+        self.micro_batch_samples = None
         ops = keras.ops
-        own_count = len(internals.own_variables(self))
-        own, inner = list(optimizer_variables[:own_count]), list(optimizer_variables[own_count:])
-        position = {id(v): i for i, v in enumerate(internals.own_variables(self))}
-        at_count = position[id(self.micro_steps)]
-        at_sums = [position[id(s)] for s in self.window_sums]
+        at_count, at_samples, at_sums, own_count = self._positions()
+        own = list(optimizer_variables[:own_count])
+        inner = list(optimizer_variables[own_count:])
+        n = float(samples_now)
         count = own[at_count] + 1
-        sums = [own[i] + ops.cast(g, "float32") for i, g in zip(at_sums, grads)]
-        k = self.accum_steps
+        samples = own[at_samples] + n
+        sums = [own[i] + n * ops.cast(g, "float32") for i, g in zip(at_sums, grads)]
 
         def apply() -> Any:
-            window = [ops.cast(s / k, v.dtype) for s, v in zip(sums, trainable_variables)]
-            new_trainable, new_inner = self.inner_optimizer.stateless_apply(
-                inner, window, trainable_variables
-            )
+            new_trainable, new_inner = self._apply_window(inner, sums, samples, trainable_variables)
             zeros = [ops.zeros_like(s) for s in sums]
-            return list(new_trainable), list(new_inner), zeros, ops.zeros_like(count)
+            return new_trainable, new_inner, zeros, ops.zeros_like(samples), ops.zeros_like(count)
 
         def keep() -> Any:
-            return list(trainable_variables), inner, sums, count
+            return list(trainable_variables), inner, sums, samples, count
 
-        new_trainable, new_inner, new_sums, new_count = ops.cond(ops.equal(count, k), apply, keep)
-        own[at_count] = new_count
+        new_trainable, new_inner, new_sums, new_samples, new_count = ops.cond(
+            ops.equal(count, self.accum_steps), apply, keep
+        )
+        own[at_count], own[at_samples] = new_count, new_samples
         for i, s in zip(at_sums, new_sums):
             own[i] = s
         return new_trainable, own + list(new_inner)
 
-
-class JaxAccumulationMixin:
-    """Mixed into a Keras 3 model's class by :func:`ga_tfx.keras3.wrap_model` on JAX:
-    ``compile`` wraps the optimizer in a :class:`WindowOptimizer`."""
-
-    ga_accumulation: Any
-
-    def compile(self, *args: Any, optimizer: Any = "rmsprop", **kwargs: Any) -> None:
-        inner = keras.optimizers.get(optimizer)
-        wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
-        super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
+    def end_window(self, trainable_variables: List[Any]) -> bool:
+        """Eagerly, on synced variables: applies a window the data's end left short (its
+        micro-batches' samples as one batch) and clears it. Returns whether there was one."""
+        if not self.built or int(self.micro_steps.numpy()) == 0:
+            return False
+        inner_vars = self.inner_optimizer.variables
+        new_trainable, new_inner = self._apply_window(
+            [v.value for v in inner_vars],
+            [s.value for s in self.window_sums],
+            self.window_samples.value,
+            [v.value for v in trainable_variables],
+        )
+        updated = list(trainable_variables) + list(inner_vars)
+        for variable, value in zip(updated, new_trainable + new_inner):
+            variable.assign(value)
+        for variable in [self.micro_steps, self.window_samples] + self.window_sums:
+            variable.assign(keras.ops.zeros_like(variable.value))
+        return True

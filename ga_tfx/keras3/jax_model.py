@@ -1,0 +1,136 @@
+"""The Keras 3 model front-end on the JAX backend: what :func:`ga_tfx.keras3.wrap_model` mixes
+into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s).
+
+- ``compile`` wraps the optimizer in a :class:`~ga_tfx.keras3.jax_step.WindowOptimizer`, and
+  builds it when the model is built, so that ``load_weights`` after ``compile`` restores the
+  window state (a run resumes inside its window).
+- ``train_step`` records the micro-batch's samples (the leading dimension of the traced batch's
+  first input, static under ``jax.jit``: the global batch's under ``DataParallel``, as Keras'
+  own loss tracker counts them) for the optimizer's next ``stateless_apply``, then runs the
+  model's own ``train_step`` (Keras 3's, or the user's override).
+- The data's end inside a window: Keras' JAX ``fit`` syncs the state back into the variables at
+  each epoch's end (``jax_state_sync``), then runs validation, then the callbacks'
+  ``on_epoch_end``. The short window is applied there, eagerly, as one update of its samples
+  (``partial_window="apply"``, what plain Keras at ``K·b`` does with its smaller last batch):
+  before validation (fit's ``evaluate``) and, when there is none, by a callback that runs before
+  the user's ``on_epoch_end`` callbacks (a checkpoint at the epoch's end sees it applied). An
+  epoch cut by ``steps_per_epoch`` ends the same way.
+"""
+
+from ga_tfx import _keras3_internals as internals
+from ga_tfx.config import AccumulationConfig
+from ga_tfx.keras3.batchnorm import fold, window_layers
+from ga_tfx.keras3.jax_step import WindowOptimizer
+
+from typing import Any, Optional
+
+import keras
+
+
+class _EndOfEpoch(keras.callbacks.Callback):
+    """Applies, at each epoch's end, the window the data's end left short."""
+
+    def __init__(self, owner: Any) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        self._owner.end_pending_window()
+
+
+class JaxAccumulationMixin:
+    """Mixed into a Keras 3 model's class by :func:`ga_tfx.keras3.wrap_model` on JAX."""
+
+    ga_accumulation: AccumulationConfig
+    optimizer: Any
+    trainable_variables: Any
+    non_trainable_variables: Any
+    dtype_policy: Any
+
+    def compile(self, *args: Any, optimizer: Any = "rmsprop", **kwargs: Any) -> None:
+        inner = keras.optimizers.get(optimizer)
+        if isinstance(inner, keras.optimizers.LossScaleOptimizer):
+            raise ValueError(
+                "ga_tfx.keras3 on the JAX backend: a LossScaleOptimizer is not supported "
+                "(allowed: a Keras 3 optimizer without loss scaling; mixed_float16 runs on the "
+                "TensorFlow backend)"
+            )
+        if inner.gradient_accumulation_steps:
+            raise ValueError(
+                f"ga_tfx.keras3: gradient_accumulation_steps={inner.gradient_accumulation_steps}"
+                " on the optimizer would accumulate twice (allowed: None; give K to wrap_model)"
+            )
+        wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
+        super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
+        if self.optimizer is not wrapped:  # Keras wrapped it: a mixed_float16 policy
+            raise ValueError(
+                f"ga_tfx.keras3 on the JAX backend: dtype policy {self.dtype_policy.name!r} "
+                "(Keras adds a LossScaleOptimizer) is not supported (allowed: a policy without "
+                "loss scaling, e.g. float32; mixed_float16 runs on the TensorFlow backend)"
+            )
+        if getattr(self, "built", False):
+            # Built now (Keras builds it at the first fit): load_weights after compile then
+            # restores the window state too (Keras skips an unbuilt optimizer's, with a warning).
+            wrapped.build(self.trainable_variables)
+
+    def train_step(self, state: Any, data: Any) -> Any:
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        first = next(t for t in keras.tree.flatten(x) if t is not None)
+        self.optimizer.micro_batch_samples = int(first.shape[0])
+        logs, state = super().train_step(state, data)  # type: ignore[misc]
+        return logs, self._batchnorm_window_end(state)
+
+    def _batchnorm_window_end(self, state: Any) -> Any:
+        """AccumBatchNormalization layers: where the optimizer's window just ended (its
+        micro-step count back to 0), their window sums are folded into the moving statistics
+        and cleared (:func:`ga_tfx.keras3.batchnorm.fold`), in the returned state."""
+        layers = window_layers(self)
+        if not layers:
+            return state
+        ops = keras.ops
+        trainable, non_trainable, optimizer_variables, metrics = state
+        at_count = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.micro_steps))
+        ended = ops.equal(optimizer_variables[at_count], 0)
+        non_trainable = list(non_trainable)
+        index = {id(v): i for i, v in enumerate(self.non_trainable_variables)}
+        for layer in layers:
+            moving = [index[id(layer.moving_mean)], index[id(layer.moving_variance)]]
+            sums = [index[id(v)] for v in layer.window_sums]
+            folded = fold(
+                [non_trainable[i] for i in moving], [non_trainable[i] for i in sums], layer.momentum
+            )
+            for i, value in zip(moving, folded):
+                non_trainable[i] = ops.where(ended, value, non_trainable[i])
+            for i in sums:
+                non_trainable[i] = ops.where(
+                    ended, ops.zeros_like(non_trainable[i]), non_trainable[i]
+                )
+        return trainable, non_trainable, optimizer_variables, metrics
+
+    def end_pending_window(self) -> bool:
+        """Eagerly, on synced variables: applies the window in progress as one smaller update
+        (``partial_window="apply"``). Returns whether there was one."""
+        optimizer = self.optimizer
+        if not isinstance(optimizer, WindowOptimizer):
+            return False
+        if not optimizer.end_window(self.trainable_variables):
+            return False
+        for layer in window_layers(self):
+            moving = [layer.moving_mean, layer.moving_variance]
+            folded = fold(
+                [v.value for v in moving], [v.value for v in layer.window_sums], layer.momentum
+            )
+            for variable, value in zip(moving, folded):
+                variable.assign(value)
+            for variable in layer.window_sums:
+                variable.assign(keras.ops.zeros_like(variable.value))
+        return True
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        if internals.called_by_fit(kwargs):  # fit's validation: the epoch's data has ended
+            self.end_pending_window()
+        return super().evaluate(*args, **kwargs)  # type: ignore[misc]
+
+    def fit(self, *args: Any, callbacks: Any = None, **kwargs: Any) -> Any:
+        callbacks = [_EndOfEpoch(self)] + list(callbacks or [])
+        return super().fit(*args, callbacks=callbacks, **kwargs)  # type: ignore[misc]
