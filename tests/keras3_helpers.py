@@ -72,3 +72,41 @@ def shifted_data(n=64):
     x, y = data(n)
     x = x * 3.0 + np.arange(n, dtype="float32")[:, None] / 16.0  # micro-batches differ in mean
     return x, y
+
+
+class _AtEpochEnd(keras.callbacks.Callback):
+    """Records the weights each epoch ends with, as a user's callback sees them."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights.append(self.model.get_weights())
+
+
+def _fit_recording(model, batch, **fit):
+    seen = _AtEpochEnd()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, y = data(52)  # 7 micro-batches of 8 (the last of 4): each epoch ends inside a window
+    history = model.fit(
+        x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0, callbacks=[seen], **fit
+    )
+    return history.history, seen.weights
+
+
+def check_the_epochs_end_sees_the_short_window_applied(wrap, validation):
+    """Keras 3's ``fit`` (TensorFlow and JAX) validates before the callbacks' ``on_epoch_end``:
+    both must see the epoch's last (short) window applied, as they see plain big-batch
+    training's last (smaller) batch. ``wrap(model, k)``: the front-end's ``wrap_model``."""
+    fit = {"validation_data": data(16, seed=5)} if validation else {}
+    ours_logs, ours_seen = _fit_recording(wrap(mlp(), 4), 8, **fit)
+    plain_logs, plain_seen = _fit_recording(mlp(), 32, **fit)
+    for epoch in range(2):
+        difference = max(
+            float(np.max(np.abs(a - b))) for a, b in zip(ours_seen[epoch], plain_seen[epoch])
+        )
+        assert difference <= TOLERANCE
+    if validation:
+        # The validation loss of the same weights, to float32 round-off of a mean of order 1.
+        np.testing.assert_allclose(ours_logs["val_loss"], plain_logs["val_loss"], rtol=1e-5)

@@ -13,13 +13,13 @@ import subprocess
 import sys
 
 import keras
-import numpy as np
 import pytest
 
 from tests.keras3_helpers import (
     OPTIMIZERS,
     TOLERANCE,
     big_batch_weights,
+    check_the_epochs_end_sees_the_short_window_applied,
     data,
     max_weight_difference,
     mlp,
@@ -154,42 +154,9 @@ def test_an_epoch_cut_by_steps_per_epoch_ends_its_window_as_a_smaller_batch():
     assert max_weight_difference(ours, by_hand) <= TOLERANCE
 
 
-class _AtEpochEnd(keras.callbacks.Callback):
-    """Records the weights each epoch ends with, as a user's callback sees them."""
-
-    def __init__(self):
-        super().__init__()
-        self.weights = []
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.weights.append(self.model.get_weights())
-
-
-def _fit_recording(model, batch, **fit):
-    seen = _AtEpochEnd()
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    x, y = data(52)  # 7 micro-batches of 8 (the last of 4): each epoch ends inside a window
-    history = model.fit(
-        x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0, callbacks=[seen], **fit
-    )
-    return history.history, seen.weights
-
-
 @pytest.mark.parametrize("validation", [False, True], ids=["callbacks", "validation"])
 def test_validation_and_callbacks_at_the_epochs_end_see_the_short_window_applied(validation):
-    # Keras' JAX fit validates before the callbacks' on_epoch_end: both see the epoch's last
-    # (short) window applied, as they see plain big-batch training's last (smaller) batch.
-    fit = {"validation_data": data(16, seed=5)} if validation else {}
-    ours_logs, ours_seen = _fit_recording(ga3.wrap_model(mlp(), 4), 8, **fit)
-    plain_logs, plain_seen = _fit_recording(mlp(), 32, **fit)
-    for epoch in range(2):
-        difference = max(
-            float(np.max(np.abs(a - b))) for a, b in zip(ours_seen[epoch], plain_seen[epoch])
-        )
-        assert difference <= TOLERANCE
-    if validation:
-        # The validation loss of the same weights, to float32 round-off of a mean of order 1.
-        np.testing.assert_allclose(ours_logs["val_loss"], plain_logs["val_loss"], rtol=1e-5)
+    check_the_epochs_end_sees_the_short_window_applied(ga3.wrap_model, validation)
 
 
 class _KilledAt(keras.callbacks.Callback):

@@ -10,6 +10,7 @@ from tests.keras3_helpers import (
     OPTIMIZERS,
     TOLERANCE,
     big_batch_weights,
+    check_the_epochs_end_sees_the_short_window_applied,
     data,
     max_weight_difference,
     mlp,
@@ -61,6 +62,11 @@ def test_data_ending_inside_a_window_applies_it_as_a_smaller_batch():
     plain = big_batch_weights(keras.optimizers.SGD(0.1), x, y, batch=32, epochs=2)
     assert int(ours.optimizer.iterations.numpy()) == 4
     assert max_weight_difference(ours, plain) <= TOLERANCE
+
+
+@pytest.mark.parametrize("validation", [False, True], ids=["callbacks", "validation"])
+def test_validation_and_callbacks_at_the_epochs_end_see_the_short_window_applied(validation):
+    check_the_epochs_end_sees_the_short_window_applied(ga3.wrap_model, validation)
 
 
 class OwnStep(keras.Model):

@@ -15,9 +15,14 @@ core's :meth:`~ga_tfx.window.WindowCore.add` expects.
 The data's end inside a window (an epoch of ``N`` micro-batches, ``N`` not a multiple of
 ``K``): Keras 3's epoch iterator ends the epoch on the ``OutOfRangeError`` of the execution
 that ran out; the micro-batches before it are in the core's buffers, and the end of the epoch
-ends their window by ``partial_window`` (``apply``: a smaller batch).
+ends their window by ``partial_window`` (``apply``: a smaller batch). Keras 3's ``fit`` then
+validates, then runs the callbacks' ``on_epoch_end``: the window is ended before both (at
+fit's ``evaluate``, and by a callback ahead of the user's), as on JAX
+(:mod:`ga_tfx.keras3.jax_model`), so that they see the weights plain training at ``K·b``
+would have.
 """
 
+from ga_tfx import _keras3_internals as internals
 from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.keras3.batchnorm import window_layers
@@ -194,6 +199,11 @@ class AccumulationMixin:
         self.train_function = trainer.train_function
         return self.train_function
 
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        if internals.called_by_fit(kwargs) and self._ga_trainer is not None:
+            self._ga_trainer.end_pending_window()  # fit's validation: the epoch's data ended
+        return super().evaluate(*args, **kwargs)  # type: ignore[misc]
+
     def fit(self, *args: Any, callbacks: Any = None, **kwargs: Any) -> Any:
-        callbacks = list(callbacks or []) + [_EndOfEpoch(self)]
+        callbacks = [_EndOfEpoch(self)] + list(callbacks or [])  # ahead of the user's
         return super().fit(*args, callbacks=callbacks, **kwargs)  # type: ignore[misc]
