@@ -22,15 +22,22 @@ def _packages():
 #     (lock-tfx-1.21.txt); its ml-metadata and TFDV wheels need glibc 2.39 (Debian 13,
 #     Ubuntu 24.04);
 #   library only: Python 3.12, TensorFlow 2.21.0 + tf-keras 2.21.0 (lock-lib.txt).
-# `pip install ga-tfx` installs the library (ga_tfx: engine, optimizer wrapper, BN, AGC) only;
-# the TFX components and pipelines (ga_tfx.components, ga_tfx.pipelines) need the `tfx` extra.
+# `pip install ga-tfx` installs the library (ga_tfx: engine, optimizer wrapper, BN, AGC) and
+# TensorFlow only: Keras 2 users add the `keras2` extra (tf-keras), Keras 3 users `keras3`; the
+# TFX components and pipelines (ga_tfx.components, ga_tfx.pipelines) need the `tfx` extra.
 # Every range below has the two proven stacks as its ends; what lies between them (TFX 1.17,
 # TensorFlow 2.17-2.20) is admitted but not tested.
+# Keras 2 comes from tf-keras, whose minor version must match TensorFlow's. Lower end: TFX 1.16
+# brings 2.16; upper end: 2.21, the newest served (and TFX 1.21's). Not a dependency of
+# `pip install ga-tfx`: a Keras 3 user (ga_tfx.keras3) gets no tf-keras, which would be a second
+# Keras beside keras 3; the Keras 2 front-ends (ga_tfx.wrap_model, TrainingLoop, ...) need it and
+# come with the extras that name it (`keras2`, and `tfx` and `tuner`, which are Keras 2 only).
+# Without it a Keras 2 name raises KerasVersionError naming `pip install "ga-tfx[keras2]"`.
+TF_KERAS = "tf-keras>=2.16.0,<2.22"
+
 INSTALL_REQUIRES = [
-    # Keras 2 comes from tf-keras, whose minor version must match TensorFlow's. Lower end: TFX
-    # 1.16 brings 2.16; upper end: 2.21, the newest served (and TFX 1.21's).
+    # The Keras 2 front-ends run on TensorFlow, and so does Keras 3's TensorFlow backend.
     "tensorflow>=2.16.2,<2.22",
-    "tf-keras>=2.16.0,<2.22",
 ]
 
 EXTRAS_REQUIRE = {
@@ -46,7 +53,7 @@ EXTRAS_REQUIRE = {
         # 2.16 the newest below TFX 1.21's own bound (kfp<2.17).
         "kfp>=2.5.0,<2.17; python_version >= '3.12'",
         # Keras 2 for the TensorFlow TFX brings: Transform supports only Keras 2.
-        "tf-keras>=2.16.0,<2.22",
+        TF_KERAS,
         "tensorflow>=2.16.2,<2.22",
         # The Trainer writes TensorBoard summaries (TBNotInstalledError without it): TensorFlow
         # brought tensorboard up to 2.16; 2.21 no longer does.
@@ -63,17 +70,27 @@ EXTRAS_REQUIRE = {
     # with tf-keras 2.16 (Python 3.10) and 2.21 (Python 3.12), proven by tests/test_tuning.py.
     # keras-tuner imports tensorboard in every trial but does not require it: TensorFlow brought
     # it with 2.16 (lock-tfx-1.16.txt); TF 2.21 does not (ModuleNotFoundError in Tuner.run_trial).
-    "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2"],
+    # It is the Keras 2 plugin (ga_tfx.tuning), so it brings tf-keras; the Keras 3 one is in
+    # `keras3` (keras-tuner 1.4.8).
+    "tuner": ["keras-tuner==1.4.5", "tensorboard>=2.16.2", TF_KERAS],
+    # The Keras 2 library (ga_tfx.wrap_model, GradientAccumulateOptimizer, TrainingLoop, ...)
+    # outside TFX: `pip install "ga-tfx[keras2]"`.
+    "keras2": [TF_KERAS],
     # The Keras 3 front-end (ga_tfx.keras3), outside TFX: each range has the tested versions
     # (requirements/lock-keras3.txt, the keras3 tier of scripts/test.sh) as its ends, and no
     # further, as its exactness tests read Keras 3's optimizer and trainer internals' behaviour
     # (keras 3.15.1; keras-tuner 1.4.8, the first that takes Keras 3 models as they are; JAX
-    # 0.12, the backend's stateless step). tf-keras is not needed there: the lock installs
-    # ga-tfx without it.
+    # 0.12, the backend's stateless step). No tf-keras: the keras3 tier of scripts/test.sh
+    # installs the built wheel with this extra, its dependencies resolved against the lock, and
+    # checks that tf-keras is not among them.
     "keras3": [
         "keras>=3.15.1,<3.16",
         "keras-tuner>=1.4.8,<1.5",
         "jax[cpu]>=0.12.0.1,<0.13",
+        # keras-tuner imports tensorboard in every trial on the TensorFlow backend and does not
+        # require it; TF 2.21 does not bring it (ModuleNotFoundError in Tuner.run_trial, found
+        # by the keras3 tier once it installed the wheel's own dependencies). TensorFlow's range.
+        "tensorboard>=2.16.2,<2.22",
     ],
     # The test suite; scikit-learn is the digits data of `ga-tfx demo` (tests/test_demo.py).
     # pytest-xdist runs the fast tier on both cores (`-n 2`, docs/setup.md "Tests").

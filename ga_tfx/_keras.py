@@ -31,7 +31,7 @@ if importlib.util.find_spec("tf_keras") is None:  # a Keras 3 environment: ga_tf
     # Checked before anything changes this process (tf.keras stays as it is).
     raise KerasVersionError(
         "this part of ga_tfx needs Keras 2 (tf-keras), which is not installed: "
-        "pip install 'tf-keras>=2.16,<2.22', or on Keras 3 use ga_tfx.keras3"
+        'pip install "ga-tfx[keras2]", or on Keras 3 use ga_tfx.keras3'
     )
 if not _tensorflow_already_imported():
     # Set before TensorFlow is first imported: tf.keras then resolves to tf-keras (Keras 2).

@@ -227,7 +227,9 @@ for name in "$@"; do
       fi
       setup_stack "$other" "$root/.venv-tfx-$other" ;;
     # Keras 3 (ga_tfx.keras3): keras 3.15.1, TF 2.21, JAX 0.12 CPU, keras-tuner 1.4.8, no tf-keras
-    # (ga-tfx goes in with --no-deps, as in every environment here).
+    # (ga-tfx goes in editable with --no-deps, as in every environment here: for development;
+    # the keras3 tier installs the built wheel with its dependencies in a new venv, with this
+    # environment's Python and uv, scripts/wheel_check.sh).
     keras3) setup_env keras3 "$root/.venv-keras3" 12 GA_TFX_KERAS3_PYTHON \
               "$root/requirements/lock-keras3.txt" "keras 3.15.1 with TF 2.21 and JAX 0.12 is proven on Python 3.12" ;;
     *) echo "error: unknown environment '$name' (allowed: tfx, lib, other, keras3)" >&2; exit 2 ;;

@@ -27,8 +27,12 @@
 #          -m "not tfx and not slow and not source_tree" against the installed package, from a
 #          copy of the clone without its source packages; oneDNN's kernels on (the tfx run
 #          covers Eigen's).
-#   keras3 .venv-keras3/ (Python 3.12, keras 3.15.1, TF 2.21, JAX 0.12, keras-tuner 1.4.8, no
-#          tf-keras): -m keras3, the Keras 3 front-end's tests (ga_tfx.keras3), twice: with
+#   keras3 the built wheel as a Keras 3 user installs it: `ga-tfx[keras3]` with its dependencies
+#          in a new venv outside the clone (scripts/wheel_check.sh, GA_TFX_WHEEL_ENV=keras3:
+#          Python 3.12 and uv of .venv-keras3/, offline, requirements/lock-keras3.txt's versions:
+#          keras 3.15.1, TF 2.21, JAX 0.12, keras-tuner 1.4.8), checked to hold no tf-keras;
+#          -m keras3, the Keras 3 front-end's tests (ga_tfx.keras3) and docs examples, from a
+#          copy of the clone without its source packages, twice in that one venv: with
 #          KERAS_BACKEND=tensorflow (report keras3-tensorflow) and KERAS_BACKEND=jax
 #          (keras3-jax); a test for one backend only is deselected in the other's run
 #          (tests/conftest.py). The other tiers do not collect these modules.
@@ -182,9 +186,13 @@ for name in "${runs[@]}"; do
          args=("${xdist[@]}" "${plain_args[@]}")
          run_env+=(TF_ENABLE_ONEDNN_OPTS=1)  # oneDNN's kernels, as the library tier had them
          [ -z "$user_marker" ] || args+=(-m "$(tier_marker "not tfx and not source_tree")") ;;
+    # The wheel's Keras 3 environment, made by the first backend's run in $reports and reused
+    # by the second's.
     keras3-*) python="$root/.venv-keras3/bin/python"
+         runner=(bash "$root/scripts/wheel_check.sh")
          args=("${xdist[@]}" -m "$(tier_marker keras3)" "${plain_args[@]}")
-         run_env+=(KERAS_BACKEND="${name#keras3-}") ;;
+         run_env+=(KERAS_BACKEND="${name#keras3-}" GA_TFX_WHEEL_ENV=keras3
+                   GA_TFX_WHEEL_DIR="$reports/keras3-wheel") ;;
     *) echo "error: unknown environment '$name' in GA_TFX_TEST_ENVS (allowed: tfx, lib, wheel, keras3, other, container)" >&2; exit 2 ;;
   esac
   [ "${#runner[@]}" -gt 0 ] || runner=("$python" -m pytest)

@@ -34,6 +34,8 @@ def test_a_keras_2_name_is_a_clear_error_without_tf_keras():
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ga_tfx._keras.KerasVersionError: this part of ga_tfx needs Keras 2")
+    # The install line is setup.py's `keras2` extra (the one tf-keras range), not a range here.
+    assert 'pip install "ga-tfx[keras2]"' in last
     assert "use ga_tfx.keras3" in last
 
 

@@ -7,6 +7,7 @@ from a copy of the files the build reads, so that the build leaves nothing in th
 import email
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -123,14 +124,56 @@ def test_console_script_and_dependency_split(wheel):
     assert "3.9.18" not in python and "3.14.0" not in python, python
     requires = metadata.get_all("Requires-Dist")
     base = [r for r in requires if "extra ==" not in r]
-    # `pip install ga-tfx` brings TensorFlow and tf-keras only; TFX comes with the `tfx` extra.
-    assert sorted(re.match(r"[\w.-]+", r).group() for r in base) == ["tensorflow", "tf-keras"], base
+    # `pip install ga-tfx` brings TensorFlow only: tf-keras comes with the `keras2` extra (and
+    # `tfx`, `tuner`), TFX with the `tfx` extra.
+    assert [re.match(r"[\w.-]+", r).group() for r in base] == ["tensorflow"], base
+    keras2 = [Requirement(r) for r in requires if 'extra == "keras2"' in r]
+    assert [r.name for r in keras2] == ["tf-keras"], requires
     tfx = [Requirement(r) for r in requires if r.startswith("tfx") and 'extra == "tfx"' in r]
     # The range's two ends are the two proven stacks, nothing outside them.
     assert len(tfx) == 1 and tfx[0].extras == {"kfp"}, requires
     assert all(v in tfx[0].specifier for v in ("1.16.0", "1.21.0")), tfx[0]
     assert not any(v in tfx[0].specifier for v in ("1.15.0", "1.22.0")), tfx[0]
-    assert set(metadata.get_all("Provides-Extra")) >= {"tfx", "tuner", "test", "dev"}
+    assert set(metadata.get_all("Provides-Extra")) >= {"keras2", "keras3", "tfx", "tuner", "test"}
+
+
+def _setup_py():
+    """(setup()'s keyword arguments, setup.py's module namespace), setup.py run as pip runs it
+    but with setuptools.setup replaced by a recorder."""
+    import setuptools
+
+    called = {}
+    real = setuptools.setup
+    setuptools.setup = lambda **kwargs: called.update(kwargs)
+    try:
+        namespace = runpy.run_path(os.path.join(ROOT, "setup.py"), run_name="__main__")
+    finally:
+        setuptools.setup = real
+    return called, namespace
+
+
+def test_tf_keras_is_an_extra_declared_once():
+    """`pip install ga-tfx` brings no tf-keras (a Keras 3 user's process gets no second Keras);
+    the `keras2` extra, and `tfx` and `tuner` (Keras 2 only), bring setup.py's one TF_KERAS."""
+    called, namespace = _setup_py()
+    tf_keras = Requirement(namespace["TF_KERAS"])
+    assert canonicalize_name(tf_keras.name) == "tf-keras", tf_keras
+    # Its ends are the proven stacks' tf-keras (2.16.0: TFX 1.16; 2.21.0: TFX 1.21, lock-lib).
+    assert all(v in tf_keras.specifier for v in ("2.16.0", "2.21.0")), tf_keras
+    assert not any(v in tf_keras.specifier for v in ("2.15.1", "2.22.0")), tf_keras
+
+    def names(requirements):
+        return {canonicalize_name(Requirement(r).name) for r in requirements}
+
+    assert "tf-keras" not in names(called["install_requires"]), called["install_requires"]
+    extras = called["extras_require"]
+    with_tf_keras = {e for e, requirements in extras.items() if "tf-keras" in names(requirements)}
+    assert with_tf_keras == {"keras2", "tfx", "tuner"}, with_tf_keras
+    for extra in sorted(with_tf_keras):  # the constant itself, not a second range
+        assert namespace["TF_KERAS"] in extras[extra], (extra, extras[extra])
+    # One declaration of the range: setup.py spells a tf-keras requirement once.
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        assert len(re.findall(r"[\"']tf[-_]keras\s*[<>=!~]", f.read())) == 1
 
 
 def test_the_wheel_carries_the_apache_licence(wheel):
@@ -156,7 +199,10 @@ LOCKS = {
     "lock-tfx-1.16.txt": ("3.10",),
     "lock-tfx-1.21.txt": ("3.12", "3.13"),
     "lock-lib.txt": ("3.12",),
+    "lock-keras3.txt": ("3.12",),
 }
+# The extras each lock holds, beside `pip install ga-tfx` itself (the TFX locks: all of them).
+LOCK_EXTRAS = {"lock-lib.txt": ("keras2", "tuner", "test"), "lock-keras3.txt": ("keras3",)}
 
 
 def _pins(lock, python):
@@ -179,7 +225,7 @@ def test_every_lock_satisfies_setup_pys_ranges(wheel, lock, python):
     _, archive = wheel
     pins = _pins(lock, python)
     environment = {"python_version": python, "python_full_version": python + ".0"}
-    extras = ("tuner", "test") if lock == "lock-lib.txt" else ("tfx", "tuner", "test", "dev")
+    extras = LOCK_EXTRAS.get(lock, ("keras2", "tfx", "tuner", "test", "dev"))
     checked = 0
     for text in _metadata(archive).get_all("Requires-Dist"):
         requirement = Requirement(text)
@@ -193,7 +239,7 @@ def test_every_lock_satisfies_setup_pys_ranges(wheel, lock, python):
         assert name in pins, f"{lock} on Python {python} lacks {name} ({text})"
         assert pins[name] in requirement.specifier, f"{lock}: {name}=={pins[name]} vs {text}"
         checked += 1
-    assert checked >= (6 if lock == "lock-lib.txt" else 15), checked
+    assert checked >= {"lock-lib.txt": 7, "lock-keras3.txt": 5}.get(lock, 16), checked
 
 
 def test_the_installed_wheel_imports_without_the_work_tree(wheel, tmp_path):
