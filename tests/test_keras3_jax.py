@@ -69,10 +69,13 @@ def test_sgd_matches_big_batch():
     assert max_weight_difference(ours, plain) <= TOLERANCE
 
 
+@pytest.mark.parametrize("devices", [1, 2])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_every_keras_3_optimizer_matches_big_batch(name):
+def test_every_keras_3_optimizer_matches_big_batch(name, devices):
+    # On one device and under DataParallel over two CPU devices (the global batch's gradient).
     x, y = data(64)
-    ours = _accumulated(OPTIMIZERS[name](), x, y)
+    with _devices(devices):
+        ours = _accumulated(OPTIMIZERS[name](), x, y)
     plain = big_batch_weights(OPTIMIZERS[name](), x, y, batch=32, epochs=2)
     assert _updates(ours) == int(plain.optimizer.iterations.numpy()) == 4
     assert max_weight_difference(ours, plain) <= ADAPTIVE_TOLERANCE
