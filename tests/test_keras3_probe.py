@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.keras3_helpers import TOLERANCE
+from tests.probe_cases import REJECTED
 
 pytestmark = [pytest.mark.keras3]
 TF = pytest.mark.keras3_backend("tensorflow")
@@ -132,20 +133,23 @@ def _numpy_b_path(curve):
     return float(np.sum(b * (1 - w)) / np.sum(w))
 
 
-def _least_squares_hypermodel(accum_steps=(1, 2, 4, 8, 16), **space):
-    """A linear model held (learning rate 0) at distance |δ| = 1 from the truth."""
+def _hypermodel(w, learning_rate, accum_steps, **space):
+    """A hypermodel of the linear model at weights ``w``, trained by SGD (micro-batch 4)."""
     from ga_tfx.keras3.tuning import AccumulationHyperModel
-
-    w_star = np.linspace(-1.0, 1.0, D)
-    w = w_star + np.full(D, 1.0 / np.sqrt(D))
 
     def build(hp):
         model = _linear(w)
-        model.compile(keras.optimizers.SGD(0.0), "mse")
+        model.compile(keras.optimizers.SGD(learning_rate), "mse")
         return model
 
     space = dict({"accum_steps": list(accum_steps), "micro_batch_size": MICRO}, **space)
     return AccumulationHyperModel(build, space, replace_batchnorm=False)
+
+
+def _least_squares_hypermodel(**space):
+    """The linear model held (learning rate 0) at distance |δ| = 1 from the truth."""
+    w = np.linspace(-1.0, 1.0, D) + np.full(D, 1.0 / np.sqrt(D))
+    return _hypermodel(w, 0.0, (1, 2, 4, 8, 16), **space)
 
 
 @TF
@@ -155,14 +159,18 @@ def test_the_probe_writes_its_curve_and_recommends_the_k_numpy_finds_from_it(tmp
 
     probe_k, updates = 8, 60
     x, y, _ = _regression(updates * probe_k * MICRO)
-    tuner = NoiseScaleProbe(
-        _least_squares_hypermodel(),
-        objective="loss",
-        probe_accum_steps=probe_k,
-        seed=0,
-        directory=str(tmp_path),
-        project_name="probe",
-    )
+
+    def probe(**seed):
+        return NoiseScaleProbe(
+            _least_squares_hypermodel(),
+            objective="loss",
+            probe_accum_steps=probe_k,
+            directory=str(tmp_path),
+            project_name="probe",
+            **seed,
+        )
+
+    tuner = probe(seed=0)
     tuner.search(x, y, epochs=1, shuffle=False, verbose=0)
     trials = list(tuner.oracle.trials.values())
     assert len(trials) == 1 and trials[0].hyperparameters.values["accum_steps"] == probe_k
@@ -185,30 +193,16 @@ def test_the_probe_writes_its_curve_and_recommends_the_k_numpy_finds_from_it(tmp
     assert report["probe_accum_steps"] == probe_k and report["micro_batch_size"] == MICRO
     assert tuner.get_best_hyperparameters()[0].values["accum_steps"] == 4
     assert tuner.ga_extra_record(trials[0]) == {"probe": report}
-    again = NoiseScaleProbe(  # reloaded from its directory: the same answer without running
-        _least_squares_hypermodel(),
-        objective="loss",
-        probe_accum_steps=probe_k,
-        directory=str(tmp_path),
-        project_name="probe",
-    )
-    assert again.probe_report() == report
+    assert probe().probe_report() == report  # reloaded: the same answer without running
 
 
 def _stop_probe(tmp_path, name, target, epochs):
     """SGD on y = x w* (no noise): two windows of K=2 per epoch, validation after each."""
-    from ga_tfx.keras3.tuning import AccumulationHyperModel, NoiseScaleProbe
+    from ga_tfx.keras3.tuning import NoiseScaleProbe
 
     x, y, _ = _regression(512, seed=1, noise=0.0)
-
-    def build(hp):
-        model = _linear(np.zeros(D))
-        model.compile(keras.optimizers.SGD(0.05), "mse")
-        return model
-
-    space = {"accum_steps": [1, 2, 4], "micro_batch_size": MICRO}
     tuner = NoiseScaleProbe(
-        AccumulationHyperModel(build, space, replace_batchnorm=False),
+        _hypermodel(np.zeros(D), 0.05, (1, 2, 4)),
         objective="val_loss",
         probe_accum_steps=2,
         seed=0,
@@ -247,16 +241,7 @@ def test_the_probe_stops_at_its_target_loss_and_says_whether_it_got_there(tmp_pa
 
 
 @TF
-@pytest.mark.parametrize(
-    "space, probe, match",
-    [
-        ({}, 1, r"probe_accum_steps=1 on 1 replica: .* at least 2 micro-batch gradients"),
-        ({"agc_clip_factor": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*agc_clip_factor"),
-        ({"learning_rate": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*learning_rate"),
-        ({"micro_batch_size": [4, 8]}, 8, r"micro_batch_size \(several values\)"),
-        ({}, 0, r"probe_accum_steps must be an integer >= 1 .*got 0"),
-    ],
-)
+@pytest.mark.parametrize("space, probe, match", REJECTED)
 def test_the_probe_rejects_what_it_cannot_measure_or_does_not_choose(tmp_path, space, probe, match):
     from ga_tfx.keras3.tuning import NoiseScaleProbe
 

@@ -18,6 +18,8 @@ import math
 import numpy as np
 import pytest
 
+from tests.probe_cases import REJECTED
+
 pytestmark = []  # fast tier; library only (no TFX)
 
 
@@ -240,16 +242,7 @@ def test_stop_at_loss_needs_a_finite_target_and_the_monitored_loss(bad, error):
         StopAtLoss(0.1).on_epoch_end(0, {"loss": 0.3})
 
 
-@pytest.mark.parametrize(
-    "space, probe, match",
-    [
-        ({}, 1, r"probe_accum_steps=1 on 1 replica: .* at least 2 micro-batch gradients"),
-        ({"agc_clip_factor": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*agc_clip_factor"),
-        ({"learning_rate": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*learning_rate"),
-        ({"micro_batch_size": [4, 8]}, 8, r"micro_batch_size \(several values\)"),
-        ({}, 0, r"probe_accum_steps must be an integer >= 1 .*got 0"),
-    ],
-)
+@pytest.mark.parametrize("space, probe, match", REJECTED)
 def test_the_probe_rejects_what_it_cannot_measure_or_does_not_choose(tmp_path, space, probe, match):
     hypermodel = _least_squares_hypermodel(**space)[0]
     with pytest.raises(ValueError, match=match):
