@@ -133,13 +133,13 @@ def _numpy_b_path(curve):
     return float(np.sum(b * (1 - w)) / np.sum(w))
 
 
-def _hypermodel(w, learning_rate, accum_steps, **space):
+def _hypermodel(w, lr, accum_steps, **space):
     """A hypermodel of the linear model at weights ``w``, trained by SGD (micro-batch 4)."""
     from ga_tfx.keras3.tuning import AccumulationHyperModel
 
     def build(hp):
         model = _linear(w)
-        model.compile(keras.optimizers.SGD(learning_rate), "mse")
+        model.compile(keras.optimizers.SGD(lr), "mse")
         return model
 
     space = dict({"accum_steps": list(accum_steps), "micro_batch_size": MICRO}, **space)
