@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.keras3_helpers import TOLERANCE
-from tests.probe_cases import REJECTED
+from tests.probe_cases import REJECTED, numpy_b_path, numpy_nearest
 
 pytestmark = [pytest.mark.keras3]
 TF = pytest.mark.keras3_backend("tensorflow")
@@ -114,25 +114,6 @@ def test_each_windows_noise_estimates_loss_and_the_weights_equal_numpy():
     assert float(np.max(np.abs(model.get_weights()[0][:, 0] - w))) <= TOLERANCE
 
 
-def _numpy_b_path(curve):
-    """``B_path`` from the curve's rows, written out here: per window ``w_t = ΣG² / Σ(G² + S/B)``
-    over windows t-1..t+1, clipped to [0, 1]; ``Σ B_t (1 - w_t) / Σ w_t``."""
-    rows = [
-        r
-        for r in curve
-        if r["noise_trace_window"] is not None and r["noise_grad_sq_window"] is not None
-    ]
-    b = np.array([r["window_samples"] for r in rows], np.float64)
-    s = np.array([r["noise_trace_window"] for r in rows], np.float64)
-    g = np.array([r["noise_grad_sq_window"] for r in rows], np.float64)
-    grad = np.concatenate([[0.0], np.cumsum(g)])
-    total = np.concatenate([[0.0], np.cumsum(g + s / b)])
-    t = np.arange(len(rows))
-    lo, hi = np.maximum(t - 1, 0), np.minimum(t + 2, len(rows))
-    w = np.clip((grad[hi] - grad[lo]) / (total[hi] - total[lo]), 0.0, 1.0)
-    return float(np.sum(b * (1 - w)) / np.sum(w))
-
-
 def _hypermodel(w, lr, accum_steps, **space):
     """A hypermodel of the linear model at weights ``w``, trained by SGD (micro-batch 4)."""
     from ga_tfx.keras3.tuning import AccumulationHyperModel
@@ -180,9 +161,8 @@ def test_the_probe_writes_its_curve_and_recommends_the_k_numpy_finds_from_it(tmp
     assert all(set(row) == set(CURVE_FIELDS) for row in curve)
     assert all(row["window_samples"] == probe_k * MICRO for row in curve)
     assert curve[-1]["samples"] == len(x)
-    b_path = _numpy_b_path(curve)
-    choices = np.array([1, 2, 4, 8, 16])
-    nearest = int(choices[np.argmin(np.abs(np.log2(choices) - np.log2(b_path / MICRO)))])
+    b_path = numpy_b_path(curve)
+    nearest = numpy_nearest(b_path / MICRO, [1, 2, 4, 8, 16])
     report = tuner.probe_report()
     rec = report["recommendation"]
     assert report["curve"] == curve

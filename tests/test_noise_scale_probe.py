@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.probe_cases import REJECTED
+from tests.probe_cases import REJECTED, numpy_b_path, numpy_nearest
 
 pytestmark = []  # fast tier; library only (no TFX)
 
@@ -164,6 +164,8 @@ def test_the_probe_measures_a_known_noise_scale_and_recommends_accum_steps_from_
     # +3 to +11 % over 3 data orders, measured). 25 % is more than three spreads past that
     # (measured here: 18.1, +7 %). K = 4 holds for any estimate in [11.3, 22.6].
     assert rec["measure"] == "B_path"
+    assert rec["noise_scale"] == pytest.approx(numpy_b_path(curve), rel=1e-12)
+    assert rec["accum_steps"] == numpy_nearest(numpy_b_path(curve) / MICRO, [1, 2, 4, 8, 16])
     assert rec["noise_scale"] == pytest.approx(TRUE_B_SIMPLE, rel=0.25)
     assert all(row["window_samples"] == PROBE_K * MICRO for row in curve)
     assert all(row["noise_grad_sq_window"] is not None for row in curve)
