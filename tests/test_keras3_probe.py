@@ -54,14 +54,16 @@ class _Events(keras.callbacks.Callback):
         self.events.append(event)
 
 
-def _numpy_windows(x, y, w, k, micro, lr, decay):
+def _numpy_windows(x, y, w, k, micro, lr, decay, replicas):
     """float64: per window (samples, loss, S, G², B_simple of the averages), and the weights
-    after SGD on each window's mean gradient. MSE of a linear model: g = 2 xᵀ(xw - y) / b."""
+    after SGD on each window's mean gradient. MSE of a linear model: g = 2 xᵀ(xw - y) / b.
+    The small gradients are each replica's share of each micro-batch (``micro / replicas``
+    samples: the order of the shares changes no sum)."""
     w = np.asarray(w, np.float64)[:, None]
     rows, amplification, ema_s, ema_g, count = [], [], 0.0, 0.0, 0
-    batches = [slice(i, i + micro) for i in range(0, len(x), micro)]
-    for start in range(0, len(batches), k):
-        window = batches[start : start + k]
+    share = micro // replicas
+    for start in range(0, len(x), k * micro):
+        window = [slice(i, i + share) for i in range(start, min(start + k * micro, len(x)), share)]
         xs = [x[s].astype(np.float64) for s in window]
         ys = [y[s].astype(np.float64) for s in window]
         b = np.array([len(xi) for xi in xs], np.float64)
@@ -87,18 +89,25 @@ def _numpy_windows(x, y, w, k, micro, lr, decay):
 
 
 @TF
-def test_each_windows_noise_estimates_loss_and_the_weights_equal_numpy():
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_each_windows_noise_estimates_loss_and_the_weights_equal_numpy(replicas):
     """``wrap_model(..., log_noise_scale=True)`` hands each window's record to ``fit``'s
     ``on_window_end`` callbacks; its figures equal a float64 NumPy computation, the epoch's
-    short last window (2 micro-batches) included."""
+    short last window (2 micro-batches) included; on one device and under MirroredStrategy
+    with two replicas (two logical CPUs, tests/conftest.py: 2 small gradients a micro-batch)."""
+    import tensorflow as tf
+
     k, lr, decay = 4, 0.05, 0.9
     x, y, _ = _regression((5 * k + 2) * MICRO)
     w0 = np.linspace(0.5, -0.5, D)
-    model = ga3.wrap_model(_linear(w0), k, log_noise_scale=True, noise_scale_decay=decay)
-    model.compile(optimizer=keras.optimizers.SGD(lr), loss="mse")
+    devices = ["/cpu:0", "/cpu:1"][:replicas]
+    with tf.distribute.MirroredStrategy(devices).scope():
+        model = ga3.wrap_model(_linear(w0), k, log_noise_scale=True, noise_scale_decay=decay)
+        model.compile(optimizer=keras.optimizers.SGD(lr), loss="mse")
+    assert model.distribute_strategy.num_replicas_in_sync == replicas
     events = _Events()
     model.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0, callbacks=[events])
-    expected, w, amplification = _numpy_windows(x, y, w0, k, MICRO, lr, decay)
+    expected, w, amplification = _numpy_windows(x, y, w0, k, MICRO, lr, decay, replicas)
     got = [
         (e.samples, e.loss, e.noise_trace_window, e.noise_grad_sq_window, e.noise_scale)
         for e in events.events

@@ -16,7 +16,6 @@ from ga_tfx.tuning import probe_base
 from typing import Any
 
 import keras
-import keras_tuner
 
 
 class StopAtLoss(probe_base.StopRule, keras.callbacks.Callback):
@@ -31,7 +30,7 @@ class _ProbeCurve(probe_base.CurveRule, keras.callbacks.Callback):
     """Collects one row per window from the window core's events (``on_window_end``)."""
 
 
-class NoiseScaleProbe(probe_base.ProbeTuner, keras_tuner.Tuner):
+class NoiseScaleProbe(probe_base.ProbeTuner):
     """One short run measures the gradient noise scale, and ``accum_steps`` follows from it:
     :class:`ga_tfx.tuning.NoiseScaleProbe` (whose docstring says what it measures and
     recommends) for a :class:`ga_tfx.keras3.tuning.AccumulationHyperModel`.

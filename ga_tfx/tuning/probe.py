@@ -17,8 +17,6 @@ from ga_tfx.tuning import probe_base
 from ga_tfx.tuning.hypermodel import AccumulationHyperModel
 from ga_tfx.tuning.probe_base import CURVE_FIELDS, PROBE_FILE, NoiseScaleOracle
 
-import keras_tuner
-
 __all__ = ["CURVE_FIELDS", "PROBE_FILE", "NoiseScaleOracle", "NoiseScaleProbe", "StopAtLoss"]
 
 
@@ -35,7 +33,7 @@ class _ProbeCurve(probe_base.CurveRule, keras.callbacks.Callback):
     """Collects one row per window from the window core's events (``on_window_end``)."""
 
 
-class NoiseScaleProbe(probe_base.ProbeTuner, keras_tuner.Tuner):
+class NoiseScaleProbe(probe_base.ProbeTuner):
     """A search that needs no grid: one short run measures the gradient noise scale, and
     ``accum_steps`` follows from it (McCandlish et al. 2018; :mod:`ga_tfx.sizing.batch_choice`).
 

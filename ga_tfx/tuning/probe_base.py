@@ -1,13 +1,13 @@
 """The noise-scale probe's rules, whatever the Keras: one implementation for both plugins.
 
 The Keras 2 probe (:mod:`ga_tfx.tuning.probe`, keras-tuner 1.4.5) and the Keras 3 one
-(:mod:`ga_tfx.keras3.probe`, keras-tuner 1.4.8) are this module's classes mixed with their
-Keras' and keras-tuner's base classes: :class:`ProbeTuner` (with ``keras_tuner.Tuner``: the
-settings it checks, the one trial, the curve file :data:`PROBE_FILE`, ``B_path`` and the
-recommendation, the report), :class:`StopRule` and :class:`CurveRule` (with their Keras'
-``Callback``: the probe's stop at a target loss, one curve row per window from the window
-core's :class:`~ga_tfx.window.WindowEnd` events), and :class:`NoiseScaleOracle`. A plugin's
-module names its hypermodel, stop and curve classes (``_hypermodel_class``, ``_stop_class``,
+(:mod:`ga_tfx.keras3.probe`, keras-tuner 1.4.8) are this module's classes, subclassed or mixed
+with their Keras' classes: :class:`ProbeTuner` (a ``keras_tuner.Tuner``: the settings it
+checks, the one trial, the curve file :data:`PROBE_FILE`, ``B_path`` and the recommendation,
+the report), :class:`StopRule` and :class:`CurveRule` (mixed with their Keras' ``Callback``:
+the probe's stop at a target loss, one curve row per window from the window core's
+:class:`~ga_tfx.window.WindowEnd` events), and :class:`NoiseScaleOracle`. A plugin's module
+names its hypermodel, stop and curve classes (``_hypermodel_class``, ``_stop_class``,
 ``_curve_class``) and adds what is its Keras' own.
 
 It imports ``keras_tuner`` and TensorFlow (its files go through ``tf.io.gfile``), never Keras.
@@ -21,7 +21,7 @@ from ga_tfx.tuning import _keras_tuner_hooks  # noqa: F401  (checks _build_and_f
 import json
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import keras_tuner
 
@@ -68,16 +68,14 @@ class NoiseScaleOracle(keras_tuner.Oracle):
         self.probe_accum_steps = state["probe_accum_steps"]
 
 
-class ProbeTuner:
-    """The noise-scale probe, mixed before ``keras_tuner.Tuner`` (see the module docstring;
+class ProbeTuner(keras_tuner.Tuner):
+    """The noise-scale probe: a ``keras_tuner.Tuner`` (the installed keras-tuner's, 1.4.5 or
+    1.4.8) whose subclass in each plugin names its Keras' classes (see the module docstring;
     what it does is the plugins' ``NoiseScaleProbe`` docstrings')."""
 
     _hypermodel_class: Any  # the plugin's AccumulationHyperModel
     _stop_class: Any  # the plugin's StopAtLoss
     _curve_class: Any  # a callback of the plugin's Keras with CurveRule
-    oracle: Any  # keras_tuner.Tuner's
-    hypermodel: Any
-    get_trial_dir: Callable[[str], str]
 
     def __init__(
         self,
@@ -122,7 +120,7 @@ class ProbeTuner:
             )
         hypermodel.log_noise_scale = True
         oracle = NoiseScaleOracle(probe, objective=objective, seed=seed)
-        super().__init__(oracle=oracle, hypermodel=hypermodel, **kwargs)  # type: ignore[call-arg]
+        super().__init__(oracle=oracle, hypermodel=hypermodel, **kwargs)
 
     @property
     def probe_accum_steps(self) -> int:
@@ -133,7 +131,7 @@ class ProbeTuner:
         stop = None if self.target_loss is None else self._stop_class(self.target_loss)
         kwargs["callbacks"] = list(kwargs.get("callbacks") or []) + [curve]
         kwargs["callbacks"] += [stop] if stop is not None else []
-        results = super()._build_and_fit_model(trial, *args, **kwargs)  # type: ignore[misc]
+        results = super()._build_and_fit_model(trial, *args, **kwargs)
         record: Dict[str, Any] = {"curve": curve.rows}
         if stop is not None:
             record.update(target_loss=stop.target, reached_target=stop.stopped_epoch is not None)
