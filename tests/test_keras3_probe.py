@@ -100,8 +100,12 @@ def test_each_windows_noise_estimates_loss_and_the_weights_equal_numpy(replicas)
     k, lr, decay = 4, 0.05, 0.9
     x, y, _ = _regression((5 * k + 2) * MICRO)
     w0 = np.linspace(0.5, -0.5, D)
-    devices = ["/cpu:0", "/cpu:1"][:replicas]
-    with tf.distribute.MirroredStrategy(devices).scope():
+    # Not the collective all-reduce: its instance keys are per process, and a later test's
+    # strategy over other shapes would collide with this one's (tests/helpers.py).
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"][:replicas], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+    with strategy.scope():
         model = ga3.wrap_model(_linear(w0), k, log_noise_scale=True, noise_scale_decay=decay)
         model.compile(optimizer=keras.optimizers.SGD(lr), loss="mse")
     assert model.distribute_strategy.num_replicas_in_sync == replicas
