@@ -110,3 +110,20 @@ def check_the_epochs_end_sees_the_short_window_applied(wrap, validation):
     if validation:
         # The validation loss of the same weights, to float32 round-off of a mean of order 1.
         np.testing.assert_allclose(ours_logs["val_loss"], plain_logs["val_loss"], rtol=1e-5)
+
+
+def two_replicas(collective=False):
+    """``tf.distribute.MirroredStrategy`` over the two logical CPUs (tests/conftest.py).
+
+    ``collective=False`` (the default): ``ReductionToOneDevice``. The default collective
+    all-reduce keys its instances per process, and two such strategies over other shapes in one
+    test process collide ("Shape mismatch in the collective instance"; tests/helpers.py says
+    the same for the Keras 2 tests); one per process, as in real training, is unaffected. ONE
+    test of the tier uses it (``collective=True``): the strategy users get by default.
+    """
+    import tensorflow as tf
+
+    ops = None if collective else tf.distribute.ReductionToOneDevice()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=ops)
+    assert strategy.num_replicas_in_sync == 2
+    return strategy

@@ -7,7 +7,13 @@ import keras
 import numpy as np
 import pytest
 
-from tests.keras3_helpers import BN_TOLERANCE, bn_first, moving_statistics, shifted_data
+from tests.keras3_helpers import (
+    BN_TOLERANCE,
+    bn_first,
+    moving_statistics,
+    shifted_data,
+    two_replicas,
+)
 
 pytestmark = [pytest.mark.keras3, pytest.mark.keras3_backend("tensorflow")]
 
@@ -20,11 +26,7 @@ def test_moving_statistics_of_whole_windows_equal_big_batch_bn(replicas):
     big = bn_first()
     big.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     big.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
-    strategy = (
-        tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-        if replicas == 2
-        else tf.distribute.get_strategy()
-    )
+    strategy = two_replicas() if replicas == 2 else tf.distribute.get_strategy()
     with strategy.scope():
         ours = ga3.wrap_model(bn_first(ga3.AccumBatchNormalization), 4)
         ours.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")

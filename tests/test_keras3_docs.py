@@ -59,7 +59,8 @@ def test_there_are_keras3_examples():
 @pytest.mark.parametrize(
     "page, number, code, names", examples(), ids=[f"{p}#{n}" for p, n, *_ in examples()]
 )
-def test_keras3_example_runs(page, number, code, names):
+def test_keras3_example_runs(page, number, code, names, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an example's tuner directory is written here
     namespace = _given(names)
     exec(compile(code, f"{page}#{number}", "exec"), namespace)
     if "model" in namespace and hasattr(namespace["model"], "window_core"):
@@ -68,3 +69,8 @@ def test_keras3_example_runs(page, number, code, names):
     if "opt" in namespace:
         # 8 micro-batches of 32, K=4: two updates, nothing left to flush.
         assert int(namespace["opt"].iterations.numpy()) == 2
+    if "probe" in namespace:
+        rec = namespace["probe"].recommendation()
+        assert namespace["probe"].get_best_hyperparameters()[0]["accum_steps"] == rec.accum_steps
+        assert rec.accum_steps in (1, 2, 4, 8) and "B_path" in rec.reason
+        assert len(namespace["probe"].probe_report()["curve"]) == 2 * 256 // (4 * 16)

@@ -14,6 +14,7 @@ from tests.keras3_helpers import (
     data,
     max_weight_difference,
     mlp,
+    two_replicas,
 )
 
 pytestmark = [pytest.mark.keras3, pytest.mark.keras3_backend("tensorflow")]
@@ -109,10 +110,9 @@ def test_every_optimizer_under_mirrored_strategy_with_two_replicas_matches_big_b
     # Keras 3's own gradient_accumulation_steps fails here (keras issue 20582). Two logical
     # CPUs (tests/conftest.py); each replica gets half of every micro-batch. The bounds of the
     # one-device test: SGD's float32 round-off, 1e-5 where the optimizer divides by running
-    # gradient magnitudes.
-    import tensorflow as tf
-
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # gradient magnitudes. The all-reduce users get by default (collective) for one of them:
+    # only one such strategy per test process (two_replicas).
+    strategy = two_replicas(collective=name == "sgd_momentum")
     x, y = data(64)
     with strategy.scope():
         ours = ga3.wrap_model(mlp(), 4)

@@ -18,6 +18,8 @@ import math
 import numpy as np
 import pytest
 
+from tests.probe_cases import REJECTED, numpy_b_path, numpy_nearest
+
 pytestmark = []  # fast tier; library only (no TFX)
 
 
@@ -162,6 +164,8 @@ def test_the_probe_measures_a_known_noise_scale_and_recommends_accum_steps_from_
     # +3 to +11 % over 3 data orders, measured). 25 % is more than three spreads past that
     # (measured here: 18.1, +7 %). K = 4 holds for any estimate in [11.3, 22.6].
     assert rec["measure"] == "B_path"
+    assert rec["noise_scale"] == pytest.approx(numpy_b_path(curve), rel=1e-12)
+    assert rec["accum_steps"] == numpy_nearest(numpy_b_path(curve) / MICRO, [1, 2, 4, 8, 16])
     assert rec["noise_scale"] == pytest.approx(TRUE_B_SIMPLE, rel=0.25)
     assert all(row["window_samples"] == PROBE_K * MICRO for row in curve)
     assert all(row["noise_grad_sq_window"] is not None for row in curve)
@@ -240,16 +244,7 @@ def test_stop_at_loss_needs_a_finite_target_and_the_monitored_loss(bad, error):
         StopAtLoss(0.1).on_epoch_end(0, {"loss": 0.3})
 
 
-@pytest.mark.parametrize(
-    "space, probe, match",
-    [
-        ({}, 1, r"probe_accum_steps=1 on 1 replica: .* at least 2 micro-batch gradients"),
-        ({"agc_clip_factor": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*agc_clip_factor"),
-        ({"learning_rate": [0.01, 0.1]}, 8, r"recommends accum_steps only; .*learning_rate"),
-        ({"micro_batch_size": [4, 8]}, 8, r"micro_batch_size \(several values\)"),
-        ({}, 0, r"probe_accum_steps must be an integer >= 1 .*got 0"),
-    ],
-)
+@pytest.mark.parametrize("space, probe, match", REJECTED)
 def test_the_probe_rejects_what_it_cannot_measure_or_does_not_choose(tmp_path, space, probe, match):
     hypermodel = _least_squares_hypermodel(**space)[0]
     with pytest.raises(ValueError, match=match):

@@ -38,13 +38,20 @@ import keras
 
 class _GradientSink:
     """Stands for the model's optimizer while ``train_step`` is traced: ``apply_gradients``
-    adds the micro-batch's gradients to the window; every other attribute is the optimizer's."""
+    adds the micro-batch's gradients to the window, with the loss ``scale_loss`` was given
+    (Keras 3's ``train_step`` passes it its loss: the window's mean loss in the core's
+    records); every other attribute is the optimizer's."""
 
     def __init__(self, optimizer: Any, core: WindowCore, weight: Any) -> None:
         self._optimizer = optimizer
         self._core = core
         self._weight = weight
+        self._loss: Any = None
         self.ops: List[Any] = []
+
+    def scale_loss(self, loss: Any) -> Any:
+        self._loss = loss
+        return self._optimizer.scale_loss(loss)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._optimizer, name)
@@ -72,7 +79,7 @@ class _GradientSink:
             # which unscales it, skips a non-finite window and lowers its scale once.
             scale = tf.convert_to_tensor(self._optimizer.dynamic_scale)
             grads = [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
-        self.ops.append(self._core.add(grads, self._weight))
+        self.ops.append(self._core.add(grads, self._weight, self._loss))
         return self.ops[-1]
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
@@ -167,6 +174,31 @@ class _EndOfEpoch(keras.callbacks.Callback):
             self._owner._ga_trainer.end_pending_window()
 
 
+class _WindowEvents(keras.callbacks.Callback):
+    """For one ``fit``: each finished window's :class:`~ga_tfx.window.WindowEnd` goes to
+    ``listeners`` (the callbacks with ``on_window_end``), after each call of the train function
+    (one window) and at the epoch's end (a window the data's end left short)."""
+
+    def __init__(self, owner: Any, listeners: List[Any]) -> None:
+        super().__init__()
+        self._owner = owner
+        self._listeners = listeners
+
+    def _dispatch(self) -> None:
+        for event in self._owner.window_core.poll():
+            for listener in self._listeners:
+                listener.on_window_end(event)
+
+    def on_train_begin(self, logs: Optional[dict] = None) -> None:
+        self._owner.window_core.start_events()
+
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+        self._dispatch()
+
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        self._dispatch()
+
+
 class AccumulationMixin:
     """Mixed into a Keras 3 model's class by :func:`ga_tfx.keras3.wrap_model`."""
 
@@ -205,5 +237,11 @@ class AccumulationMixin:
         return super().evaluate(*args, **kwargs)  # type: ignore[misc]
 
     def fit(self, *args: Any, callbacks: Any = None, **kwargs: Any) -> Any:
-        callbacks = [_EndOfEpoch(self)] + list(callbacks or [])  # ahead of the user's
+        """Keras 3's ``fit``; callbacks with ``on_window_end(event)`` also get each window's
+        :class:`~ga_tfx.window.WindowEnd` (its loss, norms, noise-scale estimates)."""
+        callbacks = list(callbacks or [])
+        listeners = [c for c in callbacks if hasattr(c, "on_window_end")]
+        # Ahead of the user's: the short window ended (then its event sent) before they run.
+        ours = [_EndOfEpoch(self)] + ([_WindowEvents(self, listeners)] if listeners else [])
+        callbacks = ours + callbacks
         return super().fit(*args, callbacks=callbacks, **kwargs)  # type: ignore[misc]

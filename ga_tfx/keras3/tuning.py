@@ -8,8 +8,12 @@ The hyperparameters are declared once for both (:func:`ga_tfx.tuning.search_spac
 :class:`~ga_tfx.tuning.AccumulationSearchSpace`. Every trial's metrics carry
 ``effective_batch_size`` (``accum_steps × micro_batch_size``, the batch it trains at) and
 ``updates`` (optimizer updates so far), so what a trial says it trained at can be checked.
+The noise-scale probe, ``NoiseScaleProbe`` and ``StopAtLoss``, is :mod:`ga_tfx.keras3.probe`
+(loaded from here on first use).
 """
 
+from ga_tfx._schema import spec_of
+from ga_tfx.config import AccumulationConfig
 from ga_tfx.keras3 import wrap_model
 from ga_tfx.keras3.batchnorm import replace_batchnorm_layers
 from ga_tfx.tuning import search_space as search_space_lib
@@ -30,6 +34,9 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
       search_space: an :class:`~ga_tfx.tuning.AccumulationSearchSpace` or a dict of its
         arguments (default: its defaults).
       replace_batchnorm: replace BatchNormalization by AccumBatchNormalization (default True).
+      log_noise_scale: measure the gradient noise scale in every trial's windows (the window
+        core's records, which ``fit``'s callbacks with ``on_window_end`` get; default off;
+        TensorFlow backend).
 
     Example::
 
@@ -46,11 +53,15 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         replace_batchnorm: bool = True,
         name: Optional[str] = None,
         tunable: bool = True,
+        log_noise_scale: bool = False,
     ) -> None:
         super().__init__(name=name, tunable=tunable)
         self.search_space = search_space_lib.hypermodel_arguments(build_model, search_space)
         self.build_model = build_model
         self.replace_batchnorm = replace_batchnorm
+        self.log_noise_scale = spec_of(AccumulationConfig, "log_noise_scale").check(
+            "log_noise_scale", log_noise_scale
+        )
 
     def build(self, hp: Any) -> Any:
         values = declare(self.search_space, hp)
@@ -62,7 +73,10 @@ class AccumulationHyperModel(keras_tuner.HyperModel):
         if self.replace_batchnorm:
             model = replace_batchnorm_layers(model)
         wrapped = wrap_model(
-            model, accum_steps=values["accum_steps"], agc_clip_factor=values["agc_clip_factor"]
+            model,
+            accum_steps=values["accum_steps"],
+            agc_clip_factor=values["agc_clip_factor"],
+            log_noise_scale=self.log_noise_scale,
         )
         wrapped.compile_from_config(compile_config)
         if values["learning_rate"] is not None:
@@ -101,3 +115,11 @@ class _TrialRecorder(keras.callbacks.Callback):
             )
         logs["effective_batch_size"] = float(self.effective_batch_size)
         logs["updates"] = float(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("NoiseScaleProbe", "StopAtLoss"):
+        from ga_tfx.keras3 import probe
+
+        return getattr(probe, name)
+    raise AttributeError(f"module 'ga_tfx.keras3.tuning' has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """Every private keras-tuner name ga-tfx uses, checked when this module is imported.
 
 keras-tuner has no public hook for what runs around one trial's fit (the noise-scale probe's
-curve and stop: ``Tuner._build_and_fit_model``, :mod:`ga_tfx.tuning.probe`), nor a public API
+curve and stop: ``Tuner._build_and_fit_model``, :mod:`ga_tfx.tuning.probe_base`, shared by the
+Keras 2 probe on keras-tuner 1.4.5 and the Keras 3 one on 1.4.8), nor a public API
 for the distributed chief's gRPC service and trial states that the Tuner component watches
 (``keras_tuner.src``: ``components/tuner/heartbeat.py``, ``components/tuner/trials.py``). Those
 modules import this one first; a keras-tuner release without one of the names below fails
@@ -15,7 +16,8 @@ from typing import Tuple
 
 import keras_tuner
 
-# keras-tuner major.minor releases the ga-tfx test suite passed on.
+# keras-tuner major.minor releases the ga-tfx test suite passed on (1.4.5: Keras 2 and TFX;
+# 1.4.8: Keras 3, where the probe imports this module and so checks every name below too).
 TESTED_VERSIONS: Tuple[str, ...] = ("1.4",)
 
 REQUIRED: Tuple[Hook, ...] = (

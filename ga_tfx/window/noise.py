@@ -31,7 +31,12 @@ def add_noise_terms(sums: Sequence[tf.Variable], grads: Sequence[Any], samples: 
     sq = tf.add_n(squares) * replicas * replicas
     b = tf.cast(samples, tf.float32)
     sq_sum, count = sums
-    return tf.group(sq_sum.assign_add(b * sq), count.assign_add(b))
+    added = sq_sum.assign_add(b * sq)
+    # The count after the gradient, as the accumulator's: where the micro-batch's size is
+    # static, b is a constant, and a step whose input ran out (the data's end inside a
+    # window, under MirroredStrategy) counted its samples with no gradient.
+    with tf.control_dependencies([added]):
+        return tf.group(added, count.assign_add(b))
 
 
 def window_estimates(
