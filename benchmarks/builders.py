@@ -27,7 +27,7 @@ class Timing:
     tensor_peak_mib: Optional[float] = None
 
 
-def _timed(tf, fn, timer=None):
+def timed(tf, fn, timer=None):
     """Run ``fn()`` and return its Timing: wall and CPU seconds around the call, or those the
     ``timer`` callback took inside it (``timer.seconds``), and the tensor peak of the call."""
     gc.collect()
@@ -70,7 +70,7 @@ class FitSlot:
             verbose=0,
             callbacks=[self.timer],
         )
-        return _timed(self.tf, fit, self.timer)
+        return timed(self.tf, fit, self.timer)
 
 
 class BoundSlot:
@@ -127,11 +127,16 @@ class BoundSlot:
 
     def run_epoch(self) -> Timing:
         if self._feed == "bound":
-            return _timed(self.tf, lambda: self._epoch(None)[0].numpy())
+            return timed(self.tf, lambda: self._epoch(None)[0].numpy())
         if self._feed == "bound_data":
-            return _timed(self.tf, lambda: self._epoch(self._iterator())[0].numpy())
+            return timed(self.tf, lambda: self._epoch(self._iterator())[0].numpy())
         iterator = self._iterator()
-        return _timed(self.tf, lambda: self._epoch(iterator)[0].numpy())
+        return timed(self.tf, lambda: self._epoch(iterator)[0].numpy())
+
+    def gradient_sums(self):
+        """One epoch's gradient sums as NumPy arrays (micro-batches sliced from the tensor), in
+        the order of the model's trainable variables: what the timed call computes."""
+        return [t.numpy() for t in self._epoch(None)]
 
 
 def _fit_data_iterator(model, x, y, b):
@@ -177,7 +182,7 @@ class LoopSlot:
 
     def run_epoch(self) -> Timing:
         # epochs count from the start of training: one more each call
-        return _timed(self.tf, lambda: self.loop.run(epochs=self.loop.epoch + 1))
+        return timed(self.tf, lambda: self.loop.run(epochs=self.loop.epoch + 1))
 
 
 def as_tensors(tf, x, y):

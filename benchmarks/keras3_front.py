@@ -1,20 +1,21 @@
-"""The Keras 3 front-end (``ga_tfx.keras3``) beside Keras 3's built-in accumulation and plain
-Keras 3 at ``b`` and ``K·b``: one Keras 3 process, paired epochs, per CPU-second and peak
-tensor memory.
+"""The Keras 3 front-end (``ga_tfx.keras3``) beside Keras 3's built-in accumulation, plain
+Keras 3 at ``b`` and ``K·b``, and the bound: one Keras 3 process, paired epochs, per CPU-second
+and peak tensor memory.
 
 Run in the Keras 3 environment (``.venv-keras3``: keras 3.15, no tf-keras)::
 
     .venv-keras3/bin/python -m benchmarks.keras3_front --backend tensorflow --rounds 7
 
-All four configurations train :func:`benchmarks.configs.conv_net` (conv+BN) on the same
-synthetic data with ``SGD(0.01, momentum=0.9)`` through ``fit`` (:class:`benchmarks.builders.
-FitSlot`), in ONE process: every round runs one epoch of each, the order reversed every other
-round, so each paired ratio compares neighbouring epochs. Rates are samples per CPU-second of
-the whole process (``time.process_time``); memory is the epoch's peak of TensorFlow's CPU
-allocator above the bytes in use before it (:mod:`benchmarks.memory`; none on JAX, whose
-buffers that allocator does not see). The report, ``benchmarks/KERAS3.md`` and ``.json``
-(``KERAS3_<backend>`` for another backend), states the goal of issue 52 item 6 and whether each
-part was met; nothing is tuned to meet it.
+Every configuration trains :func:`benchmarks.configs.conv_net` (conv+BN) on the same synthetic
+data with ``SGD(0.01, momentum=0.9)`` through ``fit`` (:class:`benchmarks.builders.FitSlot`),
+but the bound, which sums the gradients of every micro-batch in one compiled call per epoch
+(:mod:`benchmarks.keras3_bound`). All run in ONE process: every round runs one epoch of each,
+the order reversed every other round, so each paired ratio compares neighbouring epochs. Rates
+are samples per CPU-second of the whole process (``time.process_time``); memory is the epoch's
+peak of TensorFlow's CPU allocator above the bytes in use before it (:mod:`benchmarks.memory`;
+none on JAX, whose buffers that allocator does not see). The report, ``benchmarks/KERAS3.md``
+and ``.json`` (``KERAS3_<backend>`` for another backend), states the goal of issue 52 item 6
+and whether each part was met; nothing is tuned to meet it.
 """
 
 import argparse
@@ -24,7 +25,9 @@ import sys
 
 ROWS = (
     ("keras3_plain_b", "plain Keras 3 @ b"),
-    ("keras3_plain_Kb", "plain Keras 3 @ K·b (the bound here)"),
+    ("keras3_plain_b_spe", "plain Keras 3 @ b, steps_per_execution=K"),
+    ("keras3_plain_Kb", "plain Keras 3 @ K·b (another compute shape: one batch of K·b)"),
+    ("keras3_bound", "the bound: compiled fwd+bwd of every micro-batch of b, summed"),
     ("keras3_ga", "Keras 3 gradient_accumulation_steps @ (b, K)"),
     ("keras3_ga_spe", "Keras 3 gradient_accumulation_steps @ (b, K), steps_per_execution=K"),
     ("ga_keras3", "ga_tfx.keras3.wrap_model @ (b, K)"),
@@ -32,7 +35,13 @@ ROWS = (
 # (numerator, denominator, what it answers, goal: the ratio's median at least this)
 PAIRS = (
     ("ga_keras3", "keras3_ga", "ga_tfx.keras3 vs Keras 3 built-in (goal ≥ 1.05)", 1.05),
-    ("ga_keras3", "keras3_plain_Kb", "ga_tfx.keras3 vs plain Keras 3 @ K·b (goal ≥ 0.97)", 0.97),
+    ("ga_keras3", "keras3_bound", "ga_tfx.keras3 vs the bound (goal ≥ 0.97)", 0.97),
+    (
+        "keras3_bound",
+        "keras3_plain_b_spe",
+        "the bound vs plain Keras 3 @ b, steps_per_execution=K (check that it bounds: ≥ 1)",
+        1.0,
+    ),
     (
         "ga_keras3",
         "keras3_ga_spe",
@@ -40,16 +49,60 @@ PAIRS = (
         None,
     ),
     ("ga_keras3", "keras3_plain_b", "ga_tfx.keras3 vs plain Keras 3 @ b (context)", None),
-    ("keras3_ga", "keras3_plain_Kb", "Keras 3 built-in vs plain @ K·b (context)", None),
+    (
+        "ga_keras3",
+        "keras3_plain_b_spe",
+        "ga_tfx.keras3 vs plain Keras 3 @ b, steps_per_execution=K (context)",
+        None,
+    ),
+    (
+        "ga_keras3",
+        "keras3_plain_Kb",
+        "ga_tfx.keras3 vs plain Keras 3 @ K·b (context: another compute shape, not a bound)",
+        None,
+    ),
+    ("keras3_ga", "keras3_bound", "Keras 3 built-in vs the bound (context)", None),
+)
+# JAX only: the bound's computation in one jax.jit call per epoch (benchmarks/keras3_bound.py)
+JAX_ROWS = (
+    (
+        "keras3_bound_fori",
+        "the bound's sums in one jax.jit call per epoch, a lax.fori_loop inside (no bound here)",
+    ),
+)
+JAX_PAIRS = (
+    (
+        "keras3_bound_fori",
+        "keras3_bound",
+        "the bound's sums: one jit call per epoch (fori_loop) vs one per micro-batch (context)",
+        None,
+    ),
 )
 
 
+def rows_on(backend):
+    """The report's rows on ``backend``: ``(name, label)``."""
+    return ROWS + (JAX_ROWS if backend == "jax" else ())
+
+
+def pairs_on(backend):
+    """The report's paired ratios on ``backend``: ``(num, den, what, goal or None)``."""
+    return PAIRS + (JAX_PAIRS if backend == "jax" else ())
+
+
 def _build(name, keras, b, k, x, y):
-    """The FitSlot of row ``name`` (a fresh conv net, same seed for every row)."""
+    """The slot of row ``name`` (a fresh conv net, same seed for every row): a FitSlot, or the
+    bound's slot (:mod:`benchmarks.keras3_bound`)."""
+    import tensorflow as tf
+
     from benchmarks.builders import FitSlot
     from benchmarks.configs import LEARNING_RATE, MOMENTUM, conv_net, loss_fn
 
     model = conv_net(keras)
+    if name.startswith("keras3_bound"):
+        from benchmarks.keras3_bound import bound_slot
+
+        return bound_slot(keras, tf, model, x, y, b, "fori" if name.endswith("fori") else "host")
     extra = {}
     if name == "ga_keras3":
         import ga_tfx.keras3 as ga3
@@ -58,14 +111,12 @@ def _build(name, keras, b, k, x, y):
     elif name.startswith("keras3_ga"):
         extra["gradient_accumulation_steps"] = k
     # On TensorFlow, wrap_model's compile sets steps_per_execution=K (a window per call);
-    # keras3_ga_spe gives the built-in the same; the other rows keep Keras' default of 1.
+    # the *_spe rows give Keras the same; the other rows keep Keras' default of 1.
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM, **extra),
         loss=loss_fn(keras),
-        **({"steps_per_execution": k} if name == "keras3_ga_spe" else {}),
+        **({"steps_per_execution": k} if name.endswith("_spe") else {}),
     )
-    import tensorflow as tf
-
     return FitSlot(keras, tf, model, x, y, b * k if name == "keras3_plain_Kb" else b)
 
 
@@ -88,7 +139,8 @@ def measure(args):
     else:
         x, y = np.asarray(x), np.asarray(y)
     slots = {
-        name: _build(name, keras, args.micro_batch, args.accum_steps, x, y) for name, _ in ROWS
+        name: _build(name, keras, args.micro_batch, args.accum_steps, x, y)
+        for name, _ in rows_on(args.backend)
     }
     for slot in slots.values():
         for _ in range(args.warmup):
@@ -109,7 +161,7 @@ def summarize(args, times):
 
     cpu = {name: [t.cpu for t in ts] for name, ts in times.items()}
     rows = {}
-    for name, label in ROWS:
+    for name, label in rows_on(args.backend):
         # TensorFlow's allocator sees no JAX buffers: no memory figure on JAX.
         peaks = [t.tensor_peak_mib for t in times[name] if t.tensor_peak_mib is not None]
         peaks = peaks if args.backend == "tensorflow" else []
@@ -119,7 +171,7 @@ def summarize(args, times):
             "tensor_peak_mib": spread(peaks) if peaks else None,
         }
     pairs = []
-    for num, den, what, goal in PAIRS:
+    for num, den, what, goal in pairs_on(args.backend):
         ratio = spread(paired_ratios(cpu[num], cpu[den]))
         met = None if goal is None else ratio["median"] >= goal
         pairs.append({"num": num, "den": den, "what": what, "goal": goal, "cpu": ratio, "met": met})
@@ -133,6 +185,19 @@ def _fmt(s, unit=""):
 
 
 VERDICT = {True: "**met**", False: "**not met**", None: "not measured"}
+BOUND_HOW = {
+    "tensorflow": "one `tf.function` call per epoch, its `tf.while_loop` "
+    "(`parallel_iterations=1`) running `tf.GradientTape` over `model(x, training=True)` for "
+    "every micro-batch: no host call per micro-batch.",
+    "jax": "one `jax.jit` call per micro-batch, dispatched from a host loop (as Keras 3's own "
+    "`fit` runs on JAX, `steps_per_execution` or not), each adding `jax.value_and_grad` of "
+    "`model.stateless_call(..., training=True)` to the sums, the non-trainable variables "
+    "threaded. The same sums in one `jax.jit` call per epoch with a `jax.lax.fori_loop` "
+    "(`keras3_bound_fori`) are no bound on a CPU: XLA:CPU puts a convolution into its fast "
+    "kernel's layout only in the entry computation, not in a loop body (`ConvCanonicalization`, "
+    "`xla/service/cpu/conv_canonicalization.cc`), so the backward pass's convolutions run a "
+    "generic loop nest there.",
+}
 
 
 def pair_row(pair):
@@ -164,14 +229,18 @@ def write_report(args, facts, result, stem):
         f"then {args.rounds} rounds of one epoch each, order reversed every other round, one "
         "process (`benchmarks/keras3_front.py`).",
         "",
-        "The bound here is plain Keras 3 at K·b (the same samples per update, one batch); the "
-        "Keras 2 report's fwd+bwd-graph bound is not built for Keras 3. Median "
+        "The bound (`keras3_bound`, `benchmarks/keras3_bound.py`), as the Keras 2 report's: the "
+        "compiled training-mode forward and backward pass of every micro-batch of b, sliced from "
+        "one tensor, its gradients summed: no optimizer, no input pipeline, one micro-batch in "
+        f"flight; {BOUND_HOW[facts['backend']]} Plain Keras 3 at K·b is another compute shape "
+        "(one batch of K·b samples, whose larger matrix products cost more or less per sample "
+        "than K of b), not a bound for accumulation at b: it is context. Median "
         "[interquartile range] over the rounds.",
         "",
         "| configuration | samples / CPU-second | peak tensor memory (MiB) |",
         "|---|---|---|",
     ]
-    for name, _ in ROWS:
+    for name, _ in rows_on(facts["backend"]):
         row = result["rows"][name]
         mib = _fmt(row["tensor_peak_mib"]) if row["tensor_peak_mib"] else "n/a"
         lines.append(f"| {row['label']} (`{name}`) | {_fmt(row['cpu_rate'])} | {mib} |")
