@@ -30,7 +30,7 @@ MUTATIONS = [
     ),
     Mutation(
         "tune.recommend_from_the_last_b_simple",
-        "ga_tfx/tuning/probe.py",
+        "ga_tfx/tuning/probe_base.py",
         '                value, space.micro_batch_size[0], space.accum_steps, measure="B_path"\n',
         '                curve[-1]["noise_scale"], space.micro_batch_size[0], space.accum_steps,\n'
         '                measure="B_path",\n',
