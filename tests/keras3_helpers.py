@@ -127,3 +127,61 @@ def two_replicas(collective=False):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=ops)
     assert strategy.num_replicas_in_sync == 2
     return strategy
+
+
+class _KilledAt(keras.callbacks.Callback):
+    """Kills the run (an exception out of fit) when micro-batch ``batch`` (0-based) ends."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            raise KeyboardInterrupt("killed")
+
+
+def fit_killed_after(model, x, y, path, micro_batches, batch=8):
+    """``model.fit`` on micro-batches of ``batch``, checkpointed by Keras' ``ModelCheckpoint``
+    (weights and optimizer state, to ``path``) and killed when micro-batch ``micro_batches``
+    ends: a run killed inside a window, as a user meets it."""
+    import pytest
+
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        path, save_weights_only=True, save_freq=micro_batches
+    )
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(
+            x,
+            y,
+            batch_size=batch,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[checkpoint, _KilledAt(micro_batches - 1)],
+        )
+
+
+def check_per_micro_batch_bn_is_far_off(micro, big):
+    """Plain BN trained on micro-batches (``micro``) ends far from big-batch BN's statistics
+    (``big``): the contrast that makes the whole-window claim a real one."""
+    assert (
+        max(np.max(np.abs(a - b)) for a, b in zip(moving_statistics(micro), moving_statistics(big)))
+        > 0.1
+    )
+
+
+def check_a_frozen_layer_keeps_its_moving_statistics(wrap, accum_bn):
+    """``trainable=False``: the layer normalises with its moving statistics and adds nothing to
+    the window; the window's end leaves them as they were (folding an empty window gave NaN).
+    ``wrap``: the front-end's ``wrap_model``; ``accum_bn``: its AccumBatchNormalization."""
+    x, y = shifted_data(64)
+    model = wrap(bn_first(accum_bn), 4)
+    layer = model.layers[0]
+    layer.moving_mean.assign([1.0, 2.0, 3.0, 4.0])
+    layer.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    mean, variance = moving_statistics(model)
+    np.testing.assert_array_equal(mean, [1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(variance, [1.0, 1.0, 1.0, 1.0])

@@ -21,6 +21,7 @@ from tests.keras3_helpers import (
     big_batch_weights,
     check_the_epochs_end_sees_the_short_window_applied,
     data,
+    fit_killed_after,
     max_weight_difference,
     mlp,
 )
@@ -162,18 +163,6 @@ def test_validation_and_callbacks_at_the_epochs_end_see_the_short_window_applied
     check_the_epochs_end_sees_the_short_window_applied(ga3.wrap_model, validation)
 
 
-class _KilledAt(keras.callbacks.Callback):
-    """Kills the run (an exception out of fit) when micro-batch ``batch`` (0-based) ends."""
-
-    def __init__(self, batch):
-        super().__init__()
-        self.batch = batch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == self.batch:
-            raise KeyboardInterrupt("killed")
-
-
 @pytest.mark.parametrize("devices", [1, 2])
 def test_a_run_killed_inside_a_window_resumes_to_the_uninterrupted_weights(tmp_path, devices):
     # 64 samples, micro-batches of 8, K=4: killed after 6 micro-batches (one update done, two
@@ -187,17 +176,7 @@ def test_a_run_killed_inside_a_window_resumes_to_the_uninterrupted_weights(tmp_p
         whole = _accumulated(sgd(), x, y, epochs=1)
         first = ga3.wrap_model(mlp(), 4)
         first.compile(optimizer=sgd(), loss="mse")
-        checkpoint = keras.callbacks.ModelCheckpoint(path, save_weights_only=True, save_freq=6)
-        with pytest.raises(KeyboardInterrupt):
-            first.fit(
-                x,
-                y,
-                batch_size=8,
-                epochs=1,
-                shuffle=False,
-                verbose=0,
-                callbacks=[checkpoint, _KilledAt(5)],
-            )
+        fit_killed_after(first, x, y, path, micro_batches=6)
         resumed = ga3.wrap_model(mlp(seed=7), 4)
         resumed.compile(optimizer=sgd(), loss="mse")
         resumed.load_weights(path)

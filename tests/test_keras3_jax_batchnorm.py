@@ -9,8 +9,16 @@ import keras
 import numpy as np
 import pytest
 
-from tests.keras3_helpers import BN_TOLERANCE, bn_first, moving_statistics, shifted_data
-from tests.test_keras3_jax import _devices, _KilledAt
+from tests.keras3_helpers import (
+    BN_TOLERANCE,
+    bn_first,
+    check_a_frozen_layer_keeps_its_moving_statistics,
+    check_per_micro_batch_bn_is_far_off,
+    fit_killed_after,
+    moving_statistics,
+    shifted_data,
+)
+from tests.test_keras3_jax import _devices
 
 pytestmark = [pytest.mark.keras3, pytest.mark.keras3_backend("jax")]
 
@@ -35,10 +43,7 @@ def test_moving_statistics_of_whole_windows_equal_big_batch_bn(samples, devices)
     assert all(float(np.max(np.abs(v.numpy()))) == 0.0 for v in ours.layers[0].window_sums)
     # Per micro-batch (plain BN on micro-batches) the statistics are far off: the claim is real.
     micro = _fit(bn_first(), x, y, 8)
-    assert (
-        max(np.max(np.abs(a - b)) for a, b in zip(moving_statistics(micro), moving_statistics(big)))
-        > 0.1
-    )
+    check_per_micro_batch_bn_is_far_off(micro, big)
 
 
 def test_replace_batchnorm_layers_carries_the_weights_over():
@@ -57,18 +62,7 @@ def test_replace_batchnorm_layers_carries_the_weights_over():
 
 
 def test_a_frozen_layer_keeps_its_moving_statistics():
-    # trainable=False: it normalises with its moving statistics and adds nothing to the window;
-    # the window's end leaves them as they were (folding an empty window gave NaN).
-    x, y = shifted_data(64)
-    model = ga3.wrap_model(bn_first(ga3.AccumBatchNormalization), 4)
-    layer = model.layers[0]
-    layer.moving_mean.assign([1.0, 2.0, 3.0, 4.0])
-    layer.trainable = False
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
-    mean, variance = moving_statistics(model)
-    np.testing.assert_array_equal(mean, [1.0, 2.0, 3.0, 4.0])
-    np.testing.assert_array_equal(variance, [1.0, 1.0, 1.0, 1.0])
+    check_a_frozen_layer_keeps_its_moving_statistics(ga3.wrap_model, ga3.AccumBatchNormalization)
 
 
 def test_a_run_killed_inside_a_window_resumes_its_statistics(tmp_path):
@@ -83,17 +77,7 @@ def test_a_run_killed_inside_a_window_resumes_its_statistics(tmp_path):
     whole.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     first = ga3.wrap_model(accum_bn(), 4)
     first.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-    checkpoint = keras.callbacks.ModelCheckpoint(path, save_weights_only=True, save_freq=6)
-    with pytest.raises(KeyboardInterrupt):
-        first.fit(
-            x,
-            y,
-            batch_size=8,
-            epochs=1,
-            shuffle=False,
-            verbose=0,
-            callbacks=[checkpoint, _KilledAt(5)],
-        )
+    fit_killed_after(first, x, y, path, micro_batches=6)
     resumed = ga3.wrap_model(accum_bn(), 4)
     resumed.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     resumed.load_weights(path)
