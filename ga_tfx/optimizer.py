@@ -309,7 +309,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         weight = 1.0 if sample_count is None else sample_count
         # The replica's own samples (for the noise scale): an even share of the global count.
         local = tf.cast(weight, tf.float32) / float(ctx.num_replicas_in_sync)
-        with tf.control_dependencies([core.add(grads, weight, local_samples=local)]):
+        with tf.control_dependencies([core.add(grads, weight, local_weight=local)]):
             return ctx.merge_call(self._end_micro_step)
 
     def flush(self) -> tf.Tensor:

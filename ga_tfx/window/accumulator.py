@@ -1,15 +1,5 @@
-"""Explicit accumulation state: sample-weighted gradient sums over one window.
-
-Like optax's ``MultiSteps`` the state is explicit and separate from the optimizer: a
-:class:`GradientAccumulator` owns one float32 buffer per variable, the number of samples added
-to it in the current window and the number of micro-steps in the window. It is a ``tf.Module``
-so that ``tf.train.Checkpoint`` (and Keras' ``BackupAndRestore``) save it: a run interrupted
-mid-window resumes with what it had accumulated.
-
-Under ``tf.distribute`` the buffers are replica-local (``ON_READ``) variables: adding a
-micro-batch's gradient never communicates, and :meth:`window_mean` sums all replicas' buffers
-with one batched all-reduce per optimizer update.
-"""
+"""Explicit accumulation state: divisor-weighted gradient sums over one window (optax's
+``MultiSteps`` state, checkpointable; docs/exactness.md, "The window's divisor")."""
 
 from ga_tfx import _tf_internals
 from ga_tfx._state import Untracked
@@ -28,7 +18,16 @@ def _buffer_dtype(variable: Any) -> Any:
 
 
 class GradientAccumulator(tf.Module):
-    """Per-variable sums ``Σ_i w_i · g_i`` plus ``Σ_i w_i`` and the micro-step count.
+    """Per-variable sums ``Σ_i D_i · g_i`` plus ``Σ_i D_i`` and the micro-step count.
+
+    ``D_i`` is micro-batch ``i``'s divisor: the number its loss was divided by (its samples
+    for a loss averaged over rows, its valid elements for a masked one, ``Σ sample_weight``
+    for Keras 3's ``mean_with_sample_weight``), so that ``Σ_i D_i g_i / Σ_i D_i`` is the
+    gradient of the window's loss taken as one batch. Its rows are counted apart
+    (``samples_seen``), for resuming and progress. A ``tf.Module``: ``tf.train.Checkpoint``
+    saves it, so a run interrupted mid-window resumes with what it had accumulated. Under
+    ``tf.distribute`` the buffers are replica-local (``ON_READ``): adding never communicates,
+    and :meth:`window_mean` sums all replicas' buffers in one batched all-reduce per window.
 
     Args:
       variables: the variables whose gradients are accumulated; their shapes must be fully
@@ -39,13 +38,16 @@ class GradientAccumulator(tf.Module):
     Attributes:
       sums: list of buffers, one per variable, same shape, float32 (float64 for float64
         variables). Replica-local under a multi-replica strategy.
-      sample_count: float32 scalar, ``Σ_i w_i`` of the current window on this replica.
-      loss_sum: float32 scalar, ``Σ_i w_i · loss_i`` of the current window on this replica,
+      sample_count: float32 scalar, ``Σ_i D_i`` of the current window on this replica: the
+        window's divisor (the name is the checkpoint's).
+      window_rows: float32 scalar, the rows (samples) added in the current window on this
+        replica (what out-of-memory recovery takes back out of ``samples_seen``).
+      loss_sum: float32 scalar, ``Σ_i D_i · loss_i`` of the current window on this replica,
         for the micro-batches added with a loss (the window's mean loss, as the gradient).
       micro_steps: int64 scalar, micro-steps in the current window (replica-independent).
-      samples_seen: float64 scalar holding a whole number, the sum of all weights ever added,
-        each rounded to a whole number (never reset): the number of training samples for the
-        model engine, whose weights are micro-batch sizes. Replica-local (each replica counts
+      samples_seen: float64 scalar holding a whole number, the rows of every micro-batch ever
+        added, each rounded to a whole number (never reset): the number of training samples.
+        Replica-local (each replica counts
         its own micro-batches; reading it sums them). Read it as an int with
         :meth:`samples_seen_count`. Not int64: tf.distribute restores a replica-local ``SUM``
         variable as ``saved_sum / replicas`` per replica in the variable's dtype, which
@@ -73,6 +75,13 @@ class GradientAccumulator(tf.Module):
                 synchronization=_ON_READ,
                 aggregation=_SUM,
                 name="sample_count",
+            )
+            self.window_rows = tf.Variable(
+                0.0,
+                trainable=False,
+                synchronization=_ON_READ,
+                aggregation=_SUM,
+                name="window_rows",
             )
             self.loss_sum = tf.Variable(
                 0.0,
@@ -122,17 +131,22 @@ class GradientAccumulator(tf.Module):
         """True if this accumulator was built for exactly ``variables`` (same order)."""
         return [v.ref() for v in variables] == self._variable_refs
 
-    def add(self, gradients: Sequence[Any], weight: Any, loss: Any = None) -> Any:
+    def add(
+        self, gradients: Sequence[Any], weight: Any, loss: Any = None, rows: Any = None
+    ) -> Any:
         """Adds ``weight · g`` for each gradient (replica context). ``None`` gradients are skipped.
 
         Args:
           gradients: list aligned with the accumulator's variables; dense tensors,
             ``tf.IndexedSlices`` (added with a scatter, never densified) or ``None``.
-          weight: scalar, the weight of this micro-batch in the window mean: its number of
-            samples for mean-reduced losses.
+          weight: scalar ``D_i``, the micro-batch's weight in the window mean: the divisor
+            its loss was normalised by (see the class docstring).
           loss: the scalar loss whose gradient ``gradients`` are (same scaling), or ``None``:
             ``weight · loss`` is added to ``loss_sum``.
+          rows: scalar, the micro-batch's samples on this replica, counted in
+            ``samples_seen``; default ``weight`` (a loss averaged over its rows).
         """
+        rows = weight if rows is None else rows
         ops = []
         for buffer, grad in zip(self.sums, gradients):
             if grad is None:
@@ -153,7 +167,8 @@ class GradientAccumulator(tf.Module):
         with tf.control_dependencies(ops + ([loss] if loss is not None else [])):
             counts = [
                 self.sample_count.assign_add(tf.cast(weight, tf.float32)),
-                self.samples_seen.assign_add(tf.round(tf.cast(weight, tf.float64))),
+                self.window_rows.assign_add(tf.cast(rows, tf.float32)),
+                self.samples_seen.assign_add(tf.round(tf.cast(rows, tf.float64))),
             ]
             if loss is not None:
                 counts.append(
@@ -167,7 +182,7 @@ class GradientAccumulator(tf.Module):
         """Takes the window's samples back out of ``samples_seen`` (replica context): the
         window is discarded to be trained again (out-of-memory recovery), so its samples will
         be counted when they are added again."""
-        return self.samples_seen.assign_sub(tf.round(tf.cast(self.sample_count, tf.float64)))
+        return self.samples_seen.assign_sub(tf.round(tf.cast(self.window_rows, tf.float64)))
 
     def samples_seen_count(self) -> int:
         """``samples_seen`` summed over replicas, as an int (eagerly; any context).
@@ -180,12 +195,14 @@ class GradientAccumulator(tf.Module):
     def window_mean(self, extra: Sequence[Any] = ()) -> Tuple[List[Any], Any, Any, List[Any]]:
         """The window's means over all replicas (replica context, one batched all-reduce).
 
-        Both callers add ``w · g`` and ``w`` on every replica, with gradients that sum (not
-        average) over replicas: the model engine adds each replica's own sample count with
-        Keras' per-replica loss (``local mean / R``, ``R`` replicas); the optimizer wrapper adds
-        the global micro-batch count with ``compute_average_loss(global_batch_size=n)``. Either
-        way ``R · Σ_replicas sums / Σ_replicas sample_count`` is ``Σ_i n_i ḡ_i / Σ_i n_i``, the
-        mean gradient over all samples of the window; the same holds for the loss.
+        Both callers add ``D · g`` and ``D`` on every replica, with gradients that sum (not
+        average) over replicas: the model engine adds each replica's own divisor ``D_r`` with
+        Keras' per-replica loss (``S_r / D_r / R``, ``R`` replicas, ``S_r`` the replica's summed
+        element losses); the optimizer wrapper may instead add the global divisor ``D`` with
+        ``compute_average_loss(global_batch_size=D)`` (``S_r / D``). Either way
+        ``R · Σ sums / Σ sample_count`` is ``Σ ∇S / Σ D``, the gradient of the window's loss as
+        one batch; the same holds for the loss. A window whose divisor is 0 (every element
+        masked) has a zero gradient and loss, as Keras' ``divide_no_nan`` gives.
 
         Args:
           extra: further replica-local scalars to sum over replicas in the same all-reduce.
@@ -206,7 +223,9 @@ class GradientAccumulator(tf.Module):
         loss_sum = values[len(self.sums) + 1]
         grads_and_vars = []
         for grad_sum, variable in zip(values[: len(self.sums)], self.accumulated_variables):
-            scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)
+            scale = tf.math.divide_no_nan(
+                tf.cast(replicas, grad_sum.dtype), tf.cast(count, grad_sum.dtype)
+            )
             grads_and_vars.append((tf.cast(grad_sum * scale, variable.dtype), variable))
         loss = tf.math.divide_no_nan(loss_sum * float(replicas), count)
         return (
@@ -220,6 +239,7 @@ class GradientAccumulator(tf.Module):
         """Zeroes the buffers and the sample count (replica context)."""
         ops = [b.assign(tf.zeros_like(b)) for b in self.sums]
         ops.append(self.sample_count.assign(0.0))
+        ops.append(self.window_rows.assign(0.0))
         ops.append(self.loss_sum.assign(0.0))
         return tf.group(ops)
 

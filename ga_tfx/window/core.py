@@ -126,7 +126,12 @@ class WindowCore(tf.Module):
 
     # ------------------------------------------------------------------ one micro-batch
     def add(
-        self, grads: Sequence[Any], weight: Any, loss: Any = None, local_samples: Any = None
+        self,
+        grads: Sequence[Any],
+        weight: Any,
+        loss: Any = None,
+        local_weight: Any = None,
+        rows: Any = None,
     ) -> Any:
         """Replica context: adds one micro-batch's gradients (and loss) to the window.
 
@@ -135,24 +140,29 @@ class WindowCore(tf.Module):
             variable without one), of its share of the global loss: the replica's mean loss
             divided by the number of replicas ``R`` (Keras' per-replica loss; on one device the
             micro-batch's mean loss). Not loss-scaled.
-          weight: the micro-batch's weight in the window mean: the replica's samples (or any
-            weight the front-end uses consistently on every replica, see
+          weight: the micro-batch's weight ``D`` in the window mean: the divisor its loss was
+            normalised by on this replica (its rows for a loss averaged over rows; its valid
+            elements for a masked loss; see :func:`ga_tfx.window.divisor.micro_batch_weight`),
+            or any weight the front-end uses consistently on every replica (see
             :meth:`GradientAccumulator.window_mean`).
           loss: the scalar loss ``grads`` are the gradient of, or ``None``.
-          local_samples: the replica's samples in this micro-batch, for the noise scale
-            (default ``weight``).
+          local_weight: the replica's own divisor, for the noise scale (its "batch size");
+            default ``weight``.
+          rows: the replica's samples (rows) in this micro-batch, counted in ``samples_seen``
+            and kept for out-of-memory recovery; default ``weight``.
 
         Returns:
           An op to depend on.
         """
         acc = self.accumulator
         acc.record_connected(acc.accumulated_variables, grads)
-        ops = [acc.add(grads, weight, loss)]
-        samples = weight if local_samples is None else local_samples
+        rows = weight if rows is None else rows
+        ops = [acc.add(grads, weight, loss, rows=rows)]
         if self.accumulation.oom_recovery:
-            ops.append(split.track_rows(self.state, samples))
+            ops.append(split.track_rows(self.state, rows))
         if self.accumulation.log_noise_scale:
-            ops.append(noise.add_noise_terms(self.noise_sums, grads, samples))
+            local = weight if local_weight is None else local_weight
+            ops.append(noise.add_noise_terms(self.noise_sums, grads, local))
         return tf.group(ops)
 
     # ------------------------------------------------------------------ one window
