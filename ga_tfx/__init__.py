@@ -35,6 +35,7 @@ _PUBLIC = {
     "unwrap_model": "ga_tfx.models",
     "WindowEnd": "ga_tfx.window",
     "fit_micro_batch": "ga_tfx.sizing.memory",
+    "loss_divisor": "ga_tfx.loss_divisors",
     "wrap_model": "ga_tfx.models",
     "keras": "ga_tfx._keras",
     "tf": "ga_tfx._keras",

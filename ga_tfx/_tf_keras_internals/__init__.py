@@ -90,6 +90,8 @@ _control_flow_util = _import_private("tf_keras.src.utils.control_flow_util")
 _distribute_values = _import_private("tensorflow.python.distribute.values")
 _base_layer_utils = _import_private("tf_keras.src.engine.base_layer_utils")
 _autograph_config = _import_private("tensorflow.python.autograph.core.config")
+_compile_utils = _import_private("tf_keras.src.engine.compile_utils")
+_losses_utils = _import_private("tf_keras.src.utils.losses_utils")
 
 # (owner, attribute) pairs that must exist on the classes/modules of the installed tf-keras.
 _REQUIRED: Tuple[Tuple[Any, str], ...] = (
@@ -117,6 +119,10 @@ _REQUIRED: Tuple[Tuple[Any, str], ...] = (
     (_base_layer_utils.CallContext, "saving"),
     (_autograph_config, "CONVERSION_RULES"),
     (_autograph_config, "DoNotConvert"),
+    (_compile_utils.LossesContainer, "build"),
+    (_losses_utils, "get_mask"),
+    (_losses_utils, "apply_mask"),
+    (tf_keras.losses.Loss, "_get_reduction"),
 )
 
 # (class, attribute) pairs for instance attributes: tf-keras sets them on its objects in
@@ -136,6 +142,8 @@ _REQUIRED_INSTANCE: Tuple[Tuple[Any, str], ...] = (
     (tf_keras.optimizers.Optimizer, "_learning_rate"),
     (tf_keras.optimizers.Optimizer, "_iterations"),
     (tf_keras.optimizers.Optimizer, "_distribution_strategy"),
+    (_compile_utils.LossesContainer, "_losses"),
+    (tf_keras.Model, "compiled_loss"),
 )
 
 
@@ -273,6 +281,50 @@ def untracked_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         owner_dict[name] = previous
+
+
+# --------------------------------------------------------------------------- losses
+def keras_mask(tensor: Any) -> Any:
+    """The Keras mask a layer attached to ``tensor`` (``None`` without one), as tf-keras' losses
+    read it (``losses_utils.get_mask``)."""
+    return _losses_utils.get_mask(tensor)
+
+
+def with_keras_mask(tensor: Any, mask: Any) -> Any:
+    """A copy of ``tensor`` carrying ``mask`` as its Keras mask (``tensor`` is left as it is)."""
+    copy = tf.identity(tensor)
+    copy._keras_mask = mask
+    return copy
+
+
+def masked_sample_weight(y_pred: Any, sample_weight: Any, mask: Any) -> Any:
+    """tf-keras' merge of a mask into the sample weights (``losses_utils.apply_mask``), as its
+    compiled loss applies it before calling each loss."""
+    return _losses_utils.apply_mask(y_pred, sample_weight, mask)
+
+
+def loss_reduction(loss: tf_keras.losses.Loss) -> str:
+    """The reduction ``loss`` applies now (``AUTO`` resolved as tf-keras resolves it)."""
+    return str(loss._get_reduction())
+
+
+def compiled_loss_objects(container: Any, y_pred: Any) -> List[Any]:
+    """The compiled loss's flat list of loss objects (``None`` for an output without a loss),
+    built for ``y_pred``'s structure first if the container has not been called yet."""
+    if not container.built:
+        container.build(y_pred)
+    return list(container._losses)
+
+
+@contextlib.contextmanager
+def compiled_loss_objects_as(container: Any, objects: List[Any]) -> Iterator[None]:
+    """The compiled loss calls ``objects`` in place of its own loss objects in the block."""
+    real = container._losses
+    container._losses = objects
+    try:
+        yield
+    finally:
+        container._losses = real
 
 
 # --------------------------------------------------------------------------- optimizers

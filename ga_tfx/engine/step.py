@@ -16,7 +16,9 @@ Keras' ``make_train_function`` decides for ``train_step``.
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
+from ga_tfx.loss_divisors import recording_compiled_loss
 from ga_tfx.window import batch_size, is_loss_scale_optimizer
+from ga_tfx.window.divisor import micro_batch_weight
 
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
@@ -33,7 +35,8 @@ class WindowStep(_ModelBase):
     """
 
     def _accumulate_micro_batch(self, data: Any) -> Any:
-        """Replica context: forward, loss, backward; adds ``n · g`` to the buffers.
+        """Replica context: forward, loss, backward; adds ``D · g`` to the buffers, ``D`` the
+        divisor the compiled loss divided by (:func:`~ga_tfx.window.divisor.micro_batch_weight`).
 
         With a model whose own ``train_step`` defines a batch (:meth:`_train_step_model`), that
         ``train_step`` runs on the micro-batch, its ``optimizer.apply_gradients`` (or
@@ -42,7 +45,7 @@ class WindowStep(_ModelBase):
 
         Args:
           data: one micro-batch as the dataset yields it: ``x``, ``(x, y)`` or
-            ``(x, y, sample_weight)``; ``n`` is the size of its first axis.
+            ``(x, y, sample_weight)``; its rows are the size of its first axis.
 
         Returns:
           The micro-batch's logs, after its gradient was added.
@@ -56,7 +59,8 @@ class WindowStep(_ModelBase):
         with tf.GradientTape() as tape:
             # The model's layers are converted by Keras as under a tf.function with autograph.
             y_pred = internals.autograph_converted(self.__call__)(x, training=True)
-            loss = internals.user_code(self, self.compute_loss)(x, y, y_pred, sample_weight)
+            with recording_compiled_loss(self) as terms:
+                loss = internals.user_code(self, self.compute_loss)(x, y, y_pred, sample_weight)
             if is_loss_scale_optimizer(optimizer):
                 loss_to_differentiate = optimizer.get_scaled_loss(loss)
             else:
@@ -65,7 +69,9 @@ class WindowStep(_ModelBase):
         grads = tape.gradient(loss_to_differentiate, variables)
         if is_loss_scale_optimizer(optimizer):
             grads = optimizer.get_unscaled_gradients(grads)
-        with tf.control_dependencies([self.window_core.add(grads, batch_size(x), loss)]):
+        rows = batch_size(x)
+        weight = micro_batch_weight(terms, rows, who=f"model {self.name!r}")
+        with tf.control_dependencies([self.window_core.add(grads, weight, loss, rows=rows)]):
             return internals.user_code(self, self.compute_metrics)(x, y, y_pred, sample_weight)
 
     def _train_step_model(self) -> Optional[keras.Model]:
@@ -79,11 +85,16 @@ class WindowStep(_ModelBase):
 
     def _accumulate_through_train_step(self, owner: keras.Model, data: Any) -> Any:
         """Runs ``owner.train_step(data)`` with ``owner.optimizer`` standing in for the window:
-        its one ``apply_gradients``/``minimize`` call adds ``n · g`` to the buffers."""
+        its one ``apply_gradients``/``minimize`` call adds ``D · g`` to the buffers, ``D`` the
+        divisor of the compiled loss that ``train_step`` computed (its rows, with a warning, if
+        it computed none)."""
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        sink = _WindowGradientSink(owner, self.optimizer, self.window_core, batch_size(x))
-        with sink.installed():
-            logs = internals.user_code(owner, owner.train_step)(data)
+        with recording_compiled_loss(owner) as terms:
+            sink = _WindowGradientSink(
+                owner, self.optimizer, self.window_core, batch_size(x), terms
+            )
+            with sink.installed():
+                logs = internals.user_code(owner, owner.train_step)(data)
         sink.check_applied_once()
         with tf.control_dependencies(sink.ops):
             return tf.nest.map_structure(
@@ -133,19 +144,23 @@ def train_step_error(owner: keras.Model, problem: str) -> ValueError:
 class _WindowGradientSink:
     """Stands in for ``owner.optimizer`` while ``owner.train_step`` runs on one micro-batch.
 
-    ``apply_gradients(grads_and_vars)`` (or ``minimize``) adds ``weight · g`` to the window's
-    buffers for the variables given (the others get no gradient from this call) and updates
-    nothing. Every other attribute (``learning_rate``, ``iterations``, ``get_scaled_loss``,
-    ...) is the real optimizer's. Installed at trace time only (and on every eager call): the
-    traced graph holds the accumulation, and ``owner.optimizer`` is the real optimizer again
-    as soon as ``train_step`` returns.
+    ``apply_gradients(grads_and_vars)`` (or ``minimize``) adds ``D · g`` to the window's
+    buffers (``D`` from the loss terms recorded so far in the step) for the variables given
+    (the others get no gradient from this call) and updates nothing. Every other attribute
+    (``learning_rate``, ``iterations``, ``get_scaled_loss``, ...) is the real optimizer's.
+    Installed at trace time only (and on every eager call): the traced graph holds the
+    accumulation, and ``owner.optimizer`` is the real optimizer again as soon as
+    ``train_step`` returns.
     """
 
-    def __init__(self, owner: keras.Model, optimizer: Any, core: Any, weight: Any) -> None:
+    def __init__(
+        self, owner: keras.Model, optimizer: Any, core: Any, rows: Any, terms: List[Any]
+    ) -> None:
         self._owner = owner
         self._optimizer = optimizer
         self._core = core
-        self._weight = weight
+        self._rows = rows
+        self._terms = terms
         self.ops: List[Any] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -181,7 +196,8 @@ class _WindowGradientSink:
                 )
             given[variable.ref()] = grad
         grads = [given.get(v.ref()) for v in variables]
-        self.ops.append(self._core.add(grads, self._weight))
+        weight = micro_batch_weight(self._terms, self._rows, who=f"model {self._owner.name!r}")
+        self.ops.append(self._core.add(grads, weight, rows=self._rows))
         return self.ops[-1]
 
     def minimize(

@@ -7,9 +7,12 @@ callable) are converted where they are called (:func:`user_function`). The host 
 calls the window is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 
 from ga_tfx import _tf_keras_internals as internals
-from ga_tfx._keras import tf
+from ga_tfx._keras import keras, tf
+from ga_tfx.loss_divisors import call_recording
 from ga_tfx.window import batch_size
+from ga_tfx.window.divisor import micro_batch_weight
 
+import dataclasses
 from typing import Any, Callable, Union
 
 
@@ -47,6 +50,30 @@ def mean_loss(loss: Any, samples: Any) -> Any:
     if loss.shape.rank > 1:
         loss = tf.reduce_mean(loss, axis=list(range(1, loss.shape.rank)))
     return tf.math.divide_no_nan(tf.reduce_sum(loss), samples)
+
+
+def loss_and_divisor(loss_fn: Callable, targets: Any, outputs: Any, rows: Any) -> Any:
+    """Replica context: the micro-batch's mean loss and the divisor it was divided by.
+
+    A Keras ``Loss`` (:func:`~ga_tfx.loss_divisors.call_recording`): its value and the divisor
+    its reduction used (its element losses, valid ones when masked); with
+    ``reduction="none"`` its element losses summed and divided by the divisor Keras' mean would
+    use. Any other callable: its value averaged over the ``rows`` (:func:`mean_loss`), divided
+    by ``rows``.
+
+    Returns:
+      ``(loss, divisor)``: float32 scalars.
+    """
+    if isinstance(loss_fn, keras.losses.Loss):
+        value, term = call_recording(loss_fn, targets, outputs)
+    else:
+        value, term = user_function(loss_fn)(targets, outputs), None
+    if term is None:
+        return mean_loss(value, rows), rows
+    if term.reduction == "none":
+        value = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(value, tf.float32)), term.divisor)
+        term = dataclasses.replace(term, reduction="sum_over_batch_size")
+    return tf.cast(value, tf.float32), micro_batch_weight([term], rows, who="loss_fn")
 
 
 def regularization_gradients(
@@ -95,23 +122,26 @@ class LoopSteps:
         )
 
     def _micro_step(self, batch: Any) -> Any:
-        """Replica context: forward, loss, backward; adds ``n · g`` and ``n · loss`` to the
-        window (the replica's mean loss over the number of replicas, as Keras scales it).
+        """Replica context: forward, loss, backward; adds ``D · g`` and ``D · loss`` to the
+        window (the replica's mean loss over the number of replicas, as Keras scales it; ``D``
+        the divisor of that mean: :func:`loss_and_divisor`, or ``sample_count_fn``'s).
         Returns that loss (a float32 scalar), once it is added."""
         x = user_function(self.inputs_fn)(batch)
-        samples = (
-            batch_size(x)
-            if self.sample_count_fn is None
-            else tf.cast(user_function(self.sample_count_fn)(batch), tf.float32)
-        )
+        rows = batch_size(x)
         replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
         with tf.GradientTape() as tape:
             # The model's layers are converted by Keras as under a tf.function with autograph.
             outputs = internals.autograph_converted(self.model.__call__)(x, training=True)
             targets = user_function(self.targets_fn)(batch)
-            loss = mean_loss(user_function(self.loss_fn)(targets, outputs), samples) / replicas
+            if self.sample_count_fn is None:
+                mean, divisor = loss_and_divisor(self.loss_fn, targets, outputs, rows)
+            else:
+                divisor = tf.cast(user_function(self.sample_count_fn)(batch), tf.float32)
+                mean = mean_loss(user_function(self.loss_fn)(targets, outputs), divisor)
+            loss = mean / replicas
         grads = tape.gradient(loss, self.variables)
-        with tf.control_dependencies([self.window_core.add(grads, samples, loss)]):
+        add = self.window_core.add(grads, divisor, loss, rows=rows)
+        with tf.control_dependencies([add]):
             return tf.identity(loss)
 
     def _regularization_gradients(self) -> Any:

@@ -131,9 +131,7 @@ class GradientAccumulator(tf.Module):
         """True if this accumulator was built for exactly ``variables`` (same order)."""
         return [v.ref() for v in variables] == self._variable_refs
 
-    def add(
-        self, gradients: Sequence[Any], weight: Any, loss: Any = None, rows: Any = None
-    ) -> Any:
+    def add(self, gradients: Sequence[Any], weight: Any, loss: Any = None, rows: Any = None) -> Any:
         """Adds ``weight · g`` for each gradient (replica context). ``None`` gradients are skipped.
 
         Args:

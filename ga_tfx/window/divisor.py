@@ -86,4 +86,3 @@ def micro_batch_weight(terms: Sequence[LossTerm], rows: Any, who: str = "the mod
         "single weight per micro-batch is exact; accumulate one such term per model, or give "
         "every output the same divisor (no mask, reduction 'sum_over_batch_size')"
     )
-

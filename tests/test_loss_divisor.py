@@ -1,0 +1,335 @@
+"""The window's divisor on Keras 2 (issue 56): each micro-batch weighs by what its loss divided by.
+
+Reference: plain big-batch tf-keras training (``fit`` at K·b, one device, SGD with momentum, so a
+gradient-scale error moves the weights) on the same data in the same order. The data are
+variable-length token sequences padded to one length, whose micro-batches hold very unequal
+numbers of valid tokens (:data:`LENGTHS`): weighing a micro-batch by its rows is then as far
+from big batch as training moves the weights (each test asserts that the token counts differ,
+and that the weights moved). Tolerance 1e-6: float32 round-off of the reordered sums (about
+1e-7 relative, 8 updates of weights of order 1).
+
+The divisor is checked once against an independent answer (NumPy's sum of the weighted element
+losses over Keras' value), the rest at the weight level.
+"""
+
+import ga_tfx
+from ga_tfx import keras, tf
+from ga_tfx.window.divisor import DivisorError
+
+import numpy as np
+import pytest
+
+from tests.helpers import max_weight_diff, train_pair, two_replica_strategy
+
+pytestmark = []  # fast tier; library only (no TFX)
+
+T, VOCAB, CLASSES = 12, 20, 5
+MICRO, K = 8, 4
+TOLERANCE = 1e-6
+MIN_MOVEMENT = 1e-2
+# Valid tokens per sequence, one micro-batch of 8 per entry: four micro-batches of a window
+# hold 96, 8, 48 and 16 tokens (rows weigh them equally).
+LENGTHS = (12, 1, 6, 2, 3, 12, 1, 8)
+
+
+def sequences(lengths=LENGTHS, seed=0, micro=MICRO):
+    """Token ids ``[n, T]`` (0 is padding) and per-token classes; ``micro`` rows per length."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.array(lengths), micro)
+    x = np.zeros((len(rows), T), "int64")
+    for i, length in enumerate(rows):
+        x[i, :length] = rng.integers(1, VOCAB, length)
+    y = (x * 3 + 1) % CLASSES
+    return x, y
+
+
+def tagger(mask_layer="embedding", outputs=1):
+    """A per-token classifier whose loss Keras masks: ``Embedding(mask_zero=True)`` or a
+    ``Masking`` layer over float inputs; with ``outputs=2`` a second head on its own mask."""
+    keras.utils.set_random_seed(7)
+    if mask_layer == "embedding":
+        inputs = keras.Input((T,), dtype="int64")
+        h = keras.layers.Embedding(VOCAB, 8, mask_zero=True)(inputs)
+    else:
+        inputs = keras.Input((T, 1))
+        h = keras.layers.Masking(mask_value=0.0)(inputs)
+        h = keras.layers.Dense(8, activation="tanh")(h)
+    h = keras.layers.Dense(8, activation="tanh")(h)
+    first = keras.layers.Dense(CLASSES, name="tags")(h)
+    if outputs == 1:
+        return keras.Model(inputs, first)
+    # The second head's mask is the first's reversed in time: other valid tokens per row.
+    second = keras.layers.Lambda(
+        lambda t: t, mask=lambda t, mask: tf.reverse(mask, [1]), name="other"
+    )(keras.layers.Dense(CLASSES)(h))
+    return keras.Model(inputs, [first, second])
+
+
+def sgd():
+    return keras.optimizers.SGD(0.5, momentum=0.9)
+
+
+def token_ce():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def tokens_per_micro_batch(x):
+    return [int(np.count_nonzero(x[i : i + MICRO])) for i in range(0, len(x), MICRO)]
+
+
+def assert_exact(big, acc):
+    diff = max_weight_diff(big, acc)
+    assert diff <= TOLERANCE, f"max |dw| {diff:.3g} from big batch"
+
+
+def test_the_divisor_is_what_keras_divides_the_masked_sum_by():
+    x, y = sequences()
+    model = tagger()
+    logits = model(x[:16], training=False)
+    sample_weight = np.linspace(0.0, 2.0, 16).astype("float32")
+    loss = token_ce()
+    value = float(loss(y[:16], logits, sample_weight))
+    divisor = float(ga_tfx.loss_divisor(loss, y[:16], logits, sample_weight))
+    # NumPy: per-token cross-entropy, weighted, over the valid tokens.
+    z = logits.numpy().astype("float64")
+    top = z.max(-1, keepdims=True)
+    log_p = z - top - np.log(np.exp(z - top).sum(-1, keepdims=True))
+    token_losses = -np.take_along_axis(log_p, y[:16, :, None], -1)[..., 0]
+    valid = x[:16] != 0
+    weighted_sum = float((token_losses * sample_weight[:, None] * valid).sum())
+    assert divisor == valid.sum()
+    assert divisor * value == pytest.approx(weighted_sum, rel=1e-5)
+
+
+@pytest.mark.parametrize("mask_layer", ["embedding", "masking"])
+def test_fit_on_masked_sequences_matches_big_batch(mask_layer):
+    x, y = sequences()
+    assert len(set(tokens_per_micro_batch(x))) > 3
+    inputs = x if mask_layer == "embedding" else (x[..., None] / VOCAB).astype("float32")
+    big, acc = train_pair(
+        lambda: tagger(mask_layer),
+        sgd,
+        inputs,
+        y,
+        MICRO,
+        K,
+        loss=token_ce(),
+        min_movement=MIN_MOVEMENT,
+    )
+    assert_exact(big, acc)
+
+
+def test_temporal_sample_weights_and_an_uneven_last_window_match_big_batch():
+    x, y = (a[:-4] for a in sequences(LENGTHS + (5,)))
+    weights = np.random.default_rng(3).uniform(0.0, 3.0, x.shape).astype("float32")
+    assert len(x) % (MICRO * K) != 0  # the last window is short, its last micro-batch too
+    big, acc = train_pair(
+        tagger,
+        sgd,
+        x,
+        y,
+        MICRO,
+        K,
+        loss=token_ce(),
+        fit_kwargs=dict(sample_weight=weights),
+        min_movement=MIN_MOVEMENT,
+    )
+    assert_exact(big, acc)
+
+
+def test_a_zero_weight_micro_batch_and_a_fully_masked_one_match_big_batch():
+    lengths = (12, 0, 6, 2, 3, 12, 1, 8)  # the second micro-batch is padding only
+    x, y = sequences(lengths)
+    weights = np.ones(len(x), "float32")
+    weights[16:24] = 0.0  # the third micro-batch weighs nothing
+    big, acc = train_pair(
+        tagger,
+        sgd,
+        x,
+        y,
+        MICRO,
+        K,
+        loss=token_ce(),
+        fit_kwargs=dict(sample_weight=weights),
+        min_movement=MIN_MOVEMENT,
+    )
+    assert np.isfinite(np.concatenate([w.ravel() for w in acc.get_weights()])).all()
+    assert_exact(big, acc)
+
+
+def test_two_outputs_that_divide_by_their_rows_match_big_batch_with_loss_weights():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(72, 6)).astype("float32")  # 9 micro-batches: the last window short
+    y1, y2 = rng.integers(0, 3, 72), rng.normal(size=(72, 2)).astype("float32")
+
+    def build():
+        keras.utils.set_random_seed(3)
+        inputs = keras.Input((6,))
+        h = keras.layers.Dense(8, activation="tanh")(inputs)
+        return keras.Model(inputs, [keras.layers.Dense(3)(h), keras.layers.Dense(2)(h)])
+
+    big, acc = train_pair(
+        build,
+        sgd,
+        x,
+        [y1, y2],
+        MICRO,
+        K,
+        loss=[token_ce(), "mse"],
+        compile_kwargs=dict(loss_weights=[1.0, 0.3]),
+        min_movement=MIN_MOVEMENT,
+    )
+    assert_exact(big, acc)
+
+
+def test_two_outputs_with_different_masks_are_refused_in_one_line():
+    x, y = sequences()
+    model = ga_tfx.wrap_model(tagger(outputs=2), K)
+    model.compile(sgd(), [token_ce(), token_ce()])
+    with pytest.raises(DivisorError, match=r"has 2 loss terms and .* changes from micro-batch"):
+        model.fit(x, [y, y[:, ::-1]], batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
+
+
+def test_a_summed_loss_is_refused_in_one_line_naming_the_reductions_allowed():
+    x, y = sequences()
+    model = ga_tfx.wrap_model(tagger(), K)
+    model.compile(sgd(), keras.losses.SparseCategoricalCrossentropy(True, reduction="sum"))
+    with pytest.raises(DivisorError, match=r"reduction='sum'.*'sum_over_batch_size'"):
+        model.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
+
+
+def test_fit_on_two_replicas_matches_the_one_device_big_batch():
+    x, y = sequences()
+    big = tagger()
+    big.compile(sgd(), token_ce())
+    big.fit(x, y, batch_size=MICRO * K, epochs=2, shuffle=False, verbose=0)
+    with two_replica_strategy().scope():
+        acc = ga_tfx.wrap_model(tagger(), K)
+        acc.compile(sgd(), token_ce())
+    acc.fit(x, y, batch_size=MICRO, epochs=2, shuffle=False, verbose=0)
+    assert_exact(big, acc)
+
+
+def _big_batch(x, y, epochs=2):
+    model = tagger()
+    model.compile(sgd(), token_ce())
+    model.fit(x, y, batch_size=MICRO * K, epochs=epochs, shuffle=False, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum_over_batch_size"])
+def test_training_loop_with_a_keras_loss_matches_big_batch(reduction):
+    x, y = sequences()
+    big = _big_batch(x, y)
+    model = tagger()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO)
+    ga_tfx.TrainingLoop(model, sgd(), loss, data, accum_steps=K, regularization=False).run(epochs=2)
+    assert_exact(big, model)
+
+
+def test_training_loop_on_two_replicas_matches_the_one_device_big_batch():
+    x, y = sequences()
+    big = _big_batch(x, y)
+    strategy = two_replica_strategy()
+    with strategy.scope():
+        model = tagger()
+        optimizer = sgd()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO)
+    ga_tfx.TrainingLoop(model, optimizer, loss, data, accum_steps=K, strategy=strategy).run(
+        epochs=2
+    )
+    assert_exact(big, model)
+
+
+def _optimizer_steps(model, optimizer, loss, strategy=None):
+    """A custom loop step: each replica's loss over its divisor (ga_tfx.loss_divisor), as
+    Keras scales it for the replicas, and the divisor as ``sample_count``."""
+
+    def replica_step(xb, yb):
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=True)
+            value = tf.reduce_sum(loss(yb, logits))
+            divisor = ga_tfx.loss_divisor(loss, yb, logits)
+            mean = tf.math.divide_no_nan(value, divisor) / replicas
+        grads = tape.gradient(mean, model.trainable_variables)
+        return optimizer.apply_gradients(
+            zip(grads, model.trainable_variables), sample_count=divisor
+        )
+
+    @tf.function
+    def step(xb, yb):
+        if strategy is None:
+            return replica_step(xb, yb)
+        return strategy.run(replica_step, (xb, yb))
+
+    return step
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one_device", "mirrored"])
+def test_the_optimizer_wrapper_given_loss_divisor_matches_big_batch(replicas):
+    x, y = sequences()
+    big = _big_batch(x, y)
+    strategy = two_replica_strategy() if replicas == 2 else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = tagger()
+        optimizer = ga_tfx.GradientAccumulateOptimizer(sgd(), accum_steps=K)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    step = _optimizer_steps(model, optimizer, loss, strategy if replicas == 2 else None)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO)
+    if replicas == 2:
+        data = strategy.experimental_distribute_dataset(data)
+    for _ in range(2):
+        for xb, yb in data:
+            step(xb, yb)
+    assert_exact(big, model)
+
+
+def test_a_resume_in_the_middle_of_a_window_keeps_its_divisor(tmp_path):
+    # The optimizer wrapper checkpointed after 2 of a window's 4 micro-batches (96 and 8
+    # tokens), restored into a new model and optimizer, then the rest of the data.
+    x, y = sequences()
+    big = _big_batch(x, y, epochs=1)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    batches = list(tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO))
+
+    def restored(prefix=None):
+        model = tagger()
+        optimizer = ga_tfx.GradientAccumulateOptimizer(sgd(), accum_steps=K)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        return model, optimizer, checkpoint
+
+    model, optimizer, checkpoint = restored()
+    step = _optimizer_steps(model, optimizer, loss)
+    for xb, yb in batches[:6]:
+        step(xb, yb)
+    assert int(optimizer.window_core.micro_steps.numpy()) == 2
+    prefix = checkpoint.save(str(tmp_path / "ckpt"))
+    model, optimizer, checkpoint = restored()
+    step = _optimizer_steps(model, optimizer, loss)
+    step(*batches[0])  # builds the accumulator (a micro-batch whose sums the restore replaces)
+    checkpoint.restore(prefix)
+    for xb, yb in batches[6:]:
+        step(xb, yb)
+    assert_exact(big, model)
+
+
+def test_a_train_step_that_divides_by_hand_is_weighted_by_rows_and_says_so():
+    class ByHand(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                losses = keras.losses.sparse_categorical_crossentropy(y, self(x), True)
+                loss = tf.reduce_mean(losses)
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
+    x, y = sequences()
+    inner = tagger()
+    model = ga_tfx.wrap_model(ByHand(inner.inputs, inner.outputs), K)
+    model.compile(sgd())
+    with pytest.warns(UserWarning, match="weighted by its rows"):
+        model.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
