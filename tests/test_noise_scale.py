@@ -185,3 +185,69 @@ def test_one_device_one_micro_batch_has_no_estimate_and_off_by_default():
     history = single.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0, shuffle=False)
     assert "noise_scale" not in history.history  # K = 1 on one device: no estimate
     assert int(single.window_core.state.noise_windows.numpy()) == 0
+
+
+# Masked sequences (issue 56): every micro-batch has ROWS rows; each row holds 1 or 3 valid
+# time steps (4 and 12 valid elements per micro-batch, as SIZES), each an independent sample of
+# the same regression; padded steps are zeros that a Masking layer masks. The loss is the mean
+# over the valid elements, so a micro-batch's "batch size" in the estimator is its divisor:
+# counting its rows instead (4 each) biases the estimate as ignoring the weights does above.
+ROWS, STEPS = 4, 3
+
+
+def _masked_micro_batches(seed=0):
+    rng = np.random.default_rng(seed)
+    w_star, _ = _point()
+    for _ in range(WINDOWS):
+        for size in SIZES:
+            valid = size // ROWS  # 1 or 3 valid steps per row
+            x = np.zeros((ROWS, STEPS, D), "float32")
+            x[:, :valid] = rng.normal(size=(ROWS, valid, D))
+            noise = rng.normal(scale=np.sqrt(SIGMA2), size=(ROWS, STEPS))
+            y = (x @ w_star + noise * (np.arange(STEPS) < valid)).astype("float32")
+            yield x, y[..., None]
+
+
+def _masked_dataset():
+    return tf.data.Dataset.from_generator(
+        _masked_micro_batches,
+        output_signature=(
+            tf.TensorSpec([ROWS, STEPS, D], tf.float32),
+            tf.TensorSpec([ROWS, STEPS, 1], tf.float32),
+        ),
+    ).apply(tf.data.experimental.assert_cardinality(WINDOWS * K))
+
+
+def _masked_linear():
+    _, w = _point()
+    inputs = keras.Input((STEPS, D))
+    layer = keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")
+    model = keras.Model(inputs, layer(keras.layers.Masking(0.0)(inputs)))
+    layer.kernel.assign(w[:, None])
+    return model
+
+
+@pytest.mark.parametrize("front_end", ["fit", "training_loop"])
+def test_the_noise_scale_of_a_masked_loss_counts_its_valid_elements(front_end):
+    if front_end == "fit":
+        model = ga_tfx.wrap_model(
+            _masked_linear(), K, log_noise_scale=True, noise_scale_decay=DECAY
+        )
+        model.compile(keras.optimizers.SGD(0.0), "mse")
+        estimate = model.fit(_masked_dataset(), epochs=1, verbose=0).history["noise_scale"][-1]
+        core = model.window_core
+    else:
+        loop = ga_tfx.TrainingLoop(
+            _masked_linear(),
+            keras.optimizers.SGD(0.0),
+            keras.losses.MeanSquaredError(reduction="none"),
+            _masked_dataset(),
+            K,
+            log_noise_scale=True,
+            noise_scale_decay=DECAY,
+            verbose=False,
+        )
+        estimate, core = float(loop.run(epochs=1)["noise_scale"]), loop.window_core
+    print(f"{front_end} masked: B_simple {estimate:.3f}, true {TRUE_B_SIMPLE}")
+    assert abs(estimate - TRUE_B_SIMPLE) <= 0.10 * TRUE_B_SIMPLE
+    assert _estimated_windows(core) == WINDOWS

@@ -272,3 +272,35 @@ def test_fit_under_carry_refuses_an_out_of_memory_error_with_the_same_rule():
     with pytest.raises(RuntimeError, match="partial_window='carry'.*spans epochs.*so fit"):
         recovery.fit_replayed(model, dict(x=x, y=y, batch_size=8), fit_once, position)
     assert model.window_core.micro_batch_split == 1  # nothing recovered
+
+
+@pytest.mark.slow
+def test_a_masked_micro_batch_split_by_a_recovery_keeps_its_divisor():
+    # Issue 56: token sequences whose micro-batches of 8 hold 96, 8, 48 and 16 valid tokens;
+    # the 6th micro-batch runs out of memory and is trained again as two slices of 4 rows,
+    # whose valid tokens add up to the micro-batch's: the window is still its big batch.
+    from tests.test_loss_divisor import MICRO, K, sequences, tagger, token_ce
+
+    class TokensOutOfMemoryAt(OutOfMemoryAt):
+        def call(self, inputs, training=None):
+            return tf.cast(super().call(tf.cast(inputs, tf.float32), training), inputs.dtype)
+
+    def build(oom=None):
+        model = tagger()
+        if oom is None:
+            return model
+        inputs = keras.Input(model.input_shape[1:], dtype="int64")
+        return keras.Model(inputs, model(oom(inputs)))
+
+    x, y = sequences()
+    reference = build()
+    reference.compile(keras.optimizers.SGD(0.5, momentum=0.9), token_ce())
+    reference.fit(x, y, batch_size=MICRO * K, epochs=EPOCHS, shuffle=False, verbose=0)
+    model = ga_tfx.wrap_model(build(TokensOutOfMemoryAt(at_call=6, limit=4)), K)
+    model.compile(keras.optimizers.SGD(0.5, momentum=0.9), token_ce())
+    model.fit(x, y, batch_size=MICRO, epochs=EPOCHS, shuffle=False, verbose=0)
+    assert model.window_core.micro_batch_split == 2  # it happened, and was recovered
+    assert (
+        max(np.abs(a - b).max() for a, b in zip(reference.get_weights(), model.get_weights()))
+        <= 1e-6
+    )
