@@ -93,18 +93,8 @@ def call_recording(
     in_mask = internals.keras_mask(y_pred) if tf.is_tensor(y_pred) else None
     y_pred, sample_weight = _empty_mask_safe(y_pred, in_mask, sample_weight)
     recorded: List[Any] = []
-    real_call = loss.call
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        losses = real_call(*args, **kwargs)
-        recorded.append(losses)
-        return losses
-
-    vars(loss)["call"] = call  # Loss.__call__ reads self.call; the instance's wins
-    try:
+    with internals.loss_call_recorded(loss, recorded):
         value = loss(y_true, y_pred, sample_weight)
-    finally:
-        del vars(loss)["call"]
     losses = recorded[-1]
     mask = _combined_mask(in_mask, internals.keras_mask(losses))
     return value, LossTerm(
@@ -144,8 +134,24 @@ def _empty_mask_safe(y_pred: Any, mask: Any, sample_weight: Any) -> Tuple[Any, A
     if mask is None:
         return y_pred, sample_weight
     sample_weight = internals.masked_sample_weight(y_pred, sample_weight, mask)
-    safe = tf.where(tf.reduce_any(tf.cast(mask, tf.bool)), mask, tf.ones_like(mask))
-    return internals.with_keras_mask(y_pred, safe), sample_weight
+    return _EmptyMaskSafe()(y_pred), sample_weight
+
+
+class _EmptyMaskSafe(keras.layers.Layer):
+    """The identity whose output mask is its input's, or all ones where that has no valid
+    element (Keras attaches a layer's ``compute_mask`` to its output)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="ga_tfx_empty_mask_safe")
+        self.supports_masking = True
+
+    def call(self, inputs: Any) -> Any:
+        return tf.identity(inputs)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        if mask is None:
+            return None
+        return tf.where(tf.reduce_any(tf.cast(mask, tf.bool)), mask, tf.ones_like(mask))
 
 
 class _RecordingLoss:

@@ -261,18 +261,23 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
 
         Args:
           grads_and_vars: ``[(gradient, variable), ...]`` of one micro-batch: this replica's
-            gradients, not yet summed over replicas, of the loss
-            ``compute_average_loss(per_example_loss, global_batch_size=n)`` (on one device:
-            of the micro-batch's mean loss). The same variables, in the same order, on every
-            call. Dense gradients, ``tf.IndexedSlices`` or ``None``.
+            gradients, not yet summed over replicas, of its mean loss (see ``sample_count``).
+            The same variables, in the same order, on every call. Dense gradients,
+            ``tf.IndexedSlices`` or ``None``.
           name: unused (Keras' signature).
           skip_gradients_aggregation: must be ``False`` with several replicas: the wrapper
             sums the replicas' gradients itself, once per window. (Also accepted as
             ``experimental_aggregate_gradients=True``.)
-          sample_count: ``n``, the number of samples of the global micro-batch (all replicas
-            together: the ``global_batch_size`` given to ``compute_average_loss``), the same
-            on every replica; the micro-batch's weight in the window mean. Defaults to 1
-            (equal weights), right when all micro-batches of a window have one size.
+          sample_count: the divisor of the loss ``grads_and_vars`` are the gradient of: the
+            number its weighted element losses were summed and divided by, before any
+            division by the replicas (``ga_tfx.loss_divisor(loss, y_true, y_pred)`` computes it
+            for a Keras loss: the valid elements of a masked loss, the samples of a loss of one
+            value per sample), as Hugging Face's ``num_items_in_batch``. Its weight in the
+            window mean: the window's gradient is ``Σ D_i g_i / Σ D_i``. Under a strategy,
+            either each replica's own divisor with the loss ``sum / divisor / replicas``
+            (Keras' per-replica loss), or the global one on every replica with
+            ``compute_average_loss(per_example_loss, global_batch_size=divisor)``. Defaults to
+            1 (equal weights), right when every micro-batch of a window has one divisor.
 
         Returns:
           A bool scalar tensor: whether this call updated the variables.

@@ -111,6 +111,7 @@ def test_every_instance_internal_is_on_a_real_object():
         keras.Model: model,
         keras.layers.BatchNormalization: layer,
         keras.optimizers.Optimizer: keras.optimizers.SGD(0.1),
+        internals._compile_utils.LossesContainer: model.compiled_loss,
     }
     absent = [
         f"{owner.__name__}.{name}"

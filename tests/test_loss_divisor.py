@@ -316,6 +316,25 @@ def test_a_resume_in_the_middle_of_a_window_keeps_its_divisor(tmp_path):
     assert_exact(big, model)
 
 
+def test_a_models_own_train_step_through_the_compiled_loss_matches_big_batch():
+    class OwnStep(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x, y, self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            return {"loss": loss}
+
+    def build():
+        inner = tagger()
+        return OwnStep(inner.inputs, inner.outputs)
+
+    x, y = sequences()
+    big, acc = train_pair(build, sgd, x, y, MICRO, K, loss=token_ce(), min_movement=MIN_MOVEMENT)
+    assert_exact(big, acc)
+
+
 def test_a_train_step_that_divides_by_hand_is_weighted_by_rows_and_says_so():
     class ByHand(keras.Model):
         def train_step(self, data):

@@ -290,17 +290,28 @@ def keras_mask(tensor: Any) -> Any:
     return _losses_utils.get_mask(tensor)
 
 
-def with_keras_mask(tensor: Any, mask: Any) -> Any:
-    """A copy of ``tensor`` carrying ``mask`` as its Keras mask (``tensor`` is left as it is)."""
-    copy = tf.identity(tensor)
-    copy._keras_mask = mask
-    return copy
-
-
 def masked_sample_weight(y_pred: Any, sample_weight: Any, mask: Any) -> Any:
     """tf-keras' merge of a mask into the sample weights (``losses_utils.apply_mask``), as its
     compiled loss applies it before calling each loss."""
     return _losses_utils.apply_mask(y_pred, sample_weight, mask)
+
+
+@contextlib.contextmanager
+def loss_call_recorded(loss: tf_keras.losses.Loss, recorded: List[Any]) -> Iterator[None]:
+    """Inside the block, ``loss.call`` also appends the element losses it returns to
+    ``recorded``: ``Loss.__call__`` reads ``self.call``, and an instance attribute wins."""
+    real_call = loss.call
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        losses = real_call(*args, **kwargs)
+        recorded.append(losses)
+        return losses
+
+    vars(loss)["call"] = call
+    try:
+        yield
+    finally:
+        del vars(loss)["call"]
 
 
 def loss_reduction(loss: tf_keras.losses.Loss) -> str:

@@ -181,4 +181,12 @@ MUTATIONS = [
         ("tests/test_oom_recovery.py", "-k", "second_out_of_memory"),
         slow=True,
     ),
+    # issue 56: fit's step and a model's own train_step weigh by the compiled loss's divisor
+    Mutation(
+        "engine.own_train_step_weighted_by_rows",
+        STEP,
+        "        self.ops.append(self._core.add(grads, weight, rows=self._rows))",
+        "        self.ops.append(self._core.add(grads, self._rows, rows=self._rows))",
+        ("tests/test_loss_divisor.py", "-k", "own_train_step"),
+    ),
 ]

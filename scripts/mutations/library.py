@@ -22,8 +22,8 @@ MUTATIONS = [
     Mutation(
         "accumulator.replica_factor_dropped",
         ACCUMULATOR,
-        "scale = tf.cast(replicas, grad_sum.dtype) / tf.cast(count, grad_sum.dtype)",
-        "scale = 1.0 / tf.cast(count, grad_sum.dtype)",
+        "tf.cast(replicas, grad_sum.dtype), tf.cast(count, grad_sum.dtype)",
+        "tf.cast(1.0, grad_sum.dtype), tf.cast(count, grad_sum.dtype)",
         (
             "tests/test_distribution.py",
             "tests/test_trainer_component.py",
@@ -260,5 +260,20 @@ MUTATIONS = [
         "self.consecutive_nonfinite.assign((self.consecutive_nonfinite + 1) * step)",
         "self.consecutive_nonfinite.assign_add(step)",
         ("tests/test_transforms.py", "-k", "guard_skip"),
+    ),
+    # issue 56: the divisor read from a Keras 2 loss
+    Mutation(
+        "divisor.mask_ignored",
+        "ga_tfx/loss_divisors.py",
+        "    if mask is None:\n        return size\n",
+        "    if True:\n        return size\n",
+        ("tests/test_loss_divisor.py", "-k", "what_keras_divides or masked_sequences"),
+    ),
+    Mutation(
+        "divisor.fully_masked_micro_batch_nan",
+        "ga_tfx/loss_divisors.py",
+        "    return _EmptyMaskSafe()(y_pred), sample_weight",
+        "    return y_pred, sample_weight",
+        ("tests/test_loss_divisor.py", "-k", "fully_masked"),
     ),
 ]

@@ -109,4 +109,12 @@ MUTATIONS = [
         ),
         slow=True,  # its killer is slow, and fails only at its 600 s limit (tests/README.md)
     ),
+    # issue 56: TrainingLoop reads a Keras loss's divisor
+    Mutation(
+        "training_loop.keras_loss_weighted_by_rows",
+        "ga_tfx/training_loop/step.py",
+        'return tf.cast(value, tf.float32), micro_batch_weight([term], rows, who="loss_fn")',
+        "return tf.cast(value, tf.float32), rows",
+        ("tests/test_loss_divisor.py", "-k", "training_loop"),
+    ),
 ]

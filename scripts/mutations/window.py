@@ -2,7 +2,7 @@
 the clock.
 """
 
-from .mutation import CORE, NOISE, SCHEDULE, SPLIT, STEPS, Mutation
+from .mutation import ACCUMULATOR, CORE, NOISE, SCHEDULE, SPLIT, STEPS, Mutation
 
 MUTATIONS = [
     Mutation(
@@ -193,5 +193,35 @@ MUTATIONS = [
         "return value / (1.0 + decay * step) if decay > 0 else value",
         "return value",
         ("tests/test_optimizer_api.py", "-k", "logged_learning_rate and legacy_decay"),
+    ),
+    # issue 56: a micro-batch weighs by its loss's divisor, in the rule and in the core
+    Mutation(
+        "divisor.weighted_by_rows",
+        "ga_tfx/window/divisor.py",
+        "        return terms[0].divisor",
+        "        return rows",
+        ("tests/test_loss_divisor.py", "-k", "masked_sequences or training_loop_with"),
+    ),
+    Mutation(
+        "divisor.unequal_terms_by_rows",
+        "ga_tfx/window/divisor.py",
+        "    if all(term.by_rows for term in terms):",
+        "    if True:",
+        ("tests/test_loss_divisor.py", "-k", "different_masks"),
+    ),
+    Mutation(
+        "noise.rows_as_batch_size",
+        CORE,
+        "            local = weight if local_weight is None else local_weight",
+        "            local = rows",
+        ("tests/test_noise_scale.py", "-k", "masked"),
+    ),
+    Mutation(
+        "oom.tokens_uncounted_as_rows",
+        ACCUMULATOR,
+        "tf.round(tf.cast(self.window_rows, tf.float64))",
+        "tf.round(tf.cast(self.sample_count, tf.float64))",
+        ("tests/test_oom_recovery.py", "-k", "masked"),
+        slow=True,
     ),
 ]
