@@ -304,3 +304,5 @@ def test_a_masked_micro_batch_split_by_a_recovery_keeps_its_divisor():
         max(np.abs(a - b).max() for a, b in zip(reference.get_weights(), model.get_weights()))
         <= 1e-6
     )
+    # The discarded window's rows, not its tokens, are taken back out of the samples seen.
+    assert model.samples_seen == len(x) * EPOCHS
