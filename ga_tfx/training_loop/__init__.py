@@ -82,11 +82,13 @@ class TrainingLoop(LoopSteps):
         ``LossScaleOptimizer``), created under the same scope. Its ``iterations`` count
         updates; a learning-rate schedule sees one step per update. A constant learning rate
         is a variable: callbacks may set ``loop.learning_rate`` and checkpoints keep it.
-      loss_fn: ``loss_fn(targets, outputs)``: per-example losses (shape ``[n]`` or
-        ``[n, ...]``; e.g. a Keras loss with ``reduction="none"``, as tf.distribute requires) or
-        the scalar mean over the ``n`` samples of the batch it is given. Never divide by the
-        global batch size or the replica count: the loop weights each replica's mean by its
-        samples. Regularisation is added by the loop (``regularization``).
+      loss_fn: ``loss_fn(targets, outputs)``. A Keras ``Loss`` (``reduction="none"``, as
+        tf.distribute requires, or a mean reduction): the micro-batch's loss is Keras' mean,
+        and its divisor (the element losses, valid ones when masked) is read as Keras computes
+        it. Any other callable: per-example losses (shape ``[n]`` or ``[n, ...]``, other axes
+        averaged) or the scalar mean over the ``n`` samples of the batch it is given. Never
+        divide by the global batch size or the replica count: the loop weights each replica's
+        mean by its divisor. Regularisation is added by the loop (``regularization``).
       dataset: a ``tf.data.Dataset`` of micro-batches (global: the strategy splits each one
         across replicas), iterated once per epoch in the same order each time; or a callable
         ``epoch -> Dataset`` (e.g. to reshuffle per epoch). Resuming skips the micro-batches
@@ -111,7 +113,9 @@ class TrainingLoop(LoopSteps):
         ``lambda batch: batch`` for a loss over (batch, outputs).
       variables: the trainable variables: a list, or ``model -> list``; default
         ``model.trainable_variables``.
-      sample_count_fn: ``batch -> number of samples`` (the micro-batch's weight); default: the
+      sample_count_fn: ``batch -> divisor``: the number ``loss_fn``'s mean was divided by (the
+        micro-batch's weight in the window; docs/exactness.md, "The window's divisor");
+        default: read from a Keras ``Loss`` (its valid elements when masked), else the
         leading dimension of the model input.
       regularization: ``True`` (default): ``sum(model.losses)`` is added once per update (to
         the loss and, through its gradient, to the window gradient), not once per micro-batch;
