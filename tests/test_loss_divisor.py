@@ -77,6 +77,13 @@ def tokens_per_micro_batch(x):
     return [int(np.count_nonzero(x[i : i + MICRO])) for i in range(0, len(x), MICRO)]
 
 
+def tagger_pair(x, y, build=tagger, optimizer=sgd, **kwargs):
+    """``train_pair`` of the tagger (or ``build``) with the token loss: (big batch, wrapped)."""
+    return train_pair(
+        build, optimizer, x, y, MICRO, K, loss=token_ce(), min_movement=MIN_MOVEMENT, **kwargs
+    )
+
+
 def assert_exact(big, acc):
     diff = max_weight_diff(big, acc)
     assert diff <= TOLERANCE, f"max |dw| {diff:.3g} from big batch"
@@ -106,16 +113,7 @@ def test_fit_on_masked_sequences_matches_big_batch(mask_layer):
     x, y = sequences()
     assert len(set(tokens_per_micro_batch(x))) > 3
     inputs = x if mask_layer == "embedding" else (x[..., None] / VOCAB).astype("float32")
-    big, acc = train_pair(
-        lambda: tagger(mask_layer),
-        sgd,
-        inputs,
-        y,
-        MICRO,
-        K,
-        loss=token_ce(),
-        min_movement=MIN_MOVEMENT,
-    )
+    big, acc = tagger_pair(inputs, y, build=lambda: tagger(mask_layer))
     assert_exact(big, acc)
 
 
@@ -123,16 +121,7 @@ def test_adam_on_masked_sequences_matches_big_batch():
     # Adam rescales the gradient, hiding a scale error, not a weighting one: 1e-5 (the
     # tolerance of the other optimizers' comparisons), where rows weighting is far off.
     x, y = sequences()
-    big, acc = train_pair(
-        tagger,
-        lambda: keras.optimizers.Adam(1e-2),
-        x,
-        y,
-        MICRO,
-        K,
-        loss=token_ce(),
-        min_movement=MIN_MOVEMENT,
-    )
+    big, acc = tagger_pair(x, y, optimizer=lambda: keras.optimizers.Adam(1e-2))
     diff = max_weight_diff(big, acc)
     assert diff <= 1e-5, f"max |dw| {diff:.3g} from big batch"
 
@@ -141,17 +130,7 @@ def test_temporal_sample_weights_and_an_uneven_last_window_match_big_batch():
     x, y = (a[:-4] for a in sequences(LENGTHS + (5,)))
     weights = np.random.default_rng(3).uniform(0.0, 3.0, x.shape).astype("float32")
     assert len(x) % (MICRO * K) != 0  # the last window is short, its last micro-batch too
-    big, acc = train_pair(
-        tagger,
-        sgd,
-        x,
-        y,
-        MICRO,
-        K,
-        loss=token_ce(),
-        fit_kwargs=dict(sample_weight=weights),
-        min_movement=MIN_MOVEMENT,
-    )
+    big, acc = tagger_pair(x, y, fit_kwargs=dict(sample_weight=weights))
     assert_exact(big, acc)
 
 
@@ -160,17 +139,7 @@ def test_a_zero_weight_micro_batch_and_a_fully_masked_one_match_big_batch():
     x, y = sequences(lengths)
     weights = np.ones(len(x), "float32")
     weights[16:24] = 0.0  # the third micro-batch weighs nothing
-    big, acc = train_pair(
-        tagger,
-        sgd,
-        x,
-        y,
-        MICRO,
-        K,
-        loss=token_ce(),
-        fit_kwargs=dict(sample_weight=weights),
-        min_movement=MIN_MOVEMENT,
-    )
+    big, acc = tagger_pair(x, y, fit_kwargs=dict(sample_weight=weights))
     assert np.isfinite(np.concatenate([w.ravel() for w in acc.get_weights()])).all()
     assert_exact(big, acc)
 
@@ -349,7 +318,7 @@ def test_a_models_own_train_step_through_the_compiled_loss_matches_big_batch():
         return OwnStep(inner.inputs, inner.outputs)
 
     x, y = sequences()
-    big, acc = train_pair(build, sgd, x, y, MICRO, K, loss=token_ce(), min_movement=MIN_MOVEMENT)
+    big, acc = tagger_pair(x, y, build=build)
     assert_exact(big, acc)
 
 
