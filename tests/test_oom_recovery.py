@@ -23,6 +23,7 @@ from ga_tfx._state import Untracked
 from ga_tfx.window.replay import OutOfMemoryRecovered
 
 import contextlib
+import types
 
 import numpy as np
 import pytest
@@ -306,3 +307,53 @@ def test_a_masked_micro_batch_split_by_a_recovery_keeps_its_divisor():
     )
     # The discarded window's rows, not its tokens, are taken back out of the samples seen.
     assert model.samples_seen == len(x) * EPOCHS
+
+
+# Slice sizes of a micro-batch of ``rows`` split in ``split`` parts, counted by hand (not by the
+# code under test's formula): ceil(rows / split) each, the last fewer (and, where the ceiling
+# uses the rows up early, empty).
+SLICES = {
+    (8, 2): [4, 4],
+    (7, 2): [4, 3],
+    (6, 4): [2, 2, 2, 0],
+    (10, 4): [3, 3, 3, 1],
+    (5, 8): [1, 1, 1, 1, 1, 0, 0, 0],
+}
+
+
+@pytest.mark.parametrize("rows, split", sorted(SLICES), ids=lambda v: str(v))
+def test_a_split_micro_batch_is_sliced_in_ceil_sized_parts_in_order(rows, split):
+    from ga_tfx.window import split as split_lib
+
+    state = types.SimpleNamespace(micro_batch_split=tf.Variable(split, dtype=tf.int64))
+    core = types.SimpleNamespace(state=state)
+    seen = []
+
+    def step(part):
+        seen.append(part["x"].numpy().tolist())
+        return tf.shape(part["x"])[0]
+
+    data = {"x": tf.range(rows)}
+    split_lib.run_micro_batch(core, tf.distribute.get_strategy(), step, data)
+    assert [len(s) for s in seen] == SLICES[rows, split]
+    assert sum(seen, []) == list(range(rows))  # every row once, in order
+
+
+@pytest.mark.slow  # one real OOM, and about 30 s at load
+def test_fit_recovers_a_micro_batch_whose_last_slice_is_smaller_with_the_same_result():
+    # Micro-batches of 7, K=4: windows of 28, 3 per epoch of 84 rows. The 6th micro-batch runs
+    # out of memory above 4 rows; from then on each micro-batch is trained as slices of 4 and 3
+    # rows (ceil(7 / 2), the last fewer): every row counted, the window still its big batch.
+    n, micro, k = 84, 7, 4
+    x, y = classification_data(n=n, seed=3)
+    model = ga_tfx.wrap_model(_model(oom=OutOfMemoryAt(at_call=6, limit=4)), k)
+    model.compile(keras.optimizers.SGD(LR, momentum=0.9), sparse_ce())
+    model.fit(x, y, batch_size=micro, epochs=EPOCHS, shuffle=False, verbose=0)
+    assert model.window_core.micro_batch_split == 2  # it happened, and was recovered
+    reference = _model()
+    reference.compile(keras.optimizers.SGD(LR, momentum=0.9), sparse_ce())
+    reference.fit(x, y, batch_size=micro * k, epochs=EPOCHS, shuffle=False, verbose=0)
+    print(f"vs big batch: {max_weight_diff(model, reference):.2e}")
+    assert max_weight_diff(model, reference) <= 1e-5
+    assert max_weight_diff(model, _model()) > MIN_MOVEMENT
+    assert model.samples_seen == n * EPOCHS

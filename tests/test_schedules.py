@@ -222,6 +222,32 @@ def test_a_checkpoint_in_the_middle_of_a_schedule_resumes_exactly(tmp_path):
     assert second.optimizer.learning_rate.numpy() == whole.optimizer.learning_rate.numpy()
 
 
+@pytest.mark.timeout(120)  # the bug this guards against was a hang: fail by name, not at 300 s
+def test_a_training_loop_window_that_does_not_end_within_its_k_micro_steps_is_an_error(
+    monkeypatch,
+):
+    # The host loop's K not moved on by a window end (the schedule's K=4 from window 2): the
+    # window holds the old K=2 micro-batches and does not end. The loop asked for none more,
+    # for ever; now it stops with an error that names it.
+    from ga_tfx.training_loop.run import LoopRun
+
+    dispatch = LoopRun._dispatch_window_ends
+
+    def stale_k(self):
+        k = self.current_accum_steps
+        logs = dispatch(self)
+        self.current_accum_steps = k
+        return logs
+
+    monkeypatch.setattr(LoopRun, "_dispatch_window_ends", stale_k)
+    x, y = _data()
+    with pytest.raises(RuntimeError, match="did not end within its K micro-steps") as raised:
+        _loop("sgd_momentum", x, y, SCHEDULE, "none")
+    assert "it holds 2 micro-batch(es), the loop's K is 2 and the window core's 4" in str(
+        raised.value
+    )
+
+
 def test_a_fit_restored_from_a_checkpoint_after_a_switch_goes_on_with_the_schedule(tmp_path):
     # Two fits by two model objects: the first trains windows 0-1 (K=2) and is saved; the
     # second is restored, with K=4 in its window core, and trains the rest. Its first call must

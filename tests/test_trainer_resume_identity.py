@@ -3,7 +3,8 @@ resumes from. Every part of the identity, changed alone, must move the resume fo
 named in the "starting over" line; the inputs' URIs must not move it (a job submitted again
 gets new output URIs for the same data). The settings are taken from their declarations
 (``components/trainer/settings.py``, the library's through ``ga_tfx/_schema.py``): a new
-setting is covered here without a new test.
+setting is covered here without a new test. Which settings stay out of the identity is written
+out here (:data:`NOT_IDENTITY`), never read from the code under test.
 """
 
 import ga_tfx
@@ -14,6 +15,7 @@ from ga_tfx.components.trainer import settings as settings_lib
 
 import dataclasses
 import gzip
+import inspect
 import logging
 import os
 import shutil
@@ -26,6 +28,43 @@ pytestmark = [pytest.mark.tfx]  # the Trainer's modules import TFX
 
 SETTINGS = dict(accum_steps=2, micro_batch_size=4, label_key="y")
 MODULE = "def build_model(hparams):\n    return hparams  # version {}\n"
+# A model module whose build_model reads a module constant and a helper: an edit of either
+# leaves build_model's own source as it was and changes the model trained.
+HELPER_MODULE = (
+    "WIDTH = {width}\n\n\n"
+    "def hidden_units():\n    return WIDTH * {scale}\n\n\n"
+    "def build_model(hparams):\n    return dict(hparams, units=hidden_units())\n"
+)
+
+# The settings that must NOT change the identity, and why: they say where and how often the
+# resume folder is written, not what is trained, so a job submitted again with another value
+# resumes its checkpoint (the resumed run ends at the uninterrupted weights whatever the
+# interval: tests/test_preemption_kills.py). Written out here, not read from the code under
+# test (resume.NOT_IDENTITY): a setting added to the product's list fails this test.
+NOT_IDENTITY = {
+    "resume_root": "where the resume folders are: the same digest under another root",
+    "checkpoint_every_updates": "how often checkpoints are written",
+    "checkpoint_every_seconds": "how often checkpoints are written",
+}
+# Every other setting must change it (a run with another value resuming the old checkpoint
+# would end at weights that no uninterrupted run gives). Some of them, by name and why, so that
+# a rename or a move out of the declarations fails here rather than leaving the parametrized
+# test without them:
+IDENTITY = {
+    "accum_steps": "K: the samples of each update",
+    "micro_batch_size": "the micro-batch, and with K the effective batch",
+    "accum_schedule": "K by window",
+    "agc_clip_factor": "another clip factor clips the gradients otherwise: other weights",
+    "clip_global_norm": "another norm clips the accumulated gradient otherwise",
+    "gradient_noise": "other noise in every update",
+    "lr_scaling": "another learning rate per window",
+    "partial_window": "an epoch's short last window applied, dropped or carried: other updates",
+    "shuffle_seed": "another data order, and a resumed run skips by the order",
+    "shuffle": "another data order",
+    "memory_budget": "the micro-batch (and K) fitted to the budget",
+    "mixed_precision": "another dtype policy: other arithmetic",
+    "label_key": "another label trained on",
+}
 FILE_PARTS = {  # identity part -> a file of that input (relative to the inputs' root)
     "train_examples": "examples/Split-train/data_tfrecord-00000-of-00002.gz",
     "eval_examples": "examples/Split-eval/data_tfrecord-00000-of-00001.gz",
@@ -119,12 +158,22 @@ def test_every_setting_but_the_folders_location_and_cadence_is_part_of_the_ident
     before, after = (_folder(fn_args, s, build_model) for s in (settings, changed))
     if name == "resume_root":  # where the folders are: the same digest under another root
         assert os.path.basename(before) == os.path.basename(after) and before != after
-    elif name in resume.NOT_IDENTITY:
+    elif name in NOT_IDENTITY:
         assert before == after, f"{name} moved the resume folder"
     else:
         assert before != after, f"{name} changed and the run would resume the old checkpoint"
         line = resume.changes(*(_identity(fn_args, s, build_model) for s in (settings, changed)))
         assert f"the setting {name} changed" in line
+
+
+def test_the_settings_left_out_of_the_identity_are_the_folders_location_and_cadence():
+    names = set(settings_lib.field_names())
+    assert set(NOT_IDENTITY) <= names and set(IDENTITY) <= names  # all parametrized above
+    assert not set(NOT_IDENTITY) & set(IDENTITY)
+    assert set(resume.NOT_IDENTITY) == set(NOT_IDENTITY), (
+        f"left out of the identity: {sorted(resume.NOT_IDENTITY)}, "
+        f"expected only {sorted(NOT_IDENTITY)}"
+    )
 
 
 def test_the_hyperparameters_are_part_of_the_identity(job, tmp_path):
@@ -169,6 +218,36 @@ def test_the_model_codes_content_is_part_of_the_identity_not_its_path(job, tmp_p
     line = resume.changes(before, _identity(fn_args, settings, edited))
     assert line == f"the model code changed ({before['code'][:8]}.. -> " + (
         f"{_identity(fn_args, settings, edited)['code'][:8]}..)"
+    )
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [dict(width=16, scale=1), dict(width=32, scale=1), dict(width=16, scale=2)],
+    ids=["unchanged", "a_module_constant", "a_helper_function"],
+)
+def test_the_whole_model_module_is_part_of_the_identity_not_only_build_model(job, tmp_path, edit):
+    # The edit is outside build_model (a constant it reads, a helper it calls): hashing
+    # build_model's own source would resume the old checkpoint with another model.
+    fn_args, settings, _ = job
+
+    def module(name, **values):
+        path = tmp_path / name
+        path.write_text(HELPER_MODULE.format(**values))
+        return user_module.load_build_model(exec_properties={"module_file": str(path)})
+
+    first = module("model.py", width=16, scale=1)
+    before, folder = _identity(fn_args, settings, first), _folder(fn_args, settings, first)
+    edited = module("model.py", **edit)
+    assert inspect.getsource(edited) == inspect.getsource(first)  # build_model itself as it was
+    assert edited({})["units"] == edit["width"] * edit["scale"]  # the module loaded again
+    if edit == dict(width=16, scale=1):
+        assert _folder(fn_args, settings, edited) == folder
+        return
+    after = _identity(fn_args, settings, edited)
+    assert _folder(fn_args, settings, edited) != folder, "the old checkpoint would be resumed"
+    assert resume.changes(before, after) == (
+        f"the model code changed ({before['code'][:8]}.. -> {after['code'][:8]}..)"
     )
 
 

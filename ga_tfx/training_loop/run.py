@@ -106,10 +106,23 @@ class LoopRun:
         self._stop_if_requested()
         self._window_start = self.runner.pending()
         wanted = self.current_accum_steps - self._window_start
+        if wanted <= 0:  # the window should have ended: nothing left to take, for ever
+            self._window_not_ended()
         finish = self.budget is None or self.budget >= wanted
         take = wanted if finish else cast(int, self.budget)  # not finish: budget is an int
         taken = self.runner.window(self.iterator, tf.constant(take, tf.int64), finish)
         return int(taken), take
+
+    def _window_not_ended(self) -> None:
+        """Raises ``RuntimeError``: the pending window holds this loop's K micro-batches or
+        more and did not end (the loop's K is not the window core's: a bug), where the loop
+        would take none and never end."""
+        raise RuntimeError(
+            f"TrainingLoop: a window did not end within its K micro-steps: it holds "
+            f"{self._window_start} micro-batch(es), the loop's K is {self.current_accum_steps} "
+            f"and the window core's {self.loop.window_core.current_accum_steps}; the loop would "
+            "take no more and never end (a bug in ga-tfx: please report it)."
+        )
 
     def _core_to_recover(self, error: BaseException) -> Any:
         """The window core to recover after the out-of-memory ``error``; under

@@ -199,6 +199,23 @@ MUTATIONS = [
         "",
         ("tests/test_trainer_resume_identity.py",),
     ),
+    # issue 58 item 4: expectations of the resume identity stated by the tests, not read back
+    Mutation(
+        "resume.clip_factor_and_policy_not_identity",  # another clip factor resumes the old run
+        "components/trainer/resume.py",
+        '    "checkpoint_every_seconds": "how often checkpoints are written",\n}\n',
+        '    "checkpoint_every_seconds": "how often checkpoints are written",\n'
+        '    "agc_clip_factor": "planted",\n'
+        '    "partial_window": "planted",\n}\n',
+        ("tests/test_trainer_resume_identity.py", "-k", "every_setting"),
+    ),
+    Mutation(
+        "resume.code_digest_of_build_model_only",  # a changed helper or constant resumes
+        "components/trainer/content.py",
+        '    for path in (namespace.get("__file__"), getattr(spec, "origin", None)):\n',
+        "    for path in ():\n",
+        ("tests/test_trainer_resume_identity.py", "-k", "model_code or model_module"),
+    ),
     Mutation(
         "resume_lock.no_exclusive_create",  # two runs at once both write the folder
         "components/trainer/resume_lock.py",
