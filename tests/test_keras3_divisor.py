@@ -104,9 +104,7 @@ def _classifier():
 def _features(x, valid, seed=3):
     """Float features per timestep, 0 at padding (what ``Masking(0.0)`` masks)."""
     rng = np.random.default_rng(seed)
-    return np.where(valid[..., None], rng.normal(size=x.shape + (FEATURES,)), 0.0).astype(
-        "float32"
-    )
+    return np.where(valid[..., None], rng.normal(size=x.shape + (FEATURES,)), 0.0).astype("float32")
 
 
 def _token_loss(reduction="sum_over_batch_size"):

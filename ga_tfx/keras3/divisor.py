@@ -1,5 +1,5 @@
-"""The divisor of a Keras 3 loss (:func:`loss_divisor`, exported as ``ga_tfx.keras3.loss_divisor``):
-the number Keras' own reduction divided its weighted element
+"""The divisor of a Keras 3 loss (:func:`loss_divisor`, exported as
+``ga_tfx.keras3.loss_divisor``): the number Keras' own reduction divided its weighted element
 losses by, read as Keras computes it (TensorFlow and JAX backends).
 
 A micro-batch's weight in its window is that divisor ``D`` (the rule is backend-neutral:
@@ -198,8 +198,8 @@ def loss_divisor(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None)
 
     Raises:
       DivisorError: ``loss`` has ``reduction="sum"`` or ``"none"`` (Keras divides by
-        nothing), or Keras does not reduce its element losses (a ``call`` returning a scalar, or a ``Loss`` with its own
-        ``__call__``).
+        nothing), or Keras does not reduce its element losses (a ``call`` returning a
+        scalar, or a ``Loss`` with its own ``__call__``).
 
     Example::
 

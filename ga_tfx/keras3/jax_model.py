@@ -24,8 +24,8 @@ into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s
 from ga_tfx import _keras3_internals as internals
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.keras3.batchnorm import fold, window_layers
-from ga_tfx.keras3.jax_step import WindowOptimizer
 from ga_tfx.keras3.divisor import compiled_loss_terms
+from ga_tfx.keras3.jax_step import WindowOptimizer
 
 from typing import Any, Optional
 

@@ -25,9 +25,9 @@ model's ``train_step`` (:mod:`ga_tfx.keras3.jax_model`), which records the compi
 terms as the loss is traced (:mod:`ga_tfx.keras3.divisor`) and hands the optimizer a
 function of them, read when Keras calls ``stateless_apply`` (a traced scalar, or a Python
 number); a window the data's end leaves short is applied by :meth:`WindowOptimizer.end_window`
-(eagerly, on the synced variables). Being optimizer variables, the window's sums, sample count and micro-step
-count are saved with the optimizer (``model.save_weights``, ``ModelCheckpoint``) and a run
-restored from them resumes inside its window.
+(eagerly, on the synced variables). Being optimizer variables, the window's sums, divisor and
+micro-step count are saved with the optimizer (``model.save_weights``, ``ModelCheckpoint``)
+and a run restored from them resumes inside its window.
 """
 
 from ga_tfx import _keras3_internals as internals
