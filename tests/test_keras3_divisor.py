@@ -15,7 +15,6 @@ and class weights under the default reduction divide by the elements, rows times
 exact either way, kept to show the divisor leaves them so."""
 
 import ga_tfx.keras3 as ga3
-from ga_tfx.window.divisor import DivisorError
 
 import contextlib
 import warnings
@@ -295,7 +294,7 @@ def test_loss_divisor_without_a_mask_counts_the_elements():
 
 def test_loss_divisor_refuses_a_sum_in_one_line():
     loss = keras.losses.MeanSquaredError(reduction="sum")
-    with pytest.raises(DivisorError, match="reduction='sum'") as error:
+    with pytest.raises(ga3.DivisorError, match="reduction='sum'") as error:
         ga3.loss_divisor(loss, np.ones((4, 1)), np.zeros((4, 1)))
     assert "\n" not in str(error.value)
 
@@ -306,7 +305,7 @@ def test_loss_divisor_refuses_a_sum_in_one_line():
 def _refused_message(model, loss, x, y, **compile):
     model = ga3.wrap_model(model, K)
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, **compile)
-    with pytest.raises(DivisorError) as error:
+    with pytest.raises(ga3.DivisorError) as error:
         model.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
     message = str(error.value).strip().splitlines()
     assert message[0].startswith("ga_tfx:")

@@ -104,7 +104,7 @@ def __getattr__(name: str) -> Any:
 
         return loss_divisor
     if name == "DivisorError":
-        from ga_tfx.window.divisor import DivisorError
+        from ga_tfx.keras3.divisor import DivisorError
 
         return DivisorError
     if name in ("AccumBatchNormalization", "replace_batchnorm_layers"):

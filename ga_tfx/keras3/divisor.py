@@ -44,13 +44,49 @@ never the differentiating one, so the optimizer step after it may read it.
 """
 
 from ga_tfx import _keras3_internals as internals
-from ga_tfx.window.divisor import MEAN_REDUCTIONS, DivisorError, LossTerm, micro_batch_weight
 
 import contextlib
+import importlib
+import importlib.util
 import math
+import os
+import sys
 from typing import Any, Iterator, List, Optional, Tuple
 
 import keras
+
+
+def _rule_module() -> Any:
+    """:mod:`ga_tfx.window.divisor`, the backend-neutral rule, without TensorFlow on JAX.
+
+    The rule imports neither TensorFlow nor Keras, but its package's ``__init__``
+    (:mod:`ga_tfx.window`, the TensorFlow window core) imports TensorFlow, which a JAX user may
+    not have (``tests/test_keras3_jax.py``, ``test_the_jax_path_imports_no_tensorflow``). On
+    TensorFlow, or where the package is imported already, it is that module; otherwise the
+    rule's file is loaded alone, as ``ga_tfx.keras3._window_divisor`` (its ``DivisorError`` is
+    then the one ``ga_tfx.keras3.DivisorError`` names).
+    """
+    if keras.backend.backend() == "tensorflow" or "ga_tfx.window" in sys.modules:
+        return importlib.import_module("ga_tfx.window.divisor")
+    name = "ga_tfx.keras3._window_divisor"
+    if name in sys.modules:
+        return sys.modules[name]
+    import ga_tfx
+
+    path = os.path.join(os.path.dirname(ga_tfx.__file__), "window", "divisor.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_rule = _rule_module()
+MEAN_REDUCTIONS = _rule.MEAN_REDUCTIONS
+DivisorError = _rule.DivisorError
+LossTerm = _rule.LossTerm
+micro_batch_weight = _rule.micro_batch_weight
 
 
 class LossTerms:
