@@ -54,3 +54,60 @@ def called_by_fit(evaluate_kwargs: Any) -> bool:
     Keras 3's ``fit`` (TensorFlow and JAX trainers) passes the private keyword
     ``_use_cached_eval_dataset=True`` then, and a user's call does not."""
     return bool(evaluate_kwargs.get("_use_cached_eval_dataset", False))
+
+
+# The compiled loss and Keras 3's own reduction (ga_tfx.keras3.divisor reads a micro-batch's
+# divisor as Keras divides by it).
+
+
+def compile_loss(model: Any) -> Any:
+    """The model's compiled loss (``Trainer._compile_loss``: a ``CompileLoss``, or ``None``
+    before ``compile`` or without a ``loss``), which ``Trainer.compute_loss`` calls."""
+    return getattr(model, "_compile_loss", None)
+
+
+def flat_losses(compiled: Any) -> Any:
+    """A ``CompileLoss``'s terms, one ``CompileLoss.Loss(path, loss, loss_weights, name)`` per
+    output with a loss (``_flat_losses``, made by its ``build``; ``None`` before), in the order
+    ``CompileLoss.call`` computes and sums them."""
+    return compiled._flat_losses
+
+
+def set_flat_losses(compiled: Any, entries: Any) -> None:
+    """Sets a ``CompileLoss``'s ``_flat_losses`` (see :func:`flat_losses`)."""
+    compiled._flat_losses = entries
+
+
+def keras_mask(tensor: Any) -> Any:
+    """The Keras mask a tensor carries (``backend.get_keras_mask``), or ``None``: what
+    ``Loss.__call__`` reads of ``y_pred`` (``in_mask``) and of the element losses
+    (``out_mask``)."""
+    from keras.src import backend
+
+    return backend.get_keras_mask(tensor)
+
+
+def apply_mask(sample_weight: Any, mask: Any, dtype: Any, reduction: Any) -> Any:
+    """Keras 3's ``keras/src/losses/loss.py`` ``apply_mask``: the mask merged into the sample
+    weight (rescaled by total/valid for ``sum_over_batch_size`` and ``mean``, as it is for the
+    other reductions)."""
+    from keras.src.losses import loss
+
+    return loss.apply_mask(sample_weight, mask, dtype=dtype, reduction=reduction)
+
+
+def squeeze_or_expand_to_same_rank(x1: Any, x2: Any) -> Any:
+    """Keras 3's ``keras/src/losses/loss.py`` ``squeeze_or_expand_to_same_rank`` (as
+    ``reduce_weighted_values`` calls it on the element losses and the sample weight)."""
+    from keras.src.losses import loss
+
+    return loss.squeeze_or_expand_to_same_rank(x1, x2)
+
+
+def resolve_loss(identifier: Any, y_true: Any, y_pred: Any) -> Any:
+    """A ``keras.losses.Loss`` for ``identifier`` as ``compile`` resolves it
+    (``keras/src/trainers/compile_utils.py`` ``get_loss``: a name, a function wrapped in a
+    ``LossFunctionWrapper``, or the ``Loss`` itself)."""
+    from keras.src.trainers import compile_utils
+
+    return compile_utils.get_loss(identifier, y_true, y_pred)

@@ -99,6 +99,14 @@ def __getattr__(name: str) -> Any:
         from ga_tfx.keras3.tf_optimizer import GradientAccumulateOptimizer
 
         return GradientAccumulateOptimizer
+    if name == "loss_divisor":
+        from ga_tfx.keras3.divisor import loss_divisor
+
+        return loss_divisor
+    if name == "DivisorError":
+        from ga_tfx.keras3.divisor import DivisorError
+
+        return DivisorError
     if name in ("AccumBatchNormalization", "replace_batchnorm_layers"):
         from ga_tfx.keras3 import batchnorm
 
@@ -109,7 +117,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AccumBatchNormalization",
     "AccumulationConfig",
+    "DivisorError",
     "GradientAccumulateOptimizer",
+    "loss_divisor",
     "replace_batchnorm_layers",
     "wrap_model",
 ]

@@ -4,10 +4,14 @@ into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s
 - ``compile`` wraps the optimizer in a :class:`~ga_tfx.keras3.jax_step.WindowOptimizer`, and
   builds it when the model is built, so that ``load_weights`` after ``compile`` restores the
   window state (a run resumes inside its window).
-- ``train_step`` records the micro-batch's samples (the leading dimension of the traced batch's
-  first input, static under ``jax.jit``: the global batch's under ``DataParallel``, as Keras'
-  own loss tracker counts them) for the optimizer's next ``stateless_apply``, then runs the
-  model's own ``train_step`` (Keras 3's, or the user's override).
+- ``train_step`` records the micro-batch's weight for the optimizer's next ``stateless_apply``:
+  the divisor its compiled loss was divided by, read from the loss as Keras computes it
+  (:func:`~ga_tfx.keras3.divisor.compiled_loss_terms`; a traced scalar: the valid
+  elements of a masked loss, ``Σ sample_weight`` for ``mean_with_sample_weight``, the elements
+  otherwise), and its rows (the leading dimension of the traced batch's first input, static
+  under ``jax.jit``), then runs the model's own ``train_step`` (Keras 3's, or the user's
+  override) with the recording on. Under ``DataParallel`` the traced batch is the global one,
+  so the divisor is the global batch's, as the gradient Keras hands the optimizer is.
 - The data's end inside a window: Keras' JAX ``fit`` syncs the state back into the variables at
   each epoch's end (``jax_state_sync``), then runs validation, then the callbacks'
   ``on_epoch_end``. The short window is applied there, eagerly, as one update of its samples
@@ -20,6 +24,7 @@ into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s
 from ga_tfx import _keras3_internals as internals
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.keras3.batchnorm import fold, window_layers
+from ga_tfx.keras3.divisor import compiled_loss_terms
 from ga_tfx.keras3.jax_step import WindowOptimizer
 
 from typing import Any, Optional
@@ -76,8 +81,15 @@ class JaxAccumulationMixin:
     def train_step(self, state: Any, data: Any) -> Any:
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         first = next(t for t in keras.tree.flatten(x) if t is not None)
-        self.optimizer.micro_batch_samples = int(first.shape[0])
-        logs, state = super().train_step(state, data)  # type: ignore[misc]
+        rows = int(first.shape[0])
+        who = f"model {getattr(self, 'name', '')!r}"
+        with compiled_loss_terms(self) as terms:
+            # Read by stateless_apply, after the loss (inside jax.value_and_grad) is traced.
+            self.optimizer.micro_batch_weight = lambda: terms.weight(rows, who)
+            try:
+                logs, state = super().train_step(state, data)  # type: ignore[misc]
+            finally:
+                self.optimizer.micro_batch_weight = None
         return logs, self._batchnorm_window_end(state)
 
     def _batchnorm_window_end(self, state: Any) -> Any:

@@ -6,7 +6,10 @@ execution of one window per call (Keras 3's ``steps_per_execution`` is set to ``
 epoch iterator calls the train function once per window). Each micro-batch runs the model's
 own ``train_step`` (Keras 3's, or the user's override) in replica context, with
 ``self.optimizer`` standing for a sink whose ``apply_gradients`` adds the gradients to the core
-(:meth:`~ga_tfx.window.WindowCore.add`, weighted by the replica's samples); the window ends with
+(:meth:`~ga_tfx.window.WindowCore.add`, weighted by the divisor the replica's loss was divided
+by, which :func:`~ga_tfx.keras3.divisor.compiled_loss_terms` reads from the compiled loss
+as Keras computes it: the valid elements of a masked loss, ``Σ sample_weight`` for
+``mean_with_sample_weight``; its rows counted apart); the window ends with
 :meth:`~ga_tfx.window.WindowCore.finish` and the real optimizer: one update per window, in
 cross-replica context, under ``tf.distribute`` too. Keras 3 scales each replica's loss by
 ``1/R`` (``keras/src/losses/loss.py``, ``scale_loss_for_distribution``), which is the share the
@@ -26,6 +29,7 @@ from ga_tfx import _keras3_internals as internals
 from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
 from ga_tfx.keras3.batchnorm import window_layers
+from ga_tfx.keras3.divisor import LossTerms, compiled_loss_terms
 from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.runner import WindowRunner
 from ga_tfx.window.shims import is_loss_scale_optimizer
@@ -38,14 +42,20 @@ import keras
 
 class _GradientSink:
     """Stands for the model's optimizer while ``train_step`` is traced: ``apply_gradients``
-    adds the micro-batch's gradients to the window, with the loss ``scale_loss`` was given
-    (Keras 3's ``train_step`` passes it its loss: the window's mean loss in the core's
-    records); every other attribute is the optimizer's."""
+    adds the micro-batch's gradients to the window, weighted by the divisor of the loss terms
+    recorded so far (``terms``: the compiled loss's, computed before the gradient), its rows
+    counted apart, with the loss ``scale_loss`` was given (Keras 3's ``train_step`` passes it
+    its loss: the window's mean loss in the core's records); every other attribute is the
+    optimizer's."""
 
-    def __init__(self, optimizer: Any, core: WindowCore, weight: Any) -> None:
+    def __init__(
+        self, optimizer: Any, core: WindowCore, terms: LossTerms, rows: Any, who: str
+    ) -> None:
         self._optimizer = optimizer
         self._core = core
-        self._weight = weight
+        self._terms = terms
+        self._rows = rows
+        self._who = who
         self._loss: Any = None
         self.ops: List[Any] = []
 
@@ -79,7 +89,8 @@ class _GradientSink:
             # which unscales it, skips a non-finite window and lowers its scale once.
             scale = tf.convert_to_tensor(self._optimizer.dynamic_scale)
             grads = [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
-        self.ops.append(self._core.add(grads, self._weight, self._loss))
+        weight = self._terms.weight(self._rows, self._who)
+        self.ops.append(self._core.add(grads, weight, self._loss, rows=self._rows))
         return self.ops[-1]
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
@@ -99,7 +110,8 @@ def _optimizer_as(model: Any, stand_in: Any) -> Iterator[None]:
 
 
 def _samples(data: Any) -> Any:
-    """The micro-batch's samples on this replica (the first input's leading dimension)."""
+    """The micro-batch's samples (rows) on this replica (the first input's leading
+    dimension): counted in ``samples_seen``, and its weight when no loss term was recorded."""
     x = data[0] if isinstance(data, (tuple, list)) else data
     first = next(t for t in tf.nest.flatten(x) if t is not None)
     return tf.shape(first)[0]
@@ -134,10 +146,13 @@ class TFWindowTrainer:
         self.train_function = self.runner.trace(self._execution)
 
     def _micro_batch(self, data: Any) -> Any:
-        """Replica context: the model's ``train_step`` with the sink as its optimizer."""
-        sink = _GradientSink(self.model.optimizer, self.core, _samples(data))
-        with _optimizer_as(self.model, sink):
-            logs = self.model.train_step(data)
+        """Replica context: the model's ``train_step`` with the sink as its optimizer, its
+        compiled loss's terms recorded (the micro-batch's weight)."""
+        who = f"model {getattr(self.model, 'name', '')!r}"
+        with compiled_loss_terms(self.model) as terms:
+            sink = _GradientSink(self.model.optimizer, self.core, terms, _samples(data), who)
+            with _optimizer_as(self.model, sink):
+                logs = self.model.train_step(data)
         if not sink.ops:
             raise ValueError(
                 "ga_tfx.keras3: the model's train_step never called "

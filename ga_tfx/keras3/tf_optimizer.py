@@ -32,11 +32,15 @@ class GradientAccumulateOptimizer(tf.Module):
     Example::
 
         opt = GradientAccumulateOptimizer(keras.optimizers.SGD(0.1), accum_steps=4)
+        loss_fn = keras.losses.MeanSquaredError()
         for x, y in micro_batches:
             with tf.GradientTape() as tape:
-                loss = keras.ops.mean(keras.ops.square(model(x) - y))
+                y_pred = model(x, training=True)
+                loss = loss_fn(y, y_pred)
             grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
+            # The divisor Keras divided this loss by: its weight in the window.
+            count = ga_tfx.keras3.loss_divisor(loss_fn, y, y_pred)
+            opt.apply_gradients(zip(grads, model.trainable_variables), sample_count=count)
         opt.flush()  # a short last window, as a smaller batch
     """
 
@@ -79,8 +83,15 @@ class GradientAccumulateOptimizer(tf.Module):
         Args:
           grads_and_vars: ``(gradient, variable)`` pairs of one micro-batch, the same
             variables in the same order on every call (Keras variables).
-          sample_count: the micro-batch's samples (its weight in the window mean); default 1,
-            right when every micro-batch of a window has one size.
+          sample_count: the micro-batch's weight in the window mean: the divisor its loss was
+            normalised by (on this replica), so that the window gradient
+            ``Σ_i D_i g_i / Σ_i D_i`` is the gradient of the window's loss as one batch. For a
+            Keras loss, :func:`ga_tfx.keras3.loss_divisor` computes it as Keras divides (the
+            rows of a loss averaged over rows; the valid elements of a masked loss;
+            ``Σ sample_weight`` for ``mean_with_sample_weight``), as Hugging Face Transformers'
+            ``num_items_in_batch``; a loss that divides by hand passes its own divisor. Default
+            1, right when every micro-batch of a window has one divisor (one size, no mask).
+            It is also what ``samples_seen`` counts.
 
         Returns:
           A bool scalar tensor: whether this call applied an update.
