@@ -23,6 +23,7 @@ _PUBLIC = {
     "AccumulationConfig": "ga_tfx.config",
     "AccumulatingModel": "ga_tfx.models",
     "AdaptiveClipping": "ga_tfx.transforms",
+    "DivisorError": "ga_tfx.divisor_rule",
     "GradientAccumulateModel": "ga_tfx.models",
     "GradientAccumulateOptimizer": "ga_tfx.optimizer",
     "GradientAccumulator": "ga_tfx.window.accumulator",
@@ -49,7 +50,7 @@ _LEGACY_FLAG_BEFORE: Any = None
 _SET_LEGACY_FLAG = False
 
 # Public names that need no Keras (usable with ga_tfx.keras3 too).
-_KERAS_FREE = {"AccumulationConfig", "KerasVersionError"}
+_KERAS_FREE = {"AccumulationConfig", "DivisorError", "KerasVersionError"}
 _HAS_TF_KERAS = importlib.util.find_spec("tf_keras") is not None
 
 if not _HAS_TF_KERAS:

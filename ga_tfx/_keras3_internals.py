@@ -3,7 +3,8 @@ tier proves, requirements/lock-keras3.txt), as :mod:`ga_tfx._tf_keras_internals`
 tf-keras. Imports ``keras`` (3) only when a function is called.
 """
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 
 def keras_variable(optimizer: Any, variable: Any) -> Any:
@@ -111,3 +112,20 @@ def resolve_loss(identifier: Any, y_true: Any, y_pred: Any) -> Any:
     from keras.src.trainers import compile_utils
 
     return compile_utils.get_loss(identifier, y_true, y_pred)
+
+
+@contextlib.contextmanager
+def instance_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.<name>`` is ``value`` in the block, set in the instance dict (where it wins over
+    the class's method: ``Loss.__call__`` reads ``self.call``, ``CompileLoss.__call__`` its
+    ``build``), then what it was (the class's again when it had no instance value)."""
+    own = vars(owner)
+    had, previous = name in own, own.get(name)
+    own[name] = value
+    try:
+        yield
+    finally:
+        if had:
+            own[name] = previous
+        else:
+            own.pop(name, None)

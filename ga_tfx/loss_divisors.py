@@ -3,7 +3,7 @@
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
-from ga_tfx.window.divisor import LossTerm
+from ga_tfx.divisor_rule import LossTerm
 
 import contextlib
 from typing import Any, Iterator, List, Optional, Tuple
@@ -81,7 +81,7 @@ def call_recording(
       y_true, y_pred, sample_weight: as ``loss`` takes them.
 
     Returns:
-      ``(value, term)``: the loss's value and its :class:`~ga_tfx.window.divisor.LossTerm`,
+      ``(value, term)``: the loss's value and its :class:`~ga_tfx.divisor_rule.LossTerm`,
       or ``None`` for a loss whose reduction cannot be read (not a ``Loss``, or a ``Loss``
       with its own ``__call__``).
     """

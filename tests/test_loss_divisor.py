@@ -14,7 +14,7 @@ losses over Keras' value), the rest at the weight level.
 
 import ga_tfx
 from ga_tfx import keras, tf
-from ga_tfx.window.divisor import DivisorError
+from ga_tfx.divisor_rule import DivisorError
 
 import numpy as np
 import pytest

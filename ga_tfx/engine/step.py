@@ -16,9 +16,9 @@ Keras' ``make_train_function`` decides for ``train_step``.
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
+from ga_tfx.divisor_rule import micro_batch_weight
 from ga_tfx.loss_divisors import recording_compiled_loss
 from ga_tfx.window import batch_size, is_loss_scale_optimizer
-from ga_tfx.window.divisor import micro_batch_weight
 
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
@@ -36,7 +36,7 @@ class WindowStep(_ModelBase):
 
     def _accumulate_micro_batch(self, data: Any) -> Any:
         """Replica context: forward, loss, backward; adds ``D · g`` to the buffers, ``D`` the
-        divisor the compiled loss divided by (:func:`~ga_tfx.window.divisor.micro_batch_weight`).
+        divisor the compiled loss divided by (:func:`~ga_tfx.divisor_rule.micro_batch_weight`).
 
         With a model whose own ``train_step`` defines a batch (:meth:`_train_step_model`), that
         ``train_step`` runs on the micro-batch, its ``optimizer.apply_gradients`` (or

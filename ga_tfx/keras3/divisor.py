@@ -3,7 +3,7 @@
 losses by, read as Keras computes it (TensorFlow and JAX backends).
 
 A micro-batch's weight in its window is that divisor ``D`` (the rule is backend-neutral:
-:func:`ga_tfx.window.divisor.micro_batch_weight`), so that the window gradient
+:func:`ga_tfx.divisor_rule.micro_batch_weight`), so that the window gradient
 ``Σ_i D_i g_i / Σ_i D_i`` is the gradient of the window's loss taken as one batch: the sum of
 all its weighted element losses over its total divisor. What Keras 3.15 divides by
 (``keras/src/losses/loss.py``):
@@ -30,7 +30,7 @@ model's compiled loss (``keras/src/trainers/compile_utils.py`` ``CompileLoss.cal
 ``keras/src/trainers/trainer.py`` ``Trainer.compute_loss``) computes one such ``Loss`` per
 output with a loss, from its ``_flat_losses`` entries ``(path, loss, loss_weights, name)``,
 multiplies each by its ``loss_weights`` and sums them: each entry is one
-:class:`~ga_tfx.window.divisor.LossTerm`. Regularisation losses (``model.losses``) are not
+:class:`~ga_tfx.divisor_rule.LossTerm`. Regularisation losses (``model.losses``) are not
 terms: they do not depend on the micro-batch (the weights are fixed through a window), so any
 weighted mean of them over the window is themselves.
 
@@ -44,56 +44,20 @@ never the differentiating one, so the optimizer step after it may read it.
 """
 
 from ga_tfx import _keras3_internals as internals
+from ga_tfx.divisor_rule import MEAN_REDUCTIONS, DivisorError, LossTerm, micro_batch_weight
 
 import contextlib
-import importlib
-import importlib.util
 import math
-import os
-import sys
 from typing import Any, Iterator, List, Optional, Tuple
 
 import keras
-
-
-def _rule_module() -> Any:
-    """:mod:`ga_tfx.window.divisor`, the backend-neutral rule, without TensorFlow on JAX.
-
-    The rule imports neither TensorFlow nor Keras, but its package's ``__init__``
-    (:mod:`ga_tfx.window`, the TensorFlow window core) imports TensorFlow, which a JAX user may
-    not have (``tests/test_keras3_jax.py``, ``test_the_jax_path_imports_no_tensorflow``). On
-    TensorFlow, or where the package is imported already, it is that module; otherwise the
-    rule's file is loaded alone, as ``ga_tfx.keras3._window_divisor`` (its ``DivisorError`` is
-    then the one ``ga_tfx.keras3.DivisorError`` names).
-    """
-    if keras.backend.backend() == "tensorflow" or "ga_tfx.window" in sys.modules:
-        return importlib.import_module("ga_tfx.window.divisor")
-    name = "ga_tfx.keras3._window_divisor"
-    if name in sys.modules:
-        return sys.modules[name]
-    import ga_tfx
-
-    path = os.path.join(os.path.dirname(ga_tfx.__file__), "window", "divisor.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_rule = _rule_module()
-MEAN_REDUCTIONS = _rule.MEAN_REDUCTIONS
-DivisorError = _rule.DivisorError
-LossTerm = _rule.LossTerm
-micro_batch_weight = _rule.micro_batch_weight
 
 
 class LossTerms:
     """The loss terms recorded for one micro-batch (:func:`compiled_loss_terms`).
 
     Attributes:
-      terms: the :class:`~ga_tfx.window.divisor.LossTerm` of each compiled-loss entry computed,
+      terms: the :class:`~ga_tfx.divisor_rule.LossTerm` of each compiled-loss entry computed,
         in order.
       unknown: names of entries whose divisor could not be read (a ``Loss`` with its own
         ``__call__``, or a ``call`` that returns a scalar, which Keras does not divide).
@@ -105,7 +69,7 @@ class LossTerms:
 
     def weight(self, rows: Any, who: str) -> Any:
         """The micro-batch's weight ``D`` from the recorded terms
-        (:func:`~ga_tfx.window.divisor.micro_batch_weight`; with an unknown entry, as if none
+        (:func:`~ga_tfx.divisor_rule.micro_batch_weight`; with an unknown entry, as if none
         was recorded: its rows, with the rule's warning)."""
         return micro_batch_weight([] if self.unknown else self.terms, rows, who)
 
@@ -115,8 +79,6 @@ def _element_losses(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any) -> 
     its value and the element losses its ``call`` returned (``None`` when ``call`` did not run
     exactly once)."""
     seen: List[Any] = []
-    own = vars(loss)
-    had_own, previous = "call" in own, own.get("call")
     real = loss.call
 
     def recording(*args: Any, **kwargs: Any) -> Any:
@@ -124,14 +86,8 @@ def _element_losses(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any) -> 
         seen.append(values)
         return values
 
-    loss.call = recording
-    try:
+    with internals.instance_attribute(loss, "call", recording):
         value = loss(y_true, y_pred, sample_weight)
-    finally:
-        if had_own:
-            loss.call = previous
-        else:
-            del loss.call
     return value, (seen[0] if len(seen) == 1 else None)
 
 
@@ -319,23 +275,20 @@ def compiled_loss_terms(model: Any) -> Iterator[LossTerms]:
             [e._replace(loss=_RecordingLoss(e.loss, e.name, recorder)) for e in entries],
         )
 
-    stood_in_build = False
-    if internals.flat_losses(compiled) is not None:
-        stand_in()
-    else:
-        real_build = compiled.build
-
-        def build(*args: Any, **kwargs: Any) -> Any:
-            out = real_build(*args, **kwargs)
+    with contextlib.ExitStack() as stack:
+        if internals.flat_losses(compiled) is not None:
             stand_in()
-            return out
+        else:
+            real_build = compiled.build
 
-        compiled.build = build
-        stood_in_build = True
-    try:
-        yield recorder
-    finally:
-        if stood_in_build and "build" in vars(compiled):
-            del compiled.build
-        if originals:
-            internals.set_flat_losses(compiled, originals)
+            def build(*args: Any, **kwargs: Any) -> Any:
+                out = real_build(*args, **kwargs)
+                stand_in()
+                return out
+
+            stack.enter_context(internals.instance_attribute(compiled, "build", build))
+        try:
+            yield recorder
+        finally:
+            if originals:
+                internals.set_flat_losses(compiled, originals)

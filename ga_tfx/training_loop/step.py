@@ -8,9 +8,9 @@ calls the window is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
+from ga_tfx.divisor_rule import micro_batch_weight
 from ga_tfx.loss_divisors import call_recording
 from ga_tfx.window import batch_size
-from ga_tfx.window.divisor import micro_batch_weight
 
 import dataclasses
 from typing import Any, Callable, Union

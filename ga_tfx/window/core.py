@@ -142,7 +142,7 @@ class WindowCore(tf.Module):
             micro-batch's mean loss). Not loss-scaled.
           weight: the micro-batch's weight ``D`` in the window mean: the divisor its loss was
             normalised by on this replica (its rows for a loss averaged over rows; its valid
-            elements for a masked loss; see :func:`ga_tfx.window.divisor.micro_batch_weight`),
+            elements for a masked loss; see :func:`ga_tfx.divisor_rule.micro_batch_weight`),
             or any weight the front-end uses consistently on every replica (see
             :meth:`GradientAccumulator.window_mean`).
           loss: the scalar loss ``grads`` are the gradient of, or ``None``.

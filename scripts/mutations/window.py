@@ -206,14 +206,14 @@ MUTATIONS = [
     # issue 56: a micro-batch weighs by its loss's divisor, in the rule and in the core
     Mutation(
         "divisor.weighted_by_rows",
-        "ga_tfx/window/divisor.py",
+        "ga_tfx/divisor_rule.py",
         "        return terms[0].divisor",
         "        return rows",
         ("tests/test_loss_divisor.py", "-k", "masked_sequences or training_loop_with"),
     ),
     Mutation(
         "divisor.unequal_terms_by_rows",
-        "ga_tfx/window/divisor.py",
+        "ga_tfx/divisor_rule.py",
         "    if all(term.by_rows for term in terms):",
         "    if True:",
         ("tests/test_loss_divisor.py", "-k", "different_masks"),
