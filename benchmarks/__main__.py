@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from benchmarks import anchor, results
-from benchmarks.configs import CONFIGS, DEFAULT_CONFIGS
+from benchmarks.configs import CONFIGS, DEFAULT_CONFIGS, MAIN, MODELS
 from benchmarks.machine import ga_tfx_source, machine_facts
 from benchmarks.report import render
 from benchmarks.runner import measure_throughput
@@ -59,6 +59,14 @@ def parse_args(argv=None):
         help="subprocess workers (XLA probes, checks) run at a time, before the rounds",
     )
     parser.add_argument("--skip-checks", action="store_true", help="no correctness/BN phase")
+    parser.add_argument(
+        "--model",
+        choices=MODELS,
+        default="conv",
+        help="the network: conv (conv+BN on images, the default) or masked_seq (padded token "
+        "sequences, Embedding(mask_zero=True), GRU, per-token loss over the valid tokens; main "
+        "process configurations without XLA or AccumBatchNormalization, with --skip-checks)",
+    )
     args = parser.parse_args(argv)
     if args.samples % (args.micro_batch * args.accum_steps):
         parser.error(
@@ -69,6 +77,18 @@ def parse_args(argv=None):
     unknown = [name for name in args.config_names if name not in CONFIGS]
     if unknown or not args.config_names:
         parser.error(f"--configs {args.configs!r}: unknown {unknown}; allowed: {list(CONFIGS)}")
+    if args.model != "conv":
+        # The subprocess hosts, the XLA probes and the checks build the conv net.
+        other = [
+            name
+            for name in args.config_names
+            if CONFIGS[name].host != MAIN or CONFIGS[name].jit or CONFIGS[name].bn != "keras"
+        ]
+        if other or not args.skip_checks:
+            parser.error(
+                f"--model {args.model}: main-process configurations without XLA or "
+                f"AccumBatchNormalization only, with --skip-checks (not: {other})"
+            )
     return args
 
 

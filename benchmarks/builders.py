@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from benchmarks import frameworks
-from benchmarks.configs import BOUND_KINDS, LEARNING_RATE, MOMENTUM, Config, conv_net, loss_fn
+from benchmarks.configs import BOUND_KINDS, LEARNING_RATE, MOMENTUM, Config, loss_fn, model_net
 from benchmarks.memory import clocks, tensor_peak_mib, tensor_peak_start
 
 
@@ -89,7 +89,7 @@ class BoundSlot:
         self.tf = tf
         n_micro = len(x) // b
         xs = tf.reshape(x, (n_micro, b) + tuple(x.shape[1:]))
-        ys = tf.reshape(y, (n_micro, b))
+        ys = tf.reshape(y, (n_micro, b) + tuple(y.shape[1:]))
         variables = model.trainable_variables
         # feed: "bound" slices each micro-batch from the tensor; "bound_data" reads it from a
         # tf.data iterator (one element per micro-batch, prefetched), made inside the timed
@@ -156,7 +156,7 @@ class LoopSlot:
     replicas), ``run`` one more epoch per call; timed around the call (iterator set-up
     included). ``cfg.jit``: ``TrainingLoop(jit_compile=True)``."""
 
-    def __init__(self, keras, tf, cfg, b, k, x, y, first_layer=None):
+    def __init__(self, keras, tf, cfg, b, k, x, y, first_layer=None, model="conv"):
         import ga_tfx
 
         import contextlib
@@ -167,10 +167,10 @@ class LoopSlot:
             devices = [f"/cpu:{i}" for i in range(cfg.replicas)]
             strategy = tf.distribute.MirroredStrategy(devices)
         with strategy.scope() if strategy else contextlib.nullcontext():
-            model = conv_net(keras, first_layer=first_layer)
+            net = model_net(keras, model, first_layer=first_layer)
             optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
         self.loop = ga_tfx.TrainingLoop(
-            model,
+            net,
             optimizer,
             loss_fn=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
             dataset=tf.data.Dataset.from_tensor_slices((x, y)).batch(b),
@@ -189,7 +189,7 @@ def as_tensors(tf, x, y):
     """``(x, y)`` as tensors owned by TensorFlow's allocator (``tf.constant`` may alias numpy
     memory, or not, depending on its alignment), made once per process and shared by all its
     configurations: no epoch copies its data (``fit`` slices the tensors into batches)."""
-    return tf.add(tf.constant(x), 0.0), tf.add(tf.constant(y), 0)
+    return tf.add(tf.constant(x), tf.zeros([], x.dtype)), tf.add(tf.constant(y), 0)
 
 
 def set_logical_cpus(tf, count: int) -> None:
@@ -201,9 +201,9 @@ def set_logical_cpus(tf, count: int) -> None:
         )
 
 
-def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None):
+def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None, model="conv"):
     """The (uncompiled for the bound, else compiled) Keras model of ``cfg`` for epochs of ``n``
-    samples."""
+    samples; ``model``: the network (:data:`benchmarks.configs.MODELS`)."""
     keras, _ = frameworks.load(cfg.framework)
     bn_factory = None
     if cfg.bn == "ga_tfx":
@@ -217,7 +217,7 @@ def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None):
         bn_factory = lambda n: anchor.require("AccumBatchNormalization")(  # noqa: E731
             accum_steps=k, name=n
         )
-    base = conv_net(keras, bn_factory=bn_factory, first_layer=first_layer)
+    base = model_net(keras, model, bn_factory=bn_factory, first_layer=first_layer)
     if cfg.kind in BOUND_KINDS:
         return base
     optimizer_kwargs = {}
@@ -246,13 +246,14 @@ def build_model(cfg: Config, b: int, k: int, n: int, first_layer=None):
     return model
 
 
-def build(cfg: Config, b: int, k: int, x, y, first_layer=None):
+def build(cfg: Config, b: int, k: int, x, y, first_layer=None, model="conv"):
     """A slot training ``cfg`` on ``(x, y)`` (tensors, see :func:`as_tensors`; ``len(x)`` a
-    multiple of ``K·b``) at micro-batch ``b`` and ``K`` accumulation steps; not yet run."""
+    multiple of ``K·b``) at micro-batch ``b`` and ``K`` accumulation steps; not yet run.
+    ``model``: the network, ``"conv"`` (conv+BN) or ``"masked_seq"`` (a masked GRU tagger)."""
     keras, tf = frameworks.load(cfg.framework)
     if cfg.kind == "loop":
-        return LoopSlot(keras, tf, cfg, b, k, x, y, first_layer=first_layer)
-    model = build_model(cfg, b, k, len(x), first_layer=first_layer)
+        return LoopSlot(keras, tf, cfg, b, k, x, y, first_layer=first_layer, model=model)
+    model = build_model(cfg, b, k, len(x), first_layer=first_layer, model=model)
     if cfg.kind in BOUND_KINDS:
         return BoundSlot(tf, model, loss_fn(keras), x, y, b, cfg.jit, feed=cfg.kind)
     return FitSlot(keras, tf, model, x, y, cfg.batch_size(b, k))

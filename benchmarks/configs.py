@@ -18,6 +18,13 @@ MODEL_SEED = 1234
 INPUT_SHAPE = (32, 32, 3)
 CLASSES = 10
 CONV_CHANNELS = (16, 32, 32)
+# --model masked_seq: token sequences of SEQ_LEN padded with 0 (Embedding(mask_zero=True)), a
+# GRU and a per-token Dense(CLASSES); each micro-batch's loss divides by its valid tokens.
+MODELS = ("conv", "masked_seq")
+SEQ_LEN = 32
+VOCAB = 1000
+EMBED_DIM = 32
+GRU_UNITS = 64
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
 # Config.execution_windows: all the windows of an epoch in one call of the train function, as
@@ -320,9 +327,18 @@ PAIRS = (
 )
 
 
-def make_data(n: int, seed: int = DATA_SEED):
-    """``n`` synthetic samples: x float32 ``(n, 32, 32, 3)`` ~ N(0, 1), y int64 in [0, 10)."""
+def make_data(n: int, seed: int = DATA_SEED, model: str = "conv"):
+    """``n`` synthetic samples. ``"conv"``: x float32 ``(n, 32, 32, 3)`` ~ N(0, 1), y int64 in
+    [0, 10). ``"masked_seq"``: x int32 ``(n, SEQ_LEN)`` token ids in [1, VOCAB) for the first
+    ``length ~ U{1..SEQ_LEN}`` positions of each row, 0 (padding, masked) after; y int64
+    ``(n, SEQ_LEN)`` in [0, 10) per token."""
     rng = np.random.default_rng(seed)
+    if model == "masked_seq":
+        lengths = rng.integers(1, SEQ_LEN + 1, size=(n, 1))
+        tokens = rng.integers(1, VOCAB, size=(n, SEQ_LEN))
+        x = np.where(np.arange(SEQ_LEN) < lengths, tokens, 0).astype("int32")
+        y = rng.integers(0, CLASSES, size=(n, SEQ_LEN)).astype("int64")
+        return x, y
     x = rng.normal(size=(n,) + INPUT_SHAPE).astype("float32")
     y = rng.integers(0, CLASSES, size=n).astype("int64")
     return x, y
@@ -353,6 +369,30 @@ def conv_net(keras, bn=True, bn_factory=None, seed=MODEL_SEED, name="convnet", f
     h = keras.layers.GlobalAveragePooling2D(name="gap")(h)
     outputs = keras.layers.Dense(CLASSES, name="logits")(h)
     return keras.Model(inputs, outputs, name=name)
+
+
+def masked_seq_net(keras, seed=MODEL_SEED, name="masked_seq", first_layer=None):
+    """Embedding(VOCAB, EMBED_DIM, mask_zero=True), GRU(GRU_UNITS, return_sequences=True),
+    Dense(10) logits per token: the mask of the padding reaches the loss, which divides by the
+    valid tokens. ``first_layer`` is applied to the embeddings."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((SEQ_LEN,), dtype="int32", name="tokens")
+    h = keras.layers.Embedding(VOCAB, EMBED_DIM, mask_zero=True, name="embed")(inputs)
+    h = first_layer(h) if first_layer is not None else h
+    h = keras.layers.GRU(GRU_UNITS, return_sequences=True, name="gru")(h)
+    outputs = keras.layers.Dense(CLASSES, name="logits")(h)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def model_net(keras, model="conv", **kwargs):
+    """The benchmark's network ``model`` (one of :data:`MODELS`); ``kwargs`` go to
+    :func:`conv_net` (``bn_factory``, ``first_layer``) or :func:`masked_seq_net`
+    (``first_layer``)."""
+    if model == "masked_seq":
+        if kwargs.pop("bn_factory", None) is not None:
+            raise ValueError("masked_seq_net has no BatchNormalization to replace")
+        return masked_seq_net(keras, **kwargs)
+    return conv_net(keras, **kwargs)
 
 
 def loss_fn(keras):

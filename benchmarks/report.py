@@ -9,10 +9,14 @@ from benchmarks.configs import (
     CONFIGS,
     CONV_CHANNELS,
     DATA_SEED,
+    EMBED_DIM,
+    GRU_UNITS,
     HOST_LABEL,
     INPUT_SHAPE,
     LEARNING_RATE,
     MOMENTUM,
+    SEQ_LEN,
+    VOCAB,
 )
 from benchmarks.correctness import BN_MOMENTUM
 
@@ -135,15 +139,30 @@ def _setup(out, args, throughput):
         hosts.setdefault(CONFIGS[name].host, []).append(name)
     out("## Setup")
     out("")
+    if getattr(args, "model", "conv") == "masked_seq":
+        out(
+            f"- Model: Embedding({VOCAB}, {EMBED_DIM}, mask_zero=True), GRU({GRU_UNITS}, "
+            "return_sequences=True), Dense(10) logits per token; input token ids of length "
+            f"{SEQ_LEN}; SparseCategoricalCrossentropy(from_logits=True) per token (Keras "
+            "divides each batch's loss by its valid tokens: the divisor ga_tfx records per "
+            f"micro-batch); SGD(lr={LEARNING_RATE}, momentum={MOMENTUM}); no metrics."
+        )
+        data = (
+            f"{n} synthetic sequences (numpy seed {DATA_SEED}): lengths uniform in 1..{SEQ_LEN}, "
+            f"token ids in 1..{VOCAB - 1}, padded with 0 (masked) to {SEQ_LEN}; a label in "
+            "0..9 per token"
+        )
+    else:
+        out(
+            f"- Model: Conv2D({CONV_CHANNELS[0]})-BN-ReLU-MaxPool, Conv2D({CONV_CHANNELS[1]})-BN-"
+            f"ReLU-MaxPool, Conv2D({CONV_CHANNELS[2]})-BN-ReLU, GlobalAveragePooling, Dense(10) "
+            f"logits; input {INPUT_SHAPE[0]}x{INPUT_SHAPE[1]}x{INPUT_SHAPE[2]}; "
+            f"SparseCategoricalCrossentropy(from_logits=True); SGD(lr={LEARNING_RATE}, "
+            f"momentum={MOMENTUM}); no metrics."
+        )
+        data = f"{n} synthetic samples (numpy seed {DATA_SEED}), float32"
     out(
-        f"- Model: Conv2D({CONV_CHANNELS[0]})-BN-ReLU-MaxPool, Conv2D({CONV_CHANNELS[1]})-BN-"
-        f"ReLU-MaxPool, Conv2D({CONV_CHANNELS[2]})-BN-ReLU, GlobalAveragePooling, Dense(10) "
-        f"logits; input {INPUT_SHAPE[0]}x{INPUT_SHAPE[1]}x{INPUT_SHAPE[2]}; "
-        f"SparseCategoricalCrossentropy(from_logits=True); SGD(lr={LEARNING_RATE}, "
-        f"momentum={MOMENTUM}); no metrics."
-    )
-    out(
-        f"- Data: {n} synthetic samples (numpy seed {DATA_SEED}), float32; one epoch = "
+        f"- Data: {data}; one epoch = "
         f"`fit(x, y, batch_size=..., epochs=1, shuffle=False)` on tensors made once per "
         f"process. Micro-batch b = {b}, "
         f"accumulation steps K = {k}, K·b = {k * b}: an epoch is {n // b} micro-batches = "
@@ -622,9 +641,9 @@ def caveats(facts, probes):
         "CPU-seconds are not immune to sharing: two busy processes on 2 cores also contend for "
         "caches and memory bandwidth, and TensorFlow's thread pools spin briefly while waiting, "
         "which counts as CPU time. They are much steadier than wall time here, not exact.",
-        "Only this conv net, b and K were measured, on CPUs; relative costs differ on GPUs "
-        "(where the per-update optimizer and host round-trips weigh differently) and for "
-        "other model sizes.",
+        "Only this network (see Setup), b and K were measured, on CPUs; relative costs differ "
+        "on GPUs (where the per-update optimizer and host round-trips weigh differently) and "
+        "for other model sizes.",
     ]
     verdicts = {
         "honoured (XLA refused the probe's op)": True,

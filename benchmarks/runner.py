@@ -32,11 +32,14 @@ def build_slots(names, args):
     if not names:
         return slots, status
     _, tf = frameworks.load(CONFIGS[names[0]].framework)
-    x, y = builders.as_tensors(tf, *make_data(args.samples))
+    model = getattr(args, "model", "conv")  # benchmarks.server's hosts run the conv net
+    x, y = builders.as_tensors(tf, *make_data(args.samples, model=model))
     for name in names:
         try:
             start = time.perf_counter()
-            slot = builders.build(CONFIGS[name], args.micro_batch, args.accum_steps, x, y)
+            slot = builders.build(
+                CONFIGS[name], args.micro_batch, args.accum_steps, x, y, model=model
+            )
             timing = slot.run_epoch()
             slots[name] = slot
             status[name] = {

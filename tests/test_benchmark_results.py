@@ -15,7 +15,7 @@ from benchmarks.report import fmt_spread
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The reports `python -m benchmarks --output X.md --json X.json` wrote (their Markdown's command
 # says so).
-REPORTS = ["REPORT", "GOAL", "NOISE_SCALE"]
+REPORTS = ["REPORT", "GOAL", "NOISE_SCALE", "DIVISOR"]
 
 
 def _spread(median):
