@@ -35,8 +35,10 @@ def wrap_model(
 
     Args:
       model: a Keras 3 ``keras.Model`` (functional, Sequential or subclassed; its own
-        ``train_step`` is kept). Compile it after wrapping (``compile`` sets
-        ``steps_per_execution`` to ``K``).
+        ``train_step`` is kept). Compiled before, it is compiled again (the same optimizer,
+        loss and metrics) so that its ``compile`` is the wrapper's; compiling after wrapping
+        is the same. On TensorFlow ``compile`` sets ``steps_per_execution`` to ``K``; on JAX a
+        given ``steps_per_execution`` is kept (exact either way).
       accum_steps: ``K``, micro-batches per update (int >= 1); or give ``config``.
       config: a :class:`ga_tfx.AccumulationConfig` instead of keyword settings.
       **settings: the other :class:`ga_tfx.AccumulationConfig` settings.
@@ -72,6 +74,16 @@ def wrap_model(
     model.__class__ = type(f"Accumulating{cls.__name__}", (AccumulationMixin, cls), {})
     object.__setattr__(model, "ga_accumulation", resolved)
     object.__setattr__(model, "_ga_trainer", None)
+    return _compiled_again(model)
+
+
+def _compiled_again(model: Any) -> Any:
+    """A model compiled before ``wrap_model``: compiled again, with the same optimizer object,
+    loss, metrics and settings, through the wrapper's ``compile`` (which the model's first
+    ``compile`` did not go through)."""
+    config = getattr(model, "_compile_config", None)
+    if getattr(model, "compiled", False) and config is not None:
+        model.compile(**config.config)
     return model
 
 
@@ -81,6 +93,9 @@ def _wrap_for_jax(model: Any, config: AccumulationConfig) -> Any:
     the core's, on TensorFlow)."""
     from ga_tfx.keras3.jax_model import JaxAccumulationMixin
 
+    if isinstance(model, JaxAccumulationMixin):
+        name = getattr(model, "name", "")
+        raise ValueError(f"model {name!r} is already wrapped; wrap the plain model")
     default = AccumulationConfig(accum_steps=config.accum_steps)
     changed = [name for name in config.to_dict() if getattr(config, name) != getattr(default, name)]
     if changed:
@@ -91,7 +106,7 @@ def _wrap_for_jax(model: Any, config: AccumulationConfig) -> Any:
     cls = type(model)
     model.__class__ = type(f"Accumulating{cls.__name__}", (JaxAccumulationMixin, cls), {})
     object.__setattr__(model, "ga_accumulation", config)
-    return model
+    return _compiled_again(model)
 
 
 def __getattr__(name: str) -> Any:

@@ -99,6 +99,19 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
     def call(self, inputs: Any, training: Optional[bool] = None, mask: Any = None) -> Any:
         if not (training and self.trainable):
             return super().call(inputs, training=training, mask=mask)
+        if not getattr(self, "_ga_windowed", False):
+            # Nothing would ever fold the window's sums: the moving statistics would stay at
+            # their initial values, silently.
+            error = ValueError(
+                f"AccumBatchNormalization {self.name!r} trained outside a model wrapped by "
+                "ga_tfx.keras3.wrap_model, where its moving statistics would never move "
+                "(allowed: fit of ga_tfx.keras3.wrap_model(model, K); for training without "
+                "wrap_model, keras.layers.BatchNormalization)"
+            )
+            # Raised as it is: Keras' layer call would add its arguments after it, and this
+            # line would no longer be the last the user sees.
+            error._keras_call_info_injected = True  # type: ignore[attr-defined]
+            raise error
         ops = keras.ops
         x = ops.cast(inputs, "float32")
         mean, variance = internals.bn_moments(self, x, mask)
@@ -160,18 +173,45 @@ def window_layers(model: Any) -> list:
     return [layer for layer in internals.flatten_layers(model) if hasattr(layer, "ga_window_end")]
 
 
+def mark_windowed(layers: List[Any]) -> None:
+    """Marks ``layers`` (:func:`window_layers`) as trained by a front-end that ends their
+    windows; an :class:`AccumBatchNormalization` refuses to train unmarked."""
+    for layer in layers:
+        object.__setattr__(layer, "_ga_windowed", True)
+
+
 def replace_batchnorm_layers(model: Any) -> Any:
-    """A copy of ``model`` (functional or Sequential) with every ``BatchNormalization`` an
-    :class:`AccumBatchNormalization` of the same configuration, its weights (gamma, beta and
-    the moving statistics) carried over, every other layer's weights too."""
+    """A copy of ``model`` (functional or Sequential, nested functional or Sequential models
+    included) with every ``BatchNormalization`` an :class:`AccumBatchNormalization` of the same
+    configuration, its weights (gamma, beta and the moving statistics) carried over, every other
+    layer's weights too. A subclassed model (or one nested inside) is refused: build it with
+    :class:`AccumBatchNormalization` in place of ``BatchNormalization``."""
+
+    def is_plain_bn(layer: Any) -> bool:
+        return type(layer) is keras.layers.BatchNormalization
 
     def clone(layer: Any) -> Any:
         config = layer.get_config()
-        if type(layer) is keras.layers.BatchNormalization:
+        if is_plain_bn(layer):
             return AccumBatchNormalization(**config)
         return layer.__class__.from_config(config)
 
-    copy = keras.models.clone_model(model, clone_function=clone)
+    def refuse(what: Any) -> Any:
+        return ValueError(
+            f"ga_tfx.keras3.replace_batchnorm_layers: {what} (allowed: a functional or "
+            "Sequential model, nested ones included; for a subclassed model, build it with "
+            "ga_tfx.keras3.AccumBatchNormalization in place of keras.layers.BatchNormalization)"
+        )
+
+    if not _is_graph_model(model):
+        raise refuse(f"{type(model).__name__} {getattr(model, 'name', '')!r} is subclassed")
+    for layer in internals.flatten_layers(model):
+        if isinstance(layer, keras.Model) and not _is_graph_model(layer):
+            raise refuse(f"nested model {layer.name!r} ({type(layer).__name__}) is subclassed")
+    copy = keras.models.clone_model(model, clone_function=clone, recursive=True)
+    left = [layer.name for layer in internals.flatten_layers(copy) if is_plain_bn(layer)]
+    if left:
+        raise refuse(f"BatchNormalization {left} could not be replaced")
     if not _on_jax():
         copy.set_weights(model.get_weights())
         return copy
@@ -180,5 +220,12 @@ def replace_batchnorm_layers(model: Any) -> Any:
     for old, new in zip(internals.flatten_layers(model), internals.flatten_layers(copy)):
         if not internals.flatten_layers(old):  # leaves only: a container's weights are theirs
             for source, target in zip(old.weights, new.weights):
-                target.assign(source)
+                target.assign(keras.ops.convert_to_numpy(source))  # a copy: not a shared buffer
     return copy
+
+
+def _is_graph_model(model: Any) -> bool:
+    """Functional or Sequential (what ``keras.models.clone_model`` rebuilds layer by layer)."""
+    from keras.src.models.functional import Functional
+
+    return isinstance(model, (keras.Sequential, Functional))

@@ -23,7 +23,8 @@ into a model's class there (the window itself is :mod:`ga_tfx.keras3.jax_step`'s
 
 from ga_tfx import _keras3_internals as internals
 from ga_tfx.config import AccumulationConfig
-from ga_tfx.keras3.batchnorm import fold, window_layers
+from ga_tfx.keras3.batchnorm import fold, mark_windowed, window_layers
+from ga_tfx.keras3.compile_checks import check_optimizer
 from ga_tfx.keras3.divisor import compiled_loss_terms
 from ga_tfx.keras3.jax_step import WindowOptimizer
 
@@ -52,18 +53,15 @@ class JaxAccumulationMixin:
     non_trainable_variables: Any
     dtype_policy: Any
 
-    def compile(self, *args: Any, optimizer: Any = "rmsprop", **kwargs: Any) -> None:
-        inner = keras.optimizers.get(optimizer)
+    def compile(self, optimizer: Any = "rmsprop", *args: Any, **kwargs: Any) -> None:
+        # steps_per_execution is kept as given: the window is optimizer state threaded from one
+        # train step to the next, so any number of micro-batches per call is exact.
+        inner = check_optimizer(optimizer, self.ga_accumulation.accum_steps)
         if isinstance(inner, keras.optimizers.LossScaleOptimizer):
             raise ValueError(
                 "ga_tfx.keras3 on the JAX backend: a LossScaleOptimizer is not supported "
                 "(allowed: a Keras 3 optimizer without loss scaling; mixed_float16 runs on the "
                 "TensorFlow backend)"
-            )
-        if inner.gradient_accumulation_steps:
-            raise ValueError(
-                f"ga_tfx.keras3: gradient_accumulation_steps={inner.gradient_accumulation_steps}"
-                " on the optimizer would accumulate twice (allowed: None; give K to wrap_model)"
             )
         wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
         super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
@@ -83,6 +81,7 @@ class JaxAccumulationMixin:
         first = next(t for t in keras.tree.flatten(x) if t is not None)
         rows = int(first.shape[0])
         who = f"model {getattr(self, 'name', '')!r}"
+        mark_windowed(window_layers(self))
         with compiled_loss_terms(self) as terms:
             # Read by stateless_apply, after the loss (inside jax.value_and_grad) is traced.
             self.optimizer.micro_batch_weight = lambda: terms.weight(rows, who)

@@ -28,7 +28,8 @@ would have.
 from ga_tfx import _keras3_internals as internals
 from ga_tfx._tf_internals import tf
 from ga_tfx.config import AccumulationConfig
-from ga_tfx.keras3.batchnorm import window_layers
+from ga_tfx.keras3.batchnorm import mark_windowed, window_layers
+from ga_tfx.keras3.compile_checks import check_optimizer
 from ga_tfx.keras3.divisor import LossTerms, compiled_loss_terms
 from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.runner import WindowRunner
@@ -131,7 +132,9 @@ class TFWindowTrainer:
         strategy = model.distribute_strategy
         with strategy.scope():
             variables = [v.value for v in model.trainable_variables]
-            self.core = WindowCore(variables, config, window_layers=window_layers(model))
+            layers = window_layers(model)
+            mark_windowed(layers)
+            self.core = WindowCore(variables, config, window_layers=layers)
             # Built here, host side, not inside the window end's first trace.
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
@@ -228,9 +231,11 @@ class AccumulationMixin:
             raise ValueError("ga_tfx.keras3: the window core exists from the first fit on")
         return self._ga_trainer.core
 
-    def compile(self, *args: Any, **kwargs: Any) -> None:
+    def compile(self, optimizer: Any = "rmsprop", *args: Any, **kwargs: Any) -> None:
+        optimizer = check_optimizer(optimizer, self.ga_accumulation.accum_steps)
+        # One window per call of the train function (a value given is replaced).
         kwargs["steps_per_execution"] = self.ga_accumulation.accum_steps
-        super().compile(*args, **kwargs)  # type: ignore[misc]
+        super().compile(optimizer, *args, **kwargs)  # type: ignore[misc]
         object.__setattr__(self, "_ga_trainer", None)
 
     def make_train_function(self, force: bool = False) -> Any:

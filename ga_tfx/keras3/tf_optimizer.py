@@ -55,10 +55,27 @@ class GradientAccumulateOptimizer(tf.Module):
         super().__init__(name="ga_keras3_optimizer")
         where = "ga_tfx.keras3.GradientAccumulateOptimizer"
         self.accumulation = resolve(where, config, dict(settings, accum_steps=accum_steps))
+        steps = getattr(optimizer, "gradient_accumulation_steps", None)
+        if steps:
+            raise ValueError(
+                f"{where}: gradient_accumulation_steps={steps} on the optimizer would accumulate "
+                f"twice (allowed: None; give K here, accum_steps={self.accumulation.accum_steps})"
+            )
         self.optimizer = optimizer
         # Held untracked: the checkpoint dependency is the core under CHECKPOINT_KEY only.
         self._core_holder = Untracked(None)
         self._strategy: Any = None
+
+    def __repr__(self) -> str:
+        # Keras' compile names it in its one-line refusal ("Could not interpret optimizer
+        # identifier: ..."): this says what compile takes instead.
+        inner = type(self.optimizer).__name__
+        k = self.accumulation.accum_steps
+        return (
+            f"GradientAccumulateOptimizer({inner}, accum_steps={k}), a custom-loop wrapper, not "
+            f"a Keras optimizer; for compile/fit: ga_tfx.keras3.wrap_model(model, {k}), then "
+            f"compile(optimizer={inner}(...))"
+        )
 
     @property
     def window_core(self) -> Optional[WindowCore]:
