@@ -129,3 +129,20 @@ def instance_attribute(owner: Any, name: str, value: Any) -> Iterator[None]:
             own[name] = previous
         else:
             own.pop(name, None)
+
+
+def is_graph_model(model: Any) -> bool:
+    """Functional or Sequential: what ``keras.models.clone_model`` rebuilds layer by layer
+    (Keras' ``Functional`` class is private: ``keras/src/models/functional.py``)."""
+    import keras
+    from keras.src.models.functional import Functional
+
+    return isinstance(model, (keras.Sequential, Functional))
+
+
+def raised_as_is(error: BaseException) -> BaseException:
+    """``error``, marked so that Keras' layer call does not append its arguments to it (its
+    ``_keras_call_info_injected``, ``keras/src/utils/traceback_utils.py``): its own line stays
+    the last the user sees."""
+    error._keras_call_info_injected = True  # type: ignore[attr-defined]
+    return error

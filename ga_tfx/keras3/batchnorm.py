@@ -108,10 +108,7 @@ class AccumBatchNormalization(keras.layers.BatchNormalization):
                 "(allowed: fit of ga_tfx.keras3.wrap_model(model, K); for training without "
                 "wrap_model, keras.layers.BatchNormalization)"
             )
-            # Raised as it is: Keras' layer call would add its arguments after it, and this
-            # line would no longer be the last the user sees.
-            error._keras_call_info_injected = True  # type: ignore[attr-defined]
-            raise error
+            raise internals.raised_as_is(error)
         ops = keras.ops
         x = ops.cast(inputs, "float32")
         mean, variance = internals.bn_moments(self, x, mask)
@@ -203,10 +200,10 @@ def replace_batchnorm_layers(model: Any) -> Any:
             "ga_tfx.keras3.AccumBatchNormalization in place of keras.layers.BatchNormalization)"
         )
 
-    if not _is_graph_model(model):
+    if not internals.is_graph_model(model):
         raise refuse(f"{type(model).__name__} {getattr(model, 'name', '')!r} is subclassed")
     for layer in internals.flatten_layers(model):
-        if isinstance(layer, keras.Model) and not _is_graph_model(layer):
+        if isinstance(layer, keras.Model) and not internals.is_graph_model(layer):
             raise refuse(f"nested model {layer.name!r} ({type(layer).__name__}) is subclassed")
     copy = keras.models.clone_model(model, clone_function=clone, recursive=True)
     left = [layer.name for layer in internals.flatten_layers(copy) if is_plain_bn(layer)]
@@ -222,10 +219,3 @@ def replace_batchnorm_layers(model: Any) -> Any:
             for source, target in zip(old.weights, new.weights):
                 target.assign(keras.ops.convert_to_numpy(source))  # a copy: not a shared buffer
     return copy
-
-
-def _is_graph_model(model: Any) -> bool:
-    """Functional or Sequential (what ``keras.models.clone_model`` rebuilds layer by layer)."""
-    from keras.src.models.functional import Functional
-
-    return isinstance(model, (keras.Sequential, Functional))
