@@ -18,7 +18,7 @@
 The fast tests check the pre-run checks, the training length rule and the pipeline's shape.
 """
 
-from ga_tfx.pipelines.options import LABEL_SHUFFLE_BUFFER, MIN_TRAIN_WINDOWS, TrainingOptions
+from ga_tfx.pipelines.options import TrainingOptions
 from ga_tfx.pipelines.tabular import generic
 
 import csv
@@ -34,6 +34,15 @@ import pytest
 from tests import messy_taxi
 
 pytestmark = [pytest.mark.tfx]
+
+# The expectations, from the manual, not from the code under test (pipelines/run_length.py,
+# pipelines/options.py, benchmarks/tabular_baselines.py): a --label run trains "at least 1000
+# windows" (docs/pipelines.md, --train-windows), its shuffle holds "up to 1,000,000" training
+# rows (docs/pipelines.md: one shuffle over the whole split), and it stays "within 1.2x of
+# scikit-learn's HistGradientBoosting" (this module's docstring).
+MIN_TRAIN_WINDOWS = 1000
+LABEL_SHUFFLE_BUFFER = 1_000_000
+MAX_GBT_RATIO = 1.2
 
 
 def _breast_cancer_csv(directory):
@@ -335,7 +344,7 @@ def _within_the_gbt(out, label, task, ours):
     train, evaluation = tb.read_split(str(out), "train"), tb.read_split(str(out), "eval")
     gbt = tb.gbt(train, evaluation, case)
     print(f"messy taxi {label}: ours {ours:.4g}, GBT best {gbt['error']:.4g}")
-    assert ours <= tb.MAX_RATIO * gbt["error"]
+    assert ours <= MAX_GBT_RATIO * gbt["error"]
     return gbt, evaluation, train
 
 

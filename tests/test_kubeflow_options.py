@@ -52,9 +52,14 @@ def test_a_bad_resource_is_refused_naming_it(text, named):
     assert named in str(error.value)
 
 
+# Beam's in-process runner, written out here (not read from beam.IN_PROCESS_RUNNER): not
+# DirectRunner, which would try Prism first (a download).
+IN_PROCESS_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+
+
 def test_every_beam_step_names_its_runner_and_needs_no_package():
     direct = beam_args("DirectRunner", "reg/img:1", "gs://b/root")
-    assert direct[0] == beam.IN_PROCESS_RUNNER  # not DirectRunner: it would try Prism first
+    assert direct[0] == IN_PROCESS_RUNNER
     assert "--sdk_container_image=reg/img:1" in direct  # TFX builds no sdist of itself
     dataflow = beam_args(
         "DataflowRunner", "reg/img:1", "gs://b/root", ["--project=p", "--region=europe-west4"]
@@ -71,12 +76,18 @@ def test_every_beam_step_names_its_runner_and_needs_no_package():
 
 
 def test_local_runs_name_the_in_process_runner_and_need_no_package():
-    assert beam.in_process_args(1) == [
-        beam.IN_PROCESS_RUNNER,
+    from tfx.utils import dependency_utils
+
+    args = beam.in_process_args(1)
+    assert args == [
+        IN_PROCESS_RUNNER,
         "--direct_running_mode=in_memory",
         "--direct_num_workers=1",
         beam.NO_PACKAGE_FLAG,
     ]
+    # What the flag is for, by TFX's own rule rather than the code under test: a Beam dependency
+    # flag is set, so TFX adds (and builds) no package of itself.
+    assert dependency_utils.make_beam_dependency_flags(args) == args
     assert beam.in_process_args(0)[1] == "--direct_running_mode=multi_processing"
 
 

@@ -172,7 +172,7 @@ def test_compiled_job_has_every_step_the_trainer_and_its_settings(tuned_job, tmp
     for step in expected:
         container = executors[spec.components[step].executor_label]["container"]
         assert container["image"] == IMAGE, step
-        assert list(container["command"]) == kubeflow.CONTAINER_COMMAND, step
+        assert list(container["command"]) == ["python", "-m", "ga_tfx.pipelines.kubeflow"], step
     trainer_container = executors[spec.components[TRAINER].executor_label]["container"]
     args = list(trainer_container["args"])
     assert (

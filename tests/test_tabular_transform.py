@@ -22,7 +22,12 @@ import pytest
 pytestmark = [pytest.mark.tfx]
 
 ROWS = 400
-Q = generic.QUANTILE_BUCKETS
+# The encoding's parameters as docs/pipelines.md states them, not read from the code under test
+# (generic.QUANTILE_BUCKETS, TOP_K, CLIP): "its 20 training quantiles", "the 50 most frequent
+# values, one bucket for the rest", "clipped to [-5, 5]".
+Q = 20
+TOP_K = 50
+CLIP = 5.0
 # |encoding sum / Q - empirical CDF|: the sketch's rank error (epsilon = 1 / (4 Q)), the linear
 # interpolation inside one bucket (up to 1 / Q), one row.
 CDF_TOLERANCE = 1 / (4 * Q) + 1 / Q + 1 / ROWS
@@ -83,7 +88,7 @@ def test_each_number_column_is_encoded_with_its_own_training_statistics(tmp_path
     features = _transform(rows, str(tmp_path))
     # Columns in name order: a, b (numbers), c (number with empty cells: + the flag), d
     # (number), town (one-hot over TOP_K + 1).
-    widths = {"a": 1 + Q, "b": 1 + Q, "c": 2 + Q, "d": 1 + Q, "town": generic.TOP_K + 1}
+    widths = {"a": 1 + Q, "b": 1 + Q, "c": 2 + Q, "d": 1 + Q, "town": TOP_K + 1}
     assert features.shape == (ROWS, sum(widths.values()))
     start = 0
     for name in ("a", "b", "c", "d"):
@@ -96,7 +101,7 @@ def test_each_number_column_is_encoded_with_its_own_training_statistics(tmp_path
             assert (scaled[c_missing] == 0.0).all()  # the training median, scaled
         scaled = scaled[present]
         if name == "d":  # median 0, no spread between the quartiles: x / std (biased)
-            expected = np.clip(values / values.std(), -generic.CLIP, generic.CLIP)
+            expected = np.clip(values / values.std(), -CLIP, CLIP)
             np.testing.assert_allclose(scaled, expected, rtol=1e-5, atol=1e-6)
         order = np.argsort(values, kind="stable")
         assert (np.diff(scaled[order]) >= 0).all(), name

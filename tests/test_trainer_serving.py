@@ -72,10 +72,10 @@ def test_serving_default_returns_outputs_and_needs_no_raw_label(tmp_path):
         tmp_path, "run", accum_steps=2, micro_batch_size=8, num_steps=2, raw_label_key=None
     )
     serving = tf.saved_model.load(fn_args.serving_model_dir).signatures["serving_default"]
-    assert set(serving.structured_outputs) == {export.SERVING_OUTPUT_KEY}
+    assert set(serving.structured_outputs) == {"outputs"}
     examples = _raw_examples(8)
     answer = serving(examples=_without(examples, "tips"))
-    _answers_like(live, answer[export.SERVING_OUTPUT_KEY], examples)
+    _answers_like(live, answer["outputs"], examples)
 
 
 @pytest.mark.slow  # a Trainer run and export; the default signature stays fast
