@@ -146,3 +146,11 @@ def raised_as_is(error: BaseException) -> BaseException:
     the last the user sees."""
     error._keras_call_info_injected = True  # type: ignore[attr-defined]
     return error
+
+
+def compile_arguments(model: Any) -> Any:
+    """The keyword arguments ``model`` was last compiled with (Keras' ``_compile_config``,
+    ``keras/src/trainers/trainer.py`` ``compile``: the optimizer object, loss, metrics and
+    settings as given), or ``None`` for a model never compiled."""
+    config = getattr(model, "_compile_config", None)
+    return None if config is None else config.config

@@ -11,6 +11,7 @@ Imported after TensorFlow in a process that already selected Keras 2, it works t
 """
 
 import ga_tfx
+from ga_tfx import _keras3_internals as internals
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 
 import sys
@@ -81,9 +82,9 @@ def _compiled_again(model: Any) -> Any:
     """A model compiled before ``wrap_model``: compiled again, with the same optimizer object,
     loss, metrics and settings, through the wrapper's ``compile`` (which the model's first
     ``compile`` did not go through)."""
-    config = getattr(model, "_compile_config", None)
-    if getattr(model, "compiled", False) and config is not None:
-        model.compile(**config.config)
+    arguments = internals.compile_arguments(model)
+    if getattr(model, "compiled", False) and arguments is not None:
+        model.compile(**arguments)
     return model
 
 
