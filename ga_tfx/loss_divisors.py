@@ -3,9 +3,10 @@
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
-from ga_tfx.divisor_rule import LossTerm
+from ga_tfx.divisor_rule import LossTerm, micro_batch_weight
 
 import contextlib
+import dataclasses
 from typing import Any, Iterator, List, Optional, Tuple
 
 
@@ -36,8 +37,9 @@ def loss_divisor(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None)
       ``loss(...) / num_replicas_in_sync`` (Keras' per-replica loss).
 
     Raises:
-      ValueError: ``loss`` is not a Keras 2 ``Loss``, computes its own reduction (overrides
-        ``__call__``), or reduces by ``"sum"`` or ``"none"``.
+      ValueError: ``loss`` is not a Keras 2 ``Loss`` or computes its own reduction (overrides
+        ``__call__``); :class:`~ga_tfx.DivisorError` (a ``ValueError``): it reduces by
+        ``"sum"``.
 
     Example::
 
@@ -56,13 +58,15 @@ def loss_divisor(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any = None)
             "read (a keras.losses.Loss that does not override __call__); pass your loss's own "
             "divisor as sample_count"
         )
-    if term.reduction not in ("sum_over_batch_size", "auto", "none"):
-        raise ValueError(
-            f"ga_tfx.loss_divisor: loss {term.name!r} has reduction={term.reduction!r}, which "
-            "divides by nothing; allowed: 'sum_over_batch_size' (Keras' default), 'auto' or "
-            "'none' (the divisor of its mean)"
-        )
-    return term.divisor
+    return micro_batch_weight([as_mean(term)], None, who="ga_tfx.loss_divisor")
+
+
+def as_mean(term: LossTerm) -> LossTerm:
+    """``term``, a loss of ``reduction="none"`` (as ``tf.distribute`` custom loops need it)
+    read as the mean Keras' default reduction would take: the same divisor."""
+    if term.reduction == "none":
+        return dataclasses.replace(term, reduction="sum_over_batch_size")
+    return term
 
 
 @tf.autograph.experimental.do_not_convert

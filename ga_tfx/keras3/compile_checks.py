@@ -27,11 +27,28 @@ def check_optimizer(optimizer: Any, accum_steps: int) -> Any:
             f"wrap_model already accumulates {accum_steps} micro-batches per update)"
         )
     resolved = keras.optimizers.get(optimizer)
-    for candidate in (resolved, getattr(resolved, "inner_optimizer", None)):
+    check_no_own_accumulation(
+        resolved, "ga_tfx.keras3", f"give K to wrap_model, here {accum_steps}"
+    )
+    return resolved
+
+
+def check_no_own_accumulation(optimizer: Any, where: str, instead: str) -> None:
+    """Refuses in one line an optimizer (or the one a ``LossScaleOptimizer`` wraps) made with
+    Keras' ``gradient_accumulation_steps``: under ga_tfx the window would be accumulated twice.
+
+    Args:
+      optimizer: a Keras 3 optimizer.
+      where: who refuses (the message's first words).
+      instead: where K is given instead (the message's last words).
+
+    Raises:
+      ValueError: naming the value and what is allowed.
+    """
+    for candidate in (optimizer, getattr(optimizer, "inner_optimizer", None)):
         steps = getattr(candidate, "gradient_accumulation_steps", None)
         if steps:
             raise ValueError(
-                f"ga_tfx.keras3: gradient_accumulation_steps={steps} on the optimizer would "
-                f"accumulate twice (allowed: None; give K to wrap_model, here {accum_steps})"
+                f"{where}: gradient_accumulation_steps={steps} on the optimizer would "
+                f"accumulate twice (allowed: None; {instead})"
             )
-    return resolved

@@ -15,6 +15,7 @@ layout of the Keras 2 wrapper), so a run killed inside a window resumes it.
 from ga_tfx._state import Untracked
 from ga_tfx._tf_internals import tf
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
+from ga_tfx.keras3.compile_checks import check_no_own_accumulation
 from ga_tfx.window import CHECKPOINT_KEY, WindowCore, clock
 
 from typing import Any, Iterable, Optional, Tuple
@@ -55,12 +56,9 @@ class GradientAccumulateOptimizer(tf.Module):
         super().__init__(name="ga_keras3_optimizer")
         where = "ga_tfx.keras3.GradientAccumulateOptimizer"
         self.accumulation = resolve(where, config, dict(settings, accum_steps=accum_steps))
-        steps = getattr(optimizer, "gradient_accumulation_steps", None)
-        if steps:
-            raise ValueError(
-                f"{where}: gradient_accumulation_steps={steps} on the optimizer would accumulate "
-                f"twice (allowed: None; give K here, accum_steps={self.accumulation.accum_steps})"
-            )
+        check_no_own_accumulation(
+            optimizer, where, f"give K here, accum_steps={self.accumulation.accum_steps}"
+        )
         self.optimizer = optimizer
         # Held untracked: the checkpoint dependency is the core under CHECKPOINT_KEY only.
         self._core_holder = Untracked(None)

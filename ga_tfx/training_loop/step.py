@@ -9,10 +9,9 @@ calls the window is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
 from ga_tfx.divisor_rule import micro_batch_weight
-from ga_tfx.loss_divisors import call_recording
+from ga_tfx.loss_divisors import as_mean, call_recording
 from ga_tfx.window import batch_size
 
-import dataclasses
 from typing import Any, Callable, Union
 
 
@@ -72,8 +71,7 @@ def loss_and_divisor(loss_fn: Callable, targets: Any, outputs: Any, rows: Any) -
         return mean_loss(value, rows), rows
     if term.reduction == "none":
         value = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(value, tf.float32)), term.divisor)
-        term = dataclasses.replace(term, reduction="sum_over_batch_size")
-    return tf.cast(value, tf.float32), micro_batch_weight([term], rows, who="loss_fn")
+    return tf.cast(value, tf.float32), micro_batch_weight([as_mean(term)], rows, who="loss_fn")
 
 
 def regularization_gradients(

@@ -69,35 +69,10 @@ class GradientAccumulator(tf.Module):
                 )
                 for i, v in enumerate(variables)
             ]
-            self.sample_count = tf.Variable(
-                0.0,
-                trainable=False,
-                synchronization=_ON_READ,
-                aggregation=_SUM,
-                name="sample_count",
-            )
-            self.window_rows = tf.Variable(
-                0.0,
-                trainable=False,
-                synchronization=_ON_READ,
-                aggregation=_SUM,
-                name="window_rows",
-            )
-            self.loss_sum = tf.Variable(
-                0.0,
-                trainable=False,
-                synchronization=_ON_READ,
-                aggregation=_SUM,
-                name="loss_sum",
-            )
-            self.samples_seen = tf.Variable(
-                0.0,
-                dtype=tf.float64,
-                trainable=False,
-                synchronization=_ON_READ,
-                aggregation=_SUM,
-                name="samples_seen",
-            )
+            self.sample_count = _replica_sum("sample_count")
+            self.window_rows = _replica_sum("window_rows")
+            self.loss_sum = _replica_sum("loss_sum")
+            self.samples_seen = _replica_sum("samples_seen", tf.float64)
             self.micro_steps = tf.Variable(
                 0,
                 dtype=tf.int64,
@@ -240,6 +215,17 @@ class GradientAccumulator(tf.Module):
         ops.append(self.window_rows.assign(0.0))
         ops.append(self.loss_sum.assign(0.0))
         return tf.group(ops)
+
+
+def _replica_sum(name: str, dtype: Any = tf.float32) -> tf.Variable:
+    """A scalar 0, replica-local (``ON_READ``), read as the sum over replicas."""
+    return tf.Variable(
+        tf.zeros((), dtype),
+        trainable=False,
+        synchronization=_ON_READ,
+        aggregation=_SUM,
+        name=name,
+    )
 
 
 def _local_component(buffer: Any) -> Any:

@@ -118,8 +118,8 @@ MUTATIONS = [
     Mutation(
         "training_loop.keras_loss_weighted_by_rows",
         "ga_tfx/training_loop/step.py",
-        'return tf.cast(value, tf.float32), micro_batch_weight([term], rows, who="loss_fn")',
-        "return tf.cast(value, tf.float32), rows",
+        'micro_batch_weight([as_mean(term)], rows, who="loss_fn")',
+        "rows",
         ("tests/test_loss_divisor.py", "-k", "training_loop"),
     ),
 ]
