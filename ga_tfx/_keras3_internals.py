@@ -74,6 +74,13 @@ def flat_losses(compiled: Any) -> Any:
     return compiled._flat_losses
 
 
+def loss_weight(entry: Any) -> Any:
+    """The ``loss_weights`` factor of one ``_flat_losses`` entry (``None``: none), which
+    ``CompileLoss.call`` multiplies the entry's loss by (``keras/src/trainers/compile_utils.py``:
+    the entries are ``CompileLoss.Loss(path, loss, loss_weights, name)``)."""
+    return entry.loss_weights
+
+
 def set_flat_losses(compiled: Any, entries: Any) -> None:
     """Sets a ``CompileLoss``'s ``_flat_losses`` (see :func:`flat_losses`)."""
     compiled._flat_losses = entries
@@ -138,6 +145,25 @@ def is_graph_model(model: Any) -> bool:
     from keras.src.models.functional import Functional
 
     return isinstance(model, (keras.Sequential, Functional))
+
+
+def update_metrics_variables(
+    model: Any, metrics_variables: Any, loss: Any, x: Any, y: Any, y_pred: Any, weight: Any
+) -> Any:
+    """Keras' JAX trainer's ``_update_metrics_variables`` (``keras/src/backend/jax/trainer.py``:
+    the loss tracker and ``compute_metrics`` in a stateless scope): ``(logs, new metrics
+    variables)``, as its ``train_step`` computes them."""
+    return model._update_metrics_variables(metrics_variables, loss, x, y, y_pred, weight)
+
+
+def overrides_train_step(model: Any) -> bool:
+    """True if ``model``'s class (or a class it derives from, below Keras' backend trainer)
+    defines its own ``train_step``: ga-tfx's front-end mixins do not count."""
+    for cls in type(model).__mro__:
+        if "train_step" in vars(cls):
+            module = cls.__module__
+            return not (module.startswith("keras.") or module.startswith("ga_tfx."))
+    return False
 
 
 def raised_as_is(error: BaseException) -> BaseException:

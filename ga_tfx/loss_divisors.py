@@ -159,10 +159,14 @@ class _EmptyMaskSafe(keras.layers.Layer):
 
 
 class _RecordingLoss:
-    """Stands for one loss object of a compiled loss: calls it recording its term."""
+    """Stands for one loss object of a compiled loss: calls it recording its term, with the
+    term's share of the compiled loss as tf-keras' ``LossesContainer.__call__`` adds it
+    (``tf_keras/src/engine/compile_utils.py``): times its ``loss_weights`` entry, and over
+    the replicas for a mean reduction (``scale_loss_for_distribution``)."""
 
-    def __init__(self, loss: Any, terms: List[LossTerm]) -> None:
+    def __init__(self, loss: Any, loss_weight: Any, terms: List[LossTerm]) -> None:
         self._loss = loss
+        self._loss_weight = loss_weight
         self._terms = terms
 
     def __getattr__(self, name: str) -> Any:
@@ -171,7 +175,9 @@ class _RecordingLoss:
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Any:
         value, term = call_recording(self._loss, y_true, y_pred, sample_weight)
         if term is not None:
-            self._terms.append(term)
+            share = value if self._loss_weight is None else value * self._loss_weight
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            self._terms.append(dataclasses.replace(term, value=share / replicas))
         return value
 
 
@@ -188,8 +194,8 @@ class _RecordingContainer:
     def __call__(self, y_true: Any, y_pred: Any, *args: Any, **kwargs: Any) -> Any:
         container = self._container
         recording = [
-            None if loss is None else _RecordingLoss(loss, self._terms)
-            for loss in internals.compiled_loss_objects(container, y_pred)
+            None if loss is None else _RecordingLoss(loss, loss_weight, self._terms)
+            for loss, loss_weight in internals.compiled_loss_objects(container, y_pred)
         ]
         with internals.compiled_loss_objects_as(container, recording):
             return container(y_true, y_pred, *args, **kwargs)

@@ -1,37 +1,6 @@
-"""Optimizer-level gradient accumulation: custom training loops and ``compile``/``fit``.
-
-``GradientAccumulateOptimizer`` wraps any tf-keras optimizer. Call :meth:`apply_gradients`
-once per micro-batch, as with a plain optimizer; the wrapped optimizer steps once per
-``accum_steps`` calls with the (sample-weighted) mean of the window's gradients. On the other
-micro-steps nothing of the wrapped optimizer runs: its ``iterations``, moments and learning-rate
-schedule do not move. :meth:`flush` applies a partial window (end of data).
-
-It is a tf-keras ``Optimizer``, so ``model.compile(optimizer=GradientAccumulateOptimizer(...))``
-accepts it: ``fit(batch_size=micro)`` then updates once per ``accum_steps`` micro-batches.
-
-Under ``tf.distribute`` (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``) call
-``apply_gradients`` inside ``strategy.run``, with each replica's loss scaled as TF's custom-loop
-convention has it (``tf.nn.compute_average_loss(per_example_loss,
-global_batch_size=<global micro-batch>)``, which is also what ``fit`` does). How it runs:
-
-* each replica adds ``w · g`` to its own replica-local (``ON_READ``) float32 buffers: nothing
-  crosses devices on a micro-step;
-* then one unconditional ``merge_call``: in cross-replica context the micro-step counter (one
-  mirrored variable) advances and a ``tf.cond`` on it decides, for all replicas at once, whether
-  the window is complete; only its true branch ends the window through the window core
-  (:meth:`ga_tfx.window.WindowCore.finish`, shared with ``fit`` and ``TrainingLoop``): one
-  batched all-reduce of the buffers, the gradient chain (non-finite guard,
-  ``clip_global_norm``, AGC, ``transforms``), the wrapped optimizer once (its
-  ``clipnorm``/``global_clipnorm`` then see the all-reduced window gradient) or a skip, and
-  the buffers cleared.
-
-:meth:`GradientAccumulateOptimizer.window_events` returns, host side, one
-:class:`~ga_tfx.window.WindowEnd` per window finished since the last call.
-
-No ``merge_call`` or collective ever runs inside a replica-context conditional, and gradients
-cross devices once per update. (tf-keras' own ``LossScaleOptimizer`` decides its conditional
-update the same way.)
-"""
+"""Optimizer-level gradient accumulation for custom training loops and ``compile``/``fit``:
+:class:`GradientAccumulateOptimizer` (how it runs under ``tf.distribute``, one ``merge_call``
+per micro-step and one all-reduce per update: docs/ARCHITECTURE.md, "The core")."""
 
 from ga_tfx import _tf_keras_internals
 from ga_tfx._keras import keras, tf
@@ -40,6 +9,7 @@ from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, config_settings, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import CHECKPOINT_KEY, WindowCore, WindowEnd, clock, is_loss_scale_optimizer
+from ga_tfx.window.accumulator import aligned
 from ga_tfx.window.layers import window_layers_of
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
@@ -252,6 +222,7 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         name: Optional[str] = None,
         skip_gradients_aggregation: bool = False,
         sample_count: Any = None,
+        parts: Sequence[Tuple[Iterable[Tuple[Any, tf.Variable]], Any]] = (),
         **kwargs: Any,
     ) -> tf.Tensor:
         """Adds one micro-batch's gradients; applies the window when it holds ``K`` of them.
@@ -278,6 +249,13 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
             (Keras' per-replica loss), or the global one on every replica with
             ``compute_average_loss(per_example_loss, global_batch_size=divisor)``. Defaults to
             1 (equal weights), right when every micro-batch of a window has one divisor.
+          parts: for a loss of several terms with their own divisors (two outputs with their
+            own masks): the further terms of this micro-batch, ``[(grads_and_vars,
+            sample_count), ...]``, each term's gradient (of its mean, as above) with its
+            divisor; ``grads_and_vars`` and ``sample_count`` above are then the first term's.
+            Each term is summed over the window with its own divisor: the window gradient is
+            ``Σ_j Σ_i D_ij g_ij / Σ_i D_ij``, the big batch's. Pass the same number of terms on
+            every call. Variables must be among ``grads_and_vars``'.
 
         Returns:
           A bool scalar tensor: whether this call updated the variables.
@@ -310,11 +288,15 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
             )
         grads_and_vars = list(grads_and_vars)
         grads = [g for g, _ in grads_and_vars]
-        core = self._core_for([v for _, v in grads_and_vars])
+        variables = [v for _, v in grads_and_vars]
+        core = self._core_for(variables)
         weight = 1.0 if sample_count is None else sample_count
         # The replica's own samples (for the noise scale): an even share of the global count.
         local = tf.cast(weight, tf.float32) / float(ctx.num_replicas_in_sync)
-        with tf.control_dependencies([core.add(grads, weight, local_weight=local)]):
+        terms = [
+            (aligned(part, variables, _not_a_term_variable), count, None) for part, count in parts
+        ]
+        with tf.control_dependencies([core.add(grads, weight, local_weight=local, parts=terms)]):
             return ctx.merge_call(self._end_micro_step)
 
     def flush(self) -> tf.Tensor:
@@ -390,3 +372,11 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
                 f"call it inside strategy.run (e.g. strategy.run(step, args=...))."
             )
         return ctx
+
+
+def _not_a_term_variable(variable: Any) -> ValueError:
+    return ValueError(
+        f"GradientAccumulateOptimizer.apply_gradients: parts= gives a gradient for "
+        f"{variable.name!r}, which is not among grads_and_vars' variables (allowed: the "
+        "variables of the first term's grads_and_vars)"
+    )

@@ -318,25 +318,108 @@ def test_a_sum_reduction_is_refused_in_one_line():
     assert "reduction='sum'" in line and "sum_over_batch_size" in line
 
 
-def test_two_outputs_with_different_masks_are_refused_in_one_line():
-    # Per-token output (masked: its valid tokens) beside a per-sequence one (no mask: rows).
-    x, y, _ = _sequences()
+def _two_output_model(second, cls=keras.Model):
+    """A per-token head (masked: its valid tokens) and a second head: on the padding (the mask
+    negated: ``T - length`` valid tokens per row, none in a row of full length) or per
+    sequence (``"sequence"``: no mask, its rows); an L2 kernel regulariser beside them."""
     keras.utils.set_random_seed(1)
     tokens = keras.Input((T,), dtype="int32")
     hidden = keras.layers.Embedding(VOCAB, 8, mask_zero=True)(tokens)
+    hidden = keras.layers.Dense(8, activation="tanh", kernel_regularizer="l2")(hidden)
     per_token = keras.layers.Dense(CLASSES, name="per_token")(hidden)
-    pooled = keras.layers.GlobalAveragePooling1D()(hidden)
-    per_sequence = keras.layers.Dense(1, name="per_sequence")(pooled)
-    model = keras.Model(tokens, {"per_token": per_token, "per_sequence": per_sequence})
-    targets = {"per_token": y, "per_sequence": y[:, :1].astype("float32")}
+    if second == "sequence":
+        pooled = keras.layers.GlobalAveragePooling1D()(hidden)
+        other = keras.layers.Dense(CLASSES, name="other")(pooled)
+    else:
+        other = keras.layers.Lambda(
+            keras.ops.copy, mask=lambda t, mask: keras.ops.logical_not(mask), name="other"
+        )(keras.layers.Dense(CLASSES)(hidden))
+    return cls(tokens, {"per_token": per_token, "other": other})
+
+
+_TWO_OUTPUT_LOSS = dict(
+    loss={"per_token": _token_loss(), "other": _token_loss()},
+    loss_weights={"per_token": 1.0, "other": 0.4},
+)
+
+
+@pytest.mark.parametrize("second", ["padding", "sequence"])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_two_outputs_with_their_own_divisors_and_loss_weights_match_big_batch(second, replicas):
+    x, y, _ = _sequences()
+    if second == "padding":  # the heads divide by counts in other ratios per micro-batch
+        heads = _two_output_model(second)
+        ratios = set()
+        for i in range(0, len(x), MICRO):
+            out = heads(x[i : i + MICRO], training=False)
+            d1 = float(ga3.loss_divisor(_token_loss(), y[i : i + MICRO], out["per_token"]))
+            d2 = float(
+                ga3.loss_divisor(_token_loss(), ((y + 2) % CLASSES)[i : i + MICRO], out["other"])
+            )
+            ratios.add(round(d2 / d1, 6))
+        assert len(ratios) > 3, ratios
+    other = (y + 2) % CLASSES if second == "padding" else y[:, 0]
+    targets = {"per_token": y, "other": other}
+
+    def fit(model, batch, count=1):
+        with _replicas(count):
+            model = model()
+            model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), **_TWO_OUTPUT_LOSS)
+            model.fit(x, targets, batch_size=batch, epochs=2, shuffle=False, verbose=0)
+        return model
+
+    ours = fit(lambda: ga3.wrap_model(_two_output_model(second), K), MICRO, replicas)
+    plain = fit(lambda: _two_output_model(second), K * MICRO)
+    start = _two_output_model(second)
+    _check((max_weight_difference(ours, plain), max_weight_difference(plain, start)))
+
+
+class OwnStep(keras.Model):
+    """Keras 3's train_step written out (TensorFlow): one gradient of the whole loss."""
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+def _two_output_targets():
+    x, y, _ = _sequences()
+    return x, {"per_token": y, "other": (y + 2) % CLASSES}
+
+
+class _Subclassed(keras.Model):
+    """The two-output model of :func:`_two_output_model` as a subclass (no symbolic outputs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = _two_output_model("padding")
+
+    def call(self, tokens):
+        return self.inner(tokens)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX only (TensorFlow: exact)")
+def test_two_outputs_with_their_own_masks_in_a_subclassed_model_are_refused_on_jax():
+    x, targets = _two_output_targets()
+    model = _Subclassed()
+    model(x[:1])
+    line = _refused_message(model, x=x, y=targets, **_TWO_OUTPUT_LOSS)
+    assert "2 loss terms" in line and "Functional model" in line
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow train_step")
+def test_two_outputs_with_their_own_masks_in_a_models_own_train_step_are_refused():
+    x, targets = _two_output_targets()
     line = _refused_message(
-        model,
-        {"per_token": _token_loss(), "per_sequence": "mse"},
-        x,
-        targets,
-        loss_weights={"per_token": 1.0, "per_sequence": 0.5},
+        _two_output_model("padding", OwnStep), x=x, y=targets, **_TWO_OUTPUT_LOSS
     )
-    assert "per_token" in line and "2 loss terms" in line
+    assert "2 loss terms" in line and "one gradient per micro-batch" in line
 
 
 def test_a_train_step_without_the_compiled_loss_weighs_by_rows_with_a_warning():

@@ -143,6 +143,7 @@ _REQUIRED_INSTANCE: Tuple[Tuple[Any, str], ...] = (
     (tf_keras.optimizers.Optimizer, "_iterations"),
     (tf_keras.optimizers.Optimizer, "_distribution_strategy"),
     (_compile_utils.LossesContainer, "_losses"),
+    (_compile_utils.LossesContainer, "_loss_weights"),
     (tf_keras.Model, "compiled_loss"),
 )
 
@@ -319,12 +320,12 @@ def loss_reduction(loss: tf_keras.losses.Loss) -> str:
     return str(loss._get_reduction())
 
 
-def compiled_loss_objects(container: Any, y_pred: Any) -> List[Any]:
-    """The compiled loss's flat list of loss objects (``None`` for an output without a loss),
-    built for ``y_pred``'s structure first if the container has not been called yet."""
+def compiled_loss_objects(container: Any, y_pred: Any) -> List[Tuple[Any, Any]]:
+    """The compiled loss's flat list of ``(loss object, loss_weights entry)`` (``None`` for an
+    output without a loss or weight), built for ``y_pred``'s structure first if needed."""
     if not container.built:
         container.build(y_pred)
-    return list(container._losses)
+    return list(zip(container._losses, container._loss_weights))
 
 
 @contextlib.contextmanager

@@ -16,9 +16,10 @@ Keras' ``make_train_function`` decides for ``train_step``.
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
-from ga_tfx.divisor_rule import micro_batch_weight
+from ga_tfx.divisor_rule import micro_batch_groups, micro_batch_weight
 from ga_tfx.loss_divisors import recording_compiled_loss
 from ga_tfx.window import batch_size, is_loss_scale_optimizer
+from ga_tfx.window.accumulator import aligned
 
 import contextlib
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Tuple
@@ -56,22 +57,28 @@ class WindowStep(_ModelBase):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         variables = self.trainable_variables
         optimizer = self.optimizer
-        with tf.GradientTape() as tape:
+        rows = batch_size(x)
+        scaled = is_loss_scale_optimizer(optimizer)
+        # Persistent: a loss of several terms with their own divisors takes one gradient per
+        # part (micro_batch_groups); the tape is released when this function returns.
+        with tf.GradientTape(persistent=True) as tape:
             # The model's layers are converted by Keras as under a tf.function with autograph.
             y_pred = internals.autograph_converted(self.__call__)(x, training=True)
             with recording_compiled_loss(self) as terms:
                 loss = internals.user_code(self, self.compute_loss)(x, y, y_pred, sample_weight)
-            if is_loss_scale_optimizer(optimizer):
-                loss_to_differentiate = optimizer.get_scaled_loss(loss)
-            else:
-                loss_to_differentiate = loss
+            groups = micro_batch_groups(terms, rows, loss, who=f"model {self.name!r}")
+            to_differentiate = [optimizer.get_scaled_loss(p) if scaled else p for p, _ in groups]
         internals.validate_target_and_loss(self, y, loss)
-        grads = tape.gradient(loss_to_differentiate, variables)
-        if is_loss_scale_optimizer(optimizer):
-            grads = optimizer.get_unscaled_gradients(grads)
-        rows = batch_size(x)
-        weight = micro_batch_weight(terms, rows, who=f"model {self.name!r}")
-        with tf.control_dependencies([self.window_core.add(grads, weight, loss, rows=rows)]):
+        parts = []
+        for (part, weight), target in zip(groups, to_differentiate):
+            grads = tape.gradient(target, variables)
+            if scaled:
+                grads = optimizer.get_unscaled_gradients(grads)
+            parts.append((grads, weight, part))
+        del tape
+        (grads, weight, part), rest = parts[0], parts[1:]
+        add = self.window_core.add(grads, weight, part, rows=rows, parts=rest)
+        with tf.control_dependencies([add]):
             return internals.user_code(self, self.compute_metrics)(x, y, y_pred, sample_weight)
 
     def _train_step_model(self) -> Optional[keras.Model]:
@@ -184,18 +191,15 @@ class _WindowGradientSink:
                 "for one batch (e.g. two networks updated in turn), so the gradients of a later "
                 "call depend on the update of an earlier one within the batch.",
             )
-        variables = self._core.accumulator.accumulated_variables
-        known = {v.ref() for v in variables}
-        given = {}
-        for grad, variable in grads_and_vars:
-            if variable.ref() not in known:
-                raise train_step_error(
-                    self._owner,
-                    f"its train_step applied a gradient to {variable.name!r}, "
-                    "which is not a trainable variable of the model being fitted.",
-                )
-            given[variable.ref()] = grad
-        grads = [given.get(v.ref()) for v in variables]
+        grads = aligned(
+            grads_and_vars,
+            self._core.accumulator.accumulated_variables,
+            lambda variable: train_step_error(
+                self._owner,
+                f"its train_step applied a gradient to {variable.name!r}, "
+                "which is not a trainable variable of the model being fitted.",
+            ),
+        )
         weight = micro_batch_weight(self._terms, self._rows, who=f"model {self._owner.name!r}")
         self.ops.append(self._core.add(grads, weight, rows=self._rows))
         return self.ops[-1]

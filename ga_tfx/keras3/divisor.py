@@ -44,9 +44,17 @@ never the differentiating one, so the optimizer step after it may read it.
 """
 
 from ga_tfx import _keras3_internals as internals
-from ga_tfx.divisor_rule import MEAN_REDUCTIONS, DivisorError, LossTerm, micro_batch_weight
+from ga_tfx.divisor_rule import (
+    MEAN_REDUCTIONS,
+    ONE_GRADIENT,
+    DivisorError,
+    LossTerm,
+    micro_batch_groups,
+    micro_batch_weight,
+)
 
 import contextlib
+import dataclasses
 import math
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -67,11 +75,19 @@ class LossTerms:
         self.terms: List[LossTerm] = []
         self.unknown: List[str] = []
 
-    def weight(self, rows: Any, who: str) -> Any:
+    def weight(self, rows: Any, who: str, several: str = ONE_GRADIENT) -> Any:
         """The micro-batch's weight ``D`` from the recorded terms
-        (:func:`~ga_tfx.divisor_rule.micro_batch_weight`; with an unknown entry, as if none
-        was recorded: its rows, with the rule's warning)."""
-        return micro_batch_weight([] if self.unknown else self.terms, rows, who)
+        (:func:`~ga_tfx.divisor_rule.micro_batch_weight`, ``several`` its refusal's way out;
+        with an unknown entry, as if none was recorded: its rows, with the rule's warning)."""
+        return micro_batch_weight([] if self.unknown else self.terms, rows, who, several)
+
+    def groups(self, rows: Any, total: Any, who: str) -> List[Tuple[Any, Any]]:
+        """The parts of the micro-batch's loss ``total`` the window weighs apart, each with its
+        weight (:func:`~ga_tfx.divisor_rule.micro_batch_groups`; with an unknown entry, one
+        part weighed as :meth:`weight` does)."""
+        if self.unknown:
+            return [(total, self.weight(rows, who))]
+        return micro_batch_groups(self.terms, rows, total, who)
 
 
 def _element_losses(loss: Any, y_true: Any, y_pred: Any, sample_weight: Any) -> Tuple[Any, Any]:
@@ -225,9 +241,10 @@ class _RecordingLoss:
     """Stands for one compiled-loss entry's ``Loss`` during a micro-batch: computes it as
     Keras does and records its :class:`LossTerm`; every other attribute is the loss's."""
 
-    def __init__(self, loss: Any, name: str, recorder: LossTerms) -> None:
+    def __init__(self, loss: Any, name: str, loss_weight: Any, recorder: LossTerms) -> None:
         self._loss = loss
         self._name = name
+        self._loss_weight = loss_weight
         self._recorder = recorder
 
     def __getattr__(self, name: str) -> Any:
@@ -238,7 +255,10 @@ class _RecordingLoss:
         if term is None:
             self._recorder.unknown.append(self._name)
         else:
-            self._recorder.terms.append(term)
+            # Its share of the compiled loss, as CompileLoss.call adds it (the Loss's value
+            # is already over the replicas: reduce_values' scale_loss_for_distribution).
+            share = value if self._loss_weight is None else value * self._loss_weight
+            self._recorder.terms.append(dataclasses.replace(term, value=share))
         return value
 
 
@@ -272,7 +292,10 @@ def compiled_loss_terms(model: Any) -> Iterator[LossTerms]:
         originals[:] = list(entries)
         internals.set_flat_losses(
             compiled,
-            [e._replace(loss=_RecordingLoss(e.loss, e.name, recorder)) for e in entries],
+            [
+                e._replace(loss=_RecordingLoss(e.loss, e.name, internals.loss_weight(e), recorder))
+                for e in entries
+            ],
         )
 
     with contextlib.ExitStack() as stack:

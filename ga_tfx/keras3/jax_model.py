@@ -32,6 +32,36 @@ from typing import Any, Optional
 
 import keras
 
+# The JAX front-end's way out of a loss of several terms with varying divisors.
+_SEVERAL = (
+    "on the JAX backend the window keeps a sum per term only where compile sees the terms "
+    "may vary (a Functional model whose outputs carry a mask or an unknown time axis, or a "
+    "'mean_with_sample_weight' loss), and never through a model's own train_step; build it "
+    "as a Functional model, or train on the TensorFlow backend (KERAS_BACKEND=tensorflow)"
+)
+
+
+def _parts(model: Any, loss: Any) -> int:
+    """How many further parts the window of ``model`` compiled with ``loss`` keeps (0: one
+    sum): for several outputs of which one may divide by a count that changes from micro-batch
+    to micro-batch (a Keras mask on it, a time axis of unknown length, a weighted mean), one
+    less than the outputs with a loss; read from a Functional model's symbolic outputs."""
+    if not internals.is_graph_model(model) or not getattr(model, "outputs", None):
+        return 0
+    outputs = keras.tree.flatten(model.output)
+    losses = keras.tree.flatten(loss) if keras.tree.is_nested(loss) else [loss] * len(outputs)
+    losses = [entry for entry in losses if entry is not None]
+    if len(outputs) < 2 or len(losses) < 2:
+        return 0
+    weighted = any(
+        getattr(entry, "reduction", None) == "mean_with_sample_weight" for entry in losses
+    )
+    varies = weighted or any(
+        getattr(out, "_keras_mask", None) is not None or None in tuple(out.shape)[1:]
+        for out in outputs
+    )
+    return len(losses) - 1 if varies else 0
+
 
 class _EndOfEpoch(keras.callbacks.Callback):
     """Applies, at each epoch's end, the window the data's end left short."""
@@ -63,7 +93,8 @@ class JaxAccumulationMixin:
                 "(allowed: a Keras 3 optimizer without loss scaling; mixed_float16 runs on the "
                 "TensorFlow backend)"
             )
-        wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps)
+        loss = kwargs.get("loss", args[0] if args else None)
+        wrapped = WindowOptimizer(inner, self.ga_accumulation.accum_steps, parts=_parts(self, loss))
         super().compile(*args, optimizer=wrapped, **kwargs)  # type: ignore[misc]
         if self.optimizer is not wrapped:  # Keras wrapped it: a mixed_float16 policy
             raise ValueError(
@@ -82,14 +113,63 @@ class JaxAccumulationMixin:
         rows = int(first.shape[0])
         who = f"model {getattr(self, 'name', '')!r}"
         mark_windowed(window_layers(self))
+        if self.optimizer.parts and not internals.overrides_train_step(self):
+            return self._batchnorm_window_end(self._parts_step(state, data, rows, who))
         with compiled_loss_terms(self) as terms:
             # Read by stateless_apply, after the loss (inside jax.value_and_grad) is traced.
-            self.optimizer.micro_batch_weight = lambda: terms.weight(rows, who)
+            self.optimizer.micro_batch_weight = lambda: terms.weight(rows, who, _SEVERAL)
             try:
                 logs, state = super().train_step(state, data)  # type: ignore[misc]
             finally:
                 self.optimizer.micro_batch_weight = None
         return logs, self._batchnorm_window_end(state)
+
+    def _parts_step(self, state: Any, data: Any, rows: int, who: str) -> Any:
+        """Keras' JAX ``train_step`` (``keras/src/backend/jax/trainer.py``) for a loss whose
+        terms the window weighs apart (:func:`~ga_tfx.divisor_rule.micro_batch_groups`): one
+        forward pass (``jax.vjp`` of ``compute_loss_and_updates``) and one backward pass per
+        part, the first part's gradient handed to ``stateless_apply`` as Keras does, the
+        others beside it (``WindowOptimizer.micro_batch_parts``)."""
+        import jax
+
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with compiled_loss_terms(self) as terms:
+
+            def parts_of(trainable: Any) -> Any:
+                loss, aux = self.compute_loss_and_updates(  # type: ignore[attr-defined]
+                    trainable,
+                    non_trainable,
+                    metrics_variables,
+                    x,
+                    y,
+                    sample_weight,
+                    training=True,
+                    optimizer_variables=optimizer_variables,
+                )
+                groups = terms.groups(rows, loss, who)
+                return [part for part, _ in groups], (aux, [weight for _, weight in groups])
+
+            parts, pullback, (aux, weights) = jax.vjp(parts_of, trainable, has_aux=True)
+        if len(parts) - 1 > self.optimizer.parts:
+            terms.weight(rows, who, _SEVERAL)  # refuses: more parts than the window holds
+        grads = []
+        for i in range(len(parts)):
+            cotangent = [
+                keras.ops.ones_like(p) if j == i else keras.ops.zeros_like(p)
+                for j, p in enumerate(parts)
+            ]
+            grads.append(pullback(cotangent)[0])
+        unscaled_loss, y_pred, non_trainable, metrics_variables = aux
+        self.optimizer.micro_batch_weight = lambda: weights[0]
+        self.optimizer.micro_batch_parts = list(zip(grads[1:], weights[1:]))
+        trainable, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, grads[0], trainable
+        )
+        logs, metrics_variables = internals.update_metrics_variables(
+            self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight
+        )
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
     def _batchnorm_window_end(self, state: Any) -> Any:
         """AccumBatchNormalization layers: where the optimizer's window just ended (its

@@ -44,16 +44,25 @@ class WindowOptimizer(keras.optimizers.Optimizer):
     Args:
       inner_optimizer: a Keras 3 optimizer.
       accum_steps: ``K``, micro-batches per update (int >= 1).
+      parts: further parts of a loss of several terms with their own divisors that the
+        window can sum apart (:func:`ga_tfx.divisor_rule.micro_batch_groups`), each with its
+        own float32 sums and divisor (default 0).
     """
 
-    def __init__(self, inner_optimizer: Any, accum_steps: int, name: Any = None) -> None:
+    def __init__(
+        self, inner_optimizer: Any, accum_steps: int, name: Any = None, parts: int = 0
+    ) -> None:
         super().__init__(learning_rate=0.0, name=name)
         self.inner_optimizer = inner_optimizer
         self.accum_steps = int(accum_steps)
+        self.parts = int(parts)
         # The weight D of the micro-batch being traced: a function the model's train_step sets
         # (of the loss terms it records), called by the next stateless_apply; it returns a
         # scalar (traced under jit: the divisor of the traced loss; or a Python number).
         self.micro_batch_weight: Optional[Callable[[], Any]] = None
+        # The further parts of the micro-batch being traced, ``[(grads, weight), ...]`` (at
+        # most ``parts``), set by the model's train_step with the weight.
+        self.micro_batch_parts: List[Tuple[Any, Any]] = []
 
     def build(self, var_list: List[Any]) -> None:
         self.micro_steps = self.add_variable(
@@ -63,14 +72,20 @@ class WindowOptimizer(keras.optimizers.Optimizer):
         self.window_samples = self.add_variable(
             shape=(), dtype="float32", initializer="zeros", name="window_samples"
         )
-        self.window_sums = [
-            self.add_variable(
-                shape=v.shape, dtype="float32", initializer="zeros", name="window_sum"
-            )
-            for v in var_list
+        self.window_sums = self._sums(var_list, "window_sum")
+        self.part_divisors = [
+            self.add_variable(shape=(), dtype="float32", initializer="zeros", name="part_divisor")
+            for _ in range(self.parts)
         ]
+        self.part_sums = [self._sums(var_list, "part_sum") for _ in range(self.parts)]
         self.inner_optimizer.build(var_list)
         super().build(var_list)
+
+    def _sums(self, var_list: List[Any], name: str) -> List[Any]:
+        return [
+            self.add_variable(shape=v.shape, dtype="float32", initializer="zeros", name=name)
+            for v in var_list
+        ]
 
     @property
     def variables(self) -> List[Any]:
@@ -95,19 +110,24 @@ class WindowOptimizer(keras.optimizers.Optimizer):
     def finalize_variable_values(self, var_list: Any) -> None:
         self.inner_optimizer.finalize_variable_values(var_list)
 
-    def _positions(self) -> Tuple[int, int, List[int], int]:
-        """Where the micro-step count, the sample count and the sums are among the own
-        variables, and how many own variables there are."""
+    def _positions(self) -> Tuple[int, List[Tuple[int, List[int]]], int]:
+        """Where the micro-step count is among the own variables; each sum's divisor and sums
+        (the window's, then each part's); how many own variables there are."""
         own = internals.own_variables(self)
         position = {id(v): i for i, v in enumerate(own)}
-        sums = [position[id(s)] for s in self.window_sums]
-        return position[id(self.micro_steps)], position[id(self.window_samples)], sums, len(own)
+        slots = [(self.window_samples, self.window_sums)]
+        slots += list(zip(self.part_divisors, self.part_sums))
+        at = [(position[id(d)], [position[id(s)] for s in sums]) for d, sums in slots]
+        return position[id(self.micro_steps)], at, len(own)
 
-    def _apply_window(self, inner: Any, sums: Any, samples: Any, trainable: Any) -> Any:
-        """The inner optimizer's update with the window gradient ``sums / samples`` (zero
-        where the window's divisor ``samples`` is 0)."""
+    def _apply_window(self, inner: Any, slots: Any, trainable: Any) -> Any:
+        """The inner optimizer's update with the window gradient, ``Σ sums / divisor`` over the
+        ``slots`` (``(divisor, sums)`` each; a slot whose divisor is 0 adds zero)."""
         ops = keras.ops
-        window = [ops.cast(ops.divide_no_nan(s, samples), v.dtype) for s, v in zip(sums, trainable)]
+        window = [ops.zeros_like(v, dtype="float32") for v in trainable]
+        for divisor, sums in slots:
+            window = [w + ops.divide_no_nan(s, divisor) for w, s in zip(window, sums)]
+        window = [ops.cast(w, v.dtype) for w, v in zip(window, trainable)]
         new_trainable, new_inner = self.inner_optimizer.stateless_apply(inner, window, trainable)
         return list(new_trainable), list(new_inner)
 
@@ -122,29 +142,38 @@ class WindowOptimizer(keras.optimizers.Optimizer):
                 "ga_tfx.keras3.wrap_model(model, K) and fit"
             )
         self.micro_batch_weight = None
+        parts, self.micro_batch_parts = self.micro_batch_parts, []
         ops = keras.ops
-        at_count, at_samples, at_sums, own_count = self._positions()
+        at_count, at_slots, own_count = self._positions()
         own = list(optimizer_variables[:own_count])
         inner = list(optimizer_variables[own_count:])
-        n = ops.cast(weight_of(), "float32")
         count = own[at_count] + 1
-        samples = own[at_samples] + n
-        sums = [own[i] + n * ops.cast(g, "float32") for i, g in zip(at_sums, grads)]
+        added = [(grads, weight_of())] + list(parts)
+        added += [(None, 0.0)] * (len(at_slots) - len(added))  # parts this step does not have
+        slots = []
+        for (at_divisor, at_sums), (part_grads, weight) in zip(at_slots, added):
+            n = ops.cast(weight, "float32")
+            sums = [own[i] for i in at_sums]
+            if part_grads is not None:
+                sums = [s + n * ops.cast(g, "float32") for s, g in zip(sums, part_grads)]
+            slots.append((own[at_divisor] + n, sums))
 
         def apply() -> Any:
-            new_trainable, new_inner = self._apply_window(inner, sums, samples, trainable_variables)
-            zeros = [ops.zeros_like(s) for s in sums]
-            return new_trainable, new_inner, zeros, ops.zeros_like(samples), ops.zeros_like(count)
+            new_trainable, new_inner = self._apply_window(inner, slots, trainable_variables)
+            zeros = [(ops.zeros_like(d), [ops.zeros_like(s) for s in sums]) for d, sums in slots]
+            return new_trainable, new_inner, zeros, ops.zeros_like(count)
 
         def keep() -> Any:
-            return list(trainable_variables), inner, sums, samples, count
+            return list(trainable_variables), inner, slots, count
 
-        new_trainable, new_inner, new_sums, new_samples, new_count = ops.cond(
+        new_trainable, new_inner, new_slots, new_count = ops.cond(
             ops.equal(count, self.accum_steps), apply, keep
         )
-        own[at_count], own[at_samples] = new_count, new_samples
-        for i, s in zip(at_sums, new_sums):
-            own[i] = s
+        own[at_count] = new_count
+        for (at_divisor, at_sums), (divisor, sums) in zip(at_slots, new_slots):
+            own[at_divisor] = divisor
+            for i, s in zip(at_sums, sums):
+                own[i] = s
         return new_trainable, own + list(new_inner)
 
     def end_window(self, trainable_variables: List[Any]) -> bool:
@@ -153,15 +182,17 @@ class WindowOptimizer(keras.optimizers.Optimizer):
         if not self.built or int(self.micro_steps.numpy()) == 0:
             return False
         inner_vars = self.inner_optimizer.variables
+        slots = [(self.window_samples, self.window_sums)]
+        slots += list(zip(self.part_divisors, self.part_sums))
         new_trainable, new_inner = self._apply_window(
             [v.value for v in inner_vars],
-            [s.value for s in self.window_sums],
-            self.window_samples.value,
+            [(d.value, [s.value for s in sums]) for d, sums in slots],
             [v.value for v in trainable_variables],
         )
         updated = list(trainable_variables) + list(inner_vars)
         for variable, value in zip(updated, new_trainable + new_inner):
             variable.assign(value)
-        for variable in [self.micro_steps, self.window_samples] + self.window_sums:
+        cleared = [self.micro_steps] + [v for d, sums in slots for v in [d] + list(sums)]
+        for variable in cleared:
             variable.assign(keras.ops.zeros_like(variable.value))
         return True

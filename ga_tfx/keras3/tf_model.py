@@ -47,18 +47,29 @@ class _GradientSink:
     recorded so far (``terms``: the compiled loss's, computed before the gradient), its rows
     counted apart, with the loss ``scale_loss`` was given (Keras 3's ``train_step`` passes it
     its loss: the window's mean loss in the core's records); every other attribute is the
-    optimizer's."""
+    optimizer's. A loss of several terms with their own divisors
+    (:func:`~ga_tfx.divisor_rule.micro_batch_groups`) is added by :meth:`add_parts` after
+    ``train_step``; with the model's own ``train_step`` (``own_step``) it is refused."""
 
     def __init__(
-        self, optimizer: Any, core: WindowCore, terms: LossTerms, rows: Any, who: str
+        self,
+        optimizer: Any,
+        core: WindowCore,
+        terms: LossTerms,
+        rows: Any,
+        who: str,
+        own_step: bool = False,
     ) -> None:
+        self._own_step = own_step
         self._optimizer = optimizer
         self._core = core
         self._terms = terms
-        self._rows = rows
+        self.rows = rows
         self._who = who
         self._loss: Any = None
         self.ops: List[Any] = []
+        self.groups: List[Tuple[Any, Any]] = []
+        self.grads: List[Any] = []
 
     def scale_loss(self, loss: Any) -> Any:
         self._loss = loss
@@ -88,14 +99,59 @@ class _GradientSink:
             # train_step scaled the loss (optimizer.scale_loss): the core sums unscaled
             # gradients; the window end scales the window gradient back for the optimizer,
             # which unscales it, skips a non-finite window and lowers its scale once.
-            scale = tf.convert_to_tensor(self._optimizer.dynamic_scale)
-            grads = [None if g is None else g / tf.cast(scale, g.dtype) for g in grads]
-        weight = self._terms.weight(self._rows, self._who)
-        self.ops.append(self._core.add(grads, weight, self._loss, rows=self._rows))
+            grads = [None if g is None else g / tf.cast(self._scale(), g.dtype) for g in grads]
+        if self._own_step:  # its one gradient: one weight (several varying terms refused)
+            self.groups = [(self._loss, self._terms.weight(self.rows, self._who))]
+        else:
+            self.groups = self._terms.groups(self.rows, self._loss, self._who)
+        if len(self.groups) == 1:
+            weight = self.groups[0][1]
+            self.ops.append(self._core.add(grads, weight, self._loss, rows=self.rows))
+        else:
+            self.grads = grads  # added by add_parts, once the step's tape has ended
+            self.ops.append(tf.no_op())
         return self.ops[-1]
+
+    def _scale(self) -> Any:
+        return tf.convert_to_tensor(self._optimizer.dynamic_scale)
+
+    def add_parts(self, tape: tf.GradientTape) -> None:
+        """After ``train_step``, for a loss of several parts with their own divisors
+        (:func:`~ga_tfx.divisor_rule.micro_batch_groups`): each part but the first is
+        differentiated on ``tape`` (persistent, around ``train_step``), the first part's
+        gradient is Keras' (the whole loss's) less theirs, and all are added to the window."""
+        variables = self._core.accumulator.accumulated_variables
+        scaled = is_loss_scale_optimizer(self._optimizer)
+        parts, rest = [], list(self.grads)
+        for part, weight in self.groups[1:]:
+            target = part * tf.cast(self._scale(), part.dtype) if scaled else part
+            grads = tape.gradient(target, variables)
+            if scaled:
+                grads = [None if g is None else g / tf.cast(self._scale(), g.dtype) for g in grads]
+            parts.append((grads, weight, part))
+            rest = [_minus(r, g) for r, g in zip(rest, grads)]
+        first, weight = self.groups[0]
+        self.ops.append(self._core.add(rest, weight, first, rows=self.rows, parts=parts))
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
         return self.apply_gradients(zip(grads, trainable_variables))
+
+
+def _minus(whole: Any, part: Any) -> Any:
+    """``whole - part`` for two gradients of one variable (``None``: zero); two
+    ``tf.IndexedSlices`` stay sparse (their rows concatenated, ``part``'s negated)."""
+    if part is None:
+        return whole
+    if whole is None:
+        whole = tf.zeros_like(tf.convert_to_tensor(part))
+    if isinstance(whole, tf.IndexedSlices) and isinstance(part, tf.IndexedSlices):
+        return tf.IndexedSlices(
+            tf.concat([whole.values, -tf.cast(part.values, whole.values.dtype)], 0),
+            tf.concat([whole.indices, tf.cast(part.indices, whole.indices.dtype)], 0),
+            whole.dense_shape,
+        )
+    whole = tf.convert_to_tensor(whole)
+    return whole - tf.cast(tf.convert_to_tensor(part), whole.dtype)
 
 
 @contextlib.contextmanager
@@ -153,9 +209,17 @@ class TFWindowTrainer:
         compiled loss's terms recorded (the micro-batch's weight)."""
         who = f"model {getattr(self.model, 'name', '')!r}"
         with compiled_loss_terms(self.model) as terms:
-            sink = _GradientSink(self.model.optimizer, self.core, terms, _samples(data), who)
-            with _optimizer_as(self.model, sink):
+            own_step = internals.overrides_train_step(self.model)
+            sink = _GradientSink(
+                self.model.optimizer, self.core, terms, _samples(data), who, own_step
+            )
+            # Around train_step, for a loss of several parts with their own divisors (each
+            # differentiated apart; nothing is computed on it otherwise).
+            with tf.GradientTape(persistent=True) as tape, _optimizer_as(self.model, sink):
                 logs = self.model.train_step(data)
+        if len(sink.groups) > 1:
+            sink.add_parts(tape)
+        del tape
         if not sink.ops:
             raise ValueError(
                 "ga_tfx.keras3: the model's train_step never called "

@@ -5,7 +5,7 @@ from ga_tfx import _tf_internals
 from ga_tfx._state import Untracked
 from ga_tfx._tf_internals import tf
 
-from typing import Any, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Sequence, Tuple
 
 _ON_READ = tf.VariableSynchronization.ON_READ
 _SUM = tf.VariableAggregation.SUM
@@ -59,16 +59,7 @@ class GradientAccumulator(tf.Module):
         super().__init__(name=name)
         variables = list(variables)
         with tf.init_scope(), tf.name_scope(name):
-            self.sums = [
-                tf.Variable(
-                    tf.zeros(_static_shape(v), _buffer_dtype(v)),
-                    trainable=False,
-                    synchronization=_ON_READ,
-                    aggregation=_SUM,
-                    name=f"sum_{i}",
-                )
-                for i, v in enumerate(variables)
-            ]
+            self.sums = [_buffer(v, i) for i, v in enumerate(variables)]
             self.sample_count = _replica_sum("sample_count")
             self.window_rows = _replica_sum("window_rows")
             self.loss_sum = _replica_sum("loss_sum")
@@ -82,6 +73,11 @@ class GradientAccumulator(tf.Module):
             )
         self._variable_refs = [v.ref() for v in variables]
         self._connected = Untracked()  # trace-time Python state, not a dependency
+        self._name = name
+        # The further parts of a loss of several terms with their own divisors, one
+        # :class:`_PartSums` each, made when a traced step first adds one (``parts`` of
+        # :meth:`add`); a checkpoint restores them as they are made.
+        self.parts: List[_PartSums] = []
 
     def record_connected(self, variables: Sequence[Any], gradients: Sequence[Any]) -> None:
         """Remembers (at trace time) which variables receive a gradient at all."""
@@ -106,7 +102,14 @@ class GradientAccumulator(tf.Module):
         """True if this accumulator was built for exactly ``variables`` (same order)."""
         return [v.ref() for v in variables] == self._variable_refs
 
-    def add(self, gradients: Sequence[Any], weight: Any, loss: Any = None, rows: Any = None) -> Any:
+    def add(
+        self,
+        gradients: Sequence[Any],
+        weight: Any,
+        loss: Any = None,
+        rows: Any = None,
+        parts: Sequence[Tuple[Sequence[Any], Any, Any]] = (),
+    ) -> Any:
         """Adds ``weight · g`` for each gradient (replica context). ``None`` gradients are skipped.
 
         Args:
@@ -118,26 +121,24 @@ class GradientAccumulator(tf.Module):
             ``weight · loss`` is added to ``loss_sum``.
           rows: scalar, the micro-batch's samples on this replica, counted in
             ``samples_seen``; default ``weight`` (a loss averaged over its rows).
+          parts: further parts of the same micro-batch's loss, ``(gradients, weight, loss)``
+            each, summed apart with their own divisor (part ``j`` in ``self.parts[j]``, made
+            at the first trace that adds it): the window gradient is then
+            ``Σ_parts Σ_i D_i g_i / Σ_i D_i`` (:func:`ga_tfx.divisor_rule.micro_batch_groups`).
+            ``gradients``, ``weight`` and ``loss`` above are the first part.
         """
         rows = weight if rows is None else rows
-        ops = []
-        for buffer, grad in zip(self.sums, gradients):
-            if grad is None:
-                continue
-            w = tf.cast(weight, buffer.dtype)
-            if isinstance(grad, tf.IndexedSlices):
-                ops.append(
-                    _local_component(buffer).scatter_add(
-                        tf.IndexedSlices(
-                            tf.cast(grad.values, buffer.dtype) * w, grad.indices, grad.dense_shape
-                        )
-                    )
-                )
-            else:
-                ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
+        ops = _add_weighted(self.sums, gradients, weight)
+        losses = [loss] if loss is not None else []
+        for j, (part_grads, part_weight, part_loss) in enumerate(parts):
+            slot = self._part(j)
+            ops += _add_weighted(slot.sums, part_grads, part_weight)
+            with tf.control_dependencies(ops):
+                ops.append(slot.count(part_weight, part_loss))
+            losses += [part_loss] if part_loss is not None else []
         # The counts after the gradients: a step that fails before its gradient exists (an
         # out-of-memory error in the forward pass) then counts none of its samples.
-        with tf.control_dependencies(ops + ([loss] if loss is not None else [])):
+        with tf.control_dependencies(ops + losses):
             counts = [
                 self.sample_count.assign_add(tf.cast(weight, tf.float32)),
                 self.window_rows.assign_add(tf.cast(rows, tf.float32)),
@@ -150,6 +151,14 @@ class GradientAccumulator(tf.Module):
                     )
                 )
         return tf.group(ops + counts)
+
+    def _part(self, j: int) -> "_PartSums":
+        """``self.parts[j]``, made now (outside any function, under the strategy the
+        accumulator was made under) if it does not exist yet."""
+        while len(self.parts) <= j:
+            with tf.init_scope(), tf.name_scope(f"{self._name}_part_{len(self.parts) + 1}"):
+                self.parts.append(_PartSums(self.accumulated_variables))
+        return self.parts[j]
 
     def uncount_window(self) -> Any:
         """Takes the window's samples back out of ``samples_seen`` (replica context): the
@@ -186,26 +195,38 @@ class GradientAccumulator(tf.Module):
           (:meth:`connected_only`); the window's samples (all replicas, float32); its mean loss
           (0 when no loss was added); ``extra`` summed over replicas.
         """
-        values = [b.read_value() for b in self.sums]
-        values += [self.sample_count.read_value(), self.loss_sum.read_value()] + list(extra)
+        slots = [(self.sums, self.sample_count, self.loss_sum)]
+        slots += [(part.sums, part.divisor, part.loss_sum) for part in self.parts]
+        values: List[Any] = []
+        for sums, count, loss_sum in slots:
+            values += [b.read_value() for b in sums] + [count.read_value(), loss_sum.read_value()]
+        at_extra = len(values)
+        values += list(extra)
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1
         if replicas > 1:
             values = list(ctx.all_reduce(tf.distribute.ReduceOp.SUM, values))
-        count = values[len(self.sums)]
-        loss_sum = values[len(self.sums) + 1]
-        grads_and_vars = []
-        for grad_sum, variable in zip(values[: len(self.sums)], self.accumulated_variables):
-            scale = tf.math.divide_no_nan(
-                tf.cast(replicas, grad_sum.dtype), tf.cast(count, grad_sum.dtype)
-            )
-            grads_and_vars.append((tf.cast(grad_sum * scale, variable.dtype), variable))
-        loss = tf.math.divide_no_nan(loss_sum * float(replicas), count)
+        window: List[Any] = [None] * len(self.sums)
+        loss: Any = 0.0
+        at = 0
+        for sums, _, _ in slots:
+            count, loss_sum = values[at + len(sums)], values[at + len(sums) + 1]
+            for i, grad_sum in enumerate(values[at : at + len(sums)]):
+                scale = tf.math.divide_no_nan(
+                    tf.cast(replicas, grad_sum.dtype), tf.cast(count, grad_sum.dtype)
+                )
+                window[i] = grad_sum * scale if window[i] is None else window[i] + grad_sum * scale
+            loss = loss + tf.math.divide_no_nan(loss_sum * float(replicas), count)
+            at += len(sums) + 2
+        grads_and_vars = [
+            (tf.cast(grad, variable.dtype), variable)
+            for grad, variable in zip(window, self.accumulated_variables)
+        ]
         return (
             self.connected_only(grads_and_vars),
-            count,
+            values[len(self.sums)],
             loss,
-            values[len(self.sums) + 2 :],
+            values[at_extra:],
         )
 
     def reset(self) -> Any:
@@ -214,7 +235,80 @@ class GradientAccumulator(tf.Module):
         ops.append(self.sample_count.assign(0.0))
         ops.append(self.window_rows.assign(0.0))
         ops.append(self.loss_sum.assign(0.0))
+        ops += [part.reset() for part in self.parts]
         return tf.group(ops)
+
+
+class _PartSums(tf.Module):
+    """One further part of a micro-batch loss of several terms: ``Σ_i D_i g_i`` per
+    variable (``sums``, replica-local as the accumulator's), ``Σ_i D_i`` (``divisor``) and
+    ``Σ_i D_i loss_i`` (``loss_sum``)."""
+
+    def __init__(self, variables: Sequence[Any]) -> None:
+        super().__init__()
+        self.sums = [_buffer(v, i) for i, v in enumerate(variables)]
+        self.divisor = _replica_sum("divisor")
+        self.loss_sum = _replica_sum("loss_sum")
+
+    def count(self, weight: Any, loss: Any) -> Any:
+        ops = [self.divisor.assign_add(tf.cast(weight, tf.float32))]
+        if loss is not None:
+            ops.append(
+                self.loss_sum.assign_add(tf.cast(loss, tf.float32) * tf.cast(weight, tf.float32))
+            )
+        return tf.group(ops)
+
+    def reset(self) -> Any:
+        ops = [b.assign(tf.zeros_like(b)) for b in self.sums]
+        return tf.group(ops + [self.divisor.assign(0.0), self.loss_sum.assign(0.0)])
+
+
+def _buffer(variable: Any, i: int) -> tf.Variable:
+    """The replica-local float32 (float64) zero buffer of ``variable``'s gradient sum."""
+    return tf.Variable(
+        tf.zeros(_static_shape(variable), _buffer_dtype(variable)),
+        trainable=False,
+        synchronization=_ON_READ,
+        aggregation=_SUM,
+        name=f"sum_{i}",
+    )
+
+
+def _add_weighted(buffers: Sequence[Any], gradients: Sequence[Any], weight: Any) -> List[Any]:
+    """Adds ``weight · g`` to each buffer (``None`` gradients skipped; ``tf.IndexedSlices``
+    scattered, never densified); returns the ops."""
+    ops = []
+    for buffer, grad in zip(buffers, gradients):
+        if grad is None:
+            continue
+        w = tf.cast(weight, buffer.dtype)
+        if isinstance(grad, tf.IndexedSlices):
+            ops.append(
+                _local_component(buffer).scatter_add(
+                    tf.IndexedSlices(
+                        tf.cast(grad.values, buffer.dtype) * w, grad.indices, grad.dense_shape
+                    )
+                )
+            )
+        else:
+            ops.append(buffer.assign_add(tf.cast(grad, buffer.dtype) * w))
+    return ops
+
+
+def aligned(
+    grads_and_vars: Iterable[Tuple[Any, Any]],
+    variables: Sequence[Any],
+    unknown: Callable[[Any], Exception],
+) -> List[Any]:
+    """The gradients of ``grads_and_vars`` in the order of ``variables`` (``None`` for a
+    variable it leaves out); a variable not among ``variables`` raises ``unknown(variable)``."""
+    known = {v.ref(): i for i, v in enumerate(variables)}
+    out: List[Any] = [None] * len(variables)
+    for grad, variable in grads_and_vars:
+        if variable.ref() not in known:
+            raise unknown(variable)
+        out[known[variable.ref()]] = grad
+    return out
 
 
 def _replica_sum(name: str, dtype: Any = tf.float32) -> tf.Variable:

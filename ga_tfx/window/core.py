@@ -132,6 +132,7 @@ class WindowCore(tf.Module):
         loss: Any = None,
         local_weight: Any = None,
         rows: Any = None,
+        parts: Sequence[Tuple[Sequence[Any], Any, Any]] = (),
     ) -> Any:
         """Replica context: adds one micro-batch's gradients (and loss) to the window.
 
@@ -150,14 +151,33 @@ class WindowCore(tf.Module):
             default ``weight``.
           rows: the replica's samples (rows) in this micro-batch, counted in ``samples_seen``
             and kept for out-of-memory recovery; default ``weight``.
+          parts: further parts of a loss of several terms with their own divisors,
+            ``(grads, weight, loss)`` each (:func:`ga_tfx.divisor_rule.micro_batch_groups`;
+            ``grads``, ``weight`` and ``loss`` above are the first part), each summed over the
+            window with its own divisor (:meth:`GradientAccumulator.add`).
 
         Returns:
           An op to depend on.
+
+        Raises:
+          ValueError: ``parts`` with ``log_noise_scale``: the noise scale's batch is one
+            divisor per micro-batch.
         """
         acc = self.accumulator
-        acc.record_connected(acc.accumulated_variables, grads)
+        every = [grads] + [part[0] for part in parts]
+        acc.record_connected(
+            acc.accumulated_variables,
+            [next((g for g in column if g is not None), None) for column in zip(*every)],
+        )
         rows = weight if rows is None else rows
-        ops = [acc.add(grads, weight, loss, rows=rows)]
+        if parts and self.accumulation.log_noise_scale:
+            raise ValueError(
+                "ga_tfx: log_noise_scale=True with a loss of several terms that divide by "
+                "their own counts (masks, weighted means) is not supported: the noise scale "
+                "needs one batch size per micro-batch (allowed: log_noise_scale=False, or "
+                "outputs that all divide by their rows)"
+            )
+        ops = [acc.add(grads, weight, loss, rows=rows, parts=parts)]
         if self.accumulation.oom_recovery:
             ops.append(split.track_rows(self.state, rows))
         if self.accumulation.log_noise_scale:

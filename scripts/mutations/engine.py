@@ -24,9 +24,9 @@ MUTATIONS = [
     Mutation(
         "engine.ema_per_micro_batch",
         STEP,
-        "grads = tape.gradient(loss_to_differentiate, variables)",
-        "grads = tape.gradient(loss_to_differentiate, variables); "
-        "optimizer._update_model_variables_moving_average(variables)",
+        "            grads = tape.gradient(target, variables)\n",
+        "            grads = tape.gradient(target, variables)\n"
+        "            optimizer._update_model_variables_moving_average(variables)\n",
         ("tests/test_equivalence.py", "-k", "ema"),
     ),
     Mutation(
