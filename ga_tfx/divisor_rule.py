@@ -97,7 +97,8 @@ def micro_batch_weight(
         warnings.warn(
             f"ga_tfx: {who} computed no Keras loss that ga_tfx could read its divisor from; each "
             "micro-batch is weighted by its rows, which is exact when the loss is divided by "
-            "its rows (pass the divisor where the front-end takes it: docs/exactness.md)",
+            "its rows (else pass the divisor: apply_gradients(..., sample_count=D) in a "
+            "train_step, sample_count_fn in TrainingLoop; docs/exactness.md)",
             stacklevel=3,
         )
         return rows

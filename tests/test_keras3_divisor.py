@@ -443,6 +443,104 @@ def test_a_train_step_without_the_compiled_loss_weighs_by_rows_with_a_warning():
     assert any("weighted by its rows" in str(w.message) for w in caught)
 
 
+class ByHand(keras.Model):
+    """The masked token loss divided by hand (its valid tokens), the divisor passed as
+    ``sample_count``: TensorFlow's and JAX's ``train_step``."""
+
+    def _masked_mean(self, x, y, y_pred):
+        ops = keras.ops
+        losses = keras.losses.sparse_categorical_crossentropy(y, y_pred, from_logits=True)
+        valid = ops.cast(ops.not_equal(x, 0), losses.dtype)
+        divisor = ops.sum(valid)
+        return ops.divide_no_nan(ops.sum(losses * valid), divisor), divisor
+
+    def train_step(self, *args):
+        if _backend() == "tensorflow":
+            import tensorflow as tf
+
+            x, y = args[0]
+            with tf.GradientTape() as tape:
+                loss, divisor = self._masked_mean(x, y, self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(
+                zip(grads, self.trainable_variables), sample_count=divisor
+            )
+            return {"loss": loss}
+        import jax
+
+        (trainable, non_trainable, optimizer_variables, metrics), (x, y) = args
+
+        def loss_of(trainable):
+            y_pred, new_non_trainable = self.stateless_call(trainable, non_trainable, x)
+            loss, divisor = self._masked_mean(x, y, y_pred)
+            return loss, (new_non_trainable, divisor)
+
+        (loss, (non_trainable, divisor)), grads = jax.value_and_grad(loss_of, has_aux=True)(
+            trainable
+        )
+        trainable, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable, sample_count=divisor
+        )
+        return {"loss": loss}, (trainable, non_trainable, optimizer_variables, metrics)
+
+
+def test_a_train_step_that_divides_by_hand_and_passes_its_divisor_matches_big_batch():
+    x, y, _ = _sequences()
+
+    def by_hand():
+        plain = _embedding_model()
+        return ByHand(plain.inputs, plain.outputs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # given its divisor, nothing is assumed
+        ours = _fit(lambda: ga3.wrap_model(by_hand(), K), x, y, MICRO, _token_loss())
+    plain = _fit(_embedding_model, x, y, K * MICRO, _token_loss())
+    _check((max_weight_difference(ours, plain), max_weight_difference(plain, _embedding_model())))
+
+
+# ------------------------------------------------------------------ the noise scale, masked
+# The closed form of tests/test_noise_scale.py (linear least squares, x ~ N(0, I_8), noise
+# variance 1, the model at |w - w*|² = 1: B_simple = (d(|δ|² + σ²) + |δ|²) / |δ|² = 17), with
+# masked time steps: 4 rows a micro-batch, each holding 1 or 3 valid steps (4 and 12 valid
+# elements, alternately); the loss divides by the valid elements, so that is each
+# micro-batch's batch size in the estimator (its rows, 4 each, bias it as unequal micro-batches
+# weighed alike do).
+NOISE_D, NOISE_ROWS, NOISE_STEPS, NOISE_WINDOWS, NOISE_K = 8, 4, 3, 400, 8
+
+
+def _masked_regression(seed=0):
+    rng = np.random.default_rng(seed)
+    w_star = np.linspace(-1.0, 1.0, NOISE_D)
+    n = NOISE_WINDOWS * NOISE_K * NOISE_ROWS
+    valid = np.where((np.arange(n) // NOISE_ROWS) % 2 == 0, 1, 3)  # per row
+    steps = np.arange(NOISE_STEPS)[None, :] < valid[:, None]
+    x = np.where(steps[..., None], rng.normal(size=(n, NOISE_STEPS, NOISE_D)), 0.0)
+    y = x @ w_star + rng.normal(size=(n, NOISE_STEPS)) * steps
+    return x.astype("float32"), y[..., None].astype("float32"), w_star
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the noise scale: TensorFlow")
+def test_the_noise_scale_of_a_masked_loss_counts_its_valid_elements():
+    x, y, w_star = _masked_regression()
+    inputs = keras.Input((NOISE_STEPS, NOISE_D))
+    dense = keras.layers.Dense(1, use_bias=False)
+    model = keras.Model(inputs, dense(keras.layers.Masking(0.0)(inputs)))
+    dense.kernel.assign((w_star + 1.0 / np.sqrt(NOISE_D))[:, None])  # |δ|² = 1
+    model = ga3.wrap_model(model, NOISE_K, log_noise_scale=True, noise_scale_decay=0.999)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+
+    class Last(keras.callbacks.Callback):
+        def on_window_end(self, event):
+            self.event = event
+
+    last = Last()
+    model.fit(x, y, batch_size=NOISE_ROWS, epochs=1, shuffle=False, verbose=0, callbacks=[last])
+    true = (NOISE_D * 2.0 + 1.0) / 1.0
+    print(f"keras 3 masked: B_simple {last.event.noise_scale:.3f}, true {true}")
+    assert last.event.window == NOISE_WINDOWS
+    assert abs(last.event.noise_scale - true) <= 0.10 * true
+
+
 # ------------------------------------------------------------------ plain Keras, two replicas
 
 

@@ -17,6 +17,7 @@ from ga_tfx import keras, tf
 from ga_tfx.divisor_rule import DivisorError
 
 import contextlib
+import warnings
 
 import numpy as np
 import pytest
@@ -453,3 +454,29 @@ def test_a_train_step_that_divides_by_hand_is_weighted_by_rows_and_says_so():
     model.compile(sgd())
     with pytest.warns(UserWarning, match="weighted by its rows"):
         model.fit(x, y, batch_size=MICRO, epochs=1, shuffle=False, verbose=0)
+
+
+def test_a_train_step_that_divides_by_hand_and_passes_its_divisor_matches_big_batch():
+    class ByHand(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                losses = keras.losses.sparse_categorical_crossentropy(y, self(x), True)
+                valid = tf.cast(tf.not_equal(x, 0), losses.dtype)
+                divisor = tf.reduce_sum(valid)
+                loss = tf.math.divide_no_nan(tf.reduce_sum(losses * valid), divisor)
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(
+                zip(grads, self.trainable_variables), sample_count=divisor
+            )
+            return {"loss": loss}
+
+    def build():
+        inner = tagger()
+        return ByHand(inner.inputs, inner.outputs)
+
+    x, y = sequences()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # given its divisor, nothing is assumed
+        big, acc = tagger_pair(x, y, build=build)
+    assert_exact(big, acc)

@@ -181,9 +181,24 @@ class _WindowGradientSink:
             yield self
 
     def apply_gradients(
-        self, grads_and_vars: Iterable[Tuple[Any, tf.Variable]], *args: Any, **kwargs: Any
+        self,
+        grads_and_vars: Iterable[Tuple[Any, tf.Variable]],
+        *args: Any,
+        sample_count: Any = None,
+        **kwargs: Any,
     ) -> tf.Operation:
-        del args, kwargs  # name / aggregation flags: the window is applied by the engine
+        """Adds the micro-batch's gradients to the window (``D · g``).
+
+        Args:
+          grads_and_vars: the train_step's ``[(gradient, variable)]``.
+          *args, **kwargs: Keras' ``name`` and aggregation flags (the engine applies the
+            window).
+          sample_count: the divisor of the loss these gradients are of, for a train_step
+            that divides by hand (what :func:`ga_tfx.loss_divisor` gives for a Keras loss);
+            default: the divisor of the compiled loss the step computed, else its rows (with
+            a warning).
+        """
+        del args, kwargs
         if self.ops:
             raise train_step_error(
                 self._owner,
@@ -200,15 +215,24 @@ class _WindowGradientSink:
                 "which is not a trainable variable of the model being fitted.",
             ),
         )
-        weight = micro_batch_weight(self._terms, self._rows, who=f"model {self._owner.name!r}")
+        if sample_count is None:
+            weight = micro_batch_weight(self._terms, self._rows, f"model {self._owner.name!r}")
+        else:
+            weight = sample_count
         self.ops.append(self._core.add(grads, weight, rows=self._rows))
         return self.ops[-1]
 
     def minimize(
-        self, loss: Any, var_list: Any, tape: Optional[tf.GradientTape] = None, **kwargs: Any
+        self,
+        loss: Any,
+        var_list: Any,
+        tape: Optional[tf.GradientTape] = None,
+        sample_count: Any = None,
+        **kwargs: Any,
     ) -> tf.Operation:
         """Keras' ``minimize`` contract: gradients of ``loss`` (a tensor recorded on ``tape``, or
-        a callable without tape), loss-scaled when the optimizer is a ``LossScaleOptimizer``."""
+        a callable without tape), loss-scaled when the optimizer is a ``LossScaleOptimizer``;
+        ``sample_count`` as :meth:`apply_gradients` takes it."""
         del kwargs
         optimizer = self._optimizer
         tape = tf.GradientTape() if tape is None else tape
@@ -222,7 +246,7 @@ class _WindowGradientSink:
         grads = tape.gradient(loss, var_list)
         if is_loss_scale_optimizer(optimizer):
             grads = optimizer.get_unscaled_gradients(grads)
-        return self.apply_gradients(zip(grads, var_list))
+        return self.apply_gradients(zip(grads, var_list), sample_count=sample_count)
 
     def check_applied_once(self) -> None:
         if not self.ops:

@@ -46,9 +46,12 @@ def _parts(model: Any, loss: Any) -> int:
     sum): for several outputs of which one may divide by a count that changes from micro-batch
     to micro-batch (a Keras mask on it, a time axis of unknown length, a weighted mean), one
     less than the outputs with a loss; read from a Functional model's symbolic outputs."""
-    if not internals.is_graph_model(model) or not getattr(model, "outputs", None):
+    if not internals.is_graph_model(model):
         return 0
-    outputs = keras.tree.flatten(model.output)
+    try:
+        outputs = keras.tree.flatten(model.outputs)
+    except (AttributeError, ValueError):  # a Sequential never built: no symbolic outputs yet
+        return 0
     losses = keras.tree.flatten(loss) if keras.tree.is_nested(loss) else [loss] * len(outputs)
     losses = [entry for entry in losses if entry is not None]
     if len(outputs) < 2 or len(losses) < 2:

@@ -132,9 +132,19 @@ class WindowOptimizer(keras.optimizers.Optimizer):
         return list(new_trainable), list(new_inner)
 
     def stateless_apply(
-        self, optimizer_variables: Any, grads: Any, trainable_variables: Any
+        self,
+        optimizer_variables: Any,
+        grads: Any,
+        trainable_variables: Any,
+        sample_count: Any = None,
     ) -> Any:
+        """Keras' ``stateless_apply``, adding the micro-batch to the window (and applying it
+        when it holds ``K``). ``sample_count``: the divisor of the loss ``grads`` are of, for a
+        train_step that divides by hand (:func:`ga_tfx.keras3.loss_divisor` gives it for a
+        Keras loss); default: the compiled loss's, as the model's train_step recorded it."""
         weight_of = self.micro_batch_weight
+        if sample_count is not None and weight_of is not None:
+            weight_of = lambda: sample_count  # noqa: E731
         if weight_of is None:
             raise ValueError(
                 "ga_tfx.keras3: WindowOptimizer.stateless_apply needs the micro-batch's weight, "

@@ -78,7 +78,13 @@ class _GradientSink:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._optimizer, name)
 
-    def apply_gradients(self, grads_and_vars: Iterable[Tuple[Any, Any]]) -> Any:
+    def apply_gradients(
+        self, grads_and_vars: Iterable[Tuple[Any, Any]], sample_count: Any = None
+    ) -> Any:
+        """Adds the micro-batch's gradients to the window; ``sample_count``: the divisor of
+        their loss, for a train_step that divides by hand (:func:`ga_tfx.keras3.loss_divisor`
+        gives it for a Keras loss; default: the compiled loss's, else the rows with a
+        warning)."""
         if self.ops:
             raise ValueError(
                 "ga_tfx.keras3: the model's train_step called optimizer.apply_gradients more "
@@ -100,7 +106,9 @@ class _GradientSink:
             # gradients; the window end scales the window gradient back for the optimizer,
             # which unscales it, skips a non-finite window and lowers its scale once.
             grads = [None if g is None else g / tf.cast(self._scale(), g.dtype) for g in grads]
-        if self._own_step:  # its one gradient: one weight (several varying terms refused)
+        if sample_count is not None:
+            self.groups = [(self._loss, sample_count)]
+        elif self._own_step:  # its one gradient: one weight (several varying terms refused)
             self.groups = [(self._loss, self._terms.weight(self.rows, self._who))]
         else:
             self.groups = self._terms.groups(self.rows, self._loss, self._who)
@@ -133,8 +141,8 @@ class _GradientSink:
         first, weight = self.groups[0]
         self.ops.append(self._core.add(rest, weight, first, rows=self.rows, parts=parts))
 
-    def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
-        return self.apply_gradients(zip(grads, trainable_variables))
+    def apply(self, grads: Any, trainable_variables: Any = None, sample_count: Any = None) -> Any:
+        return self.apply_gradients(zip(grads, trainable_variables), sample_count)
 
 
 def _minus(whole: Any, part: Any) -> Any:

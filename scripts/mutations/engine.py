@@ -181,6 +181,13 @@ MUTATIONS = [
         ("tests/test_oom_recovery.py", "-k", "second_out_of_memory"),
         slow=True,
     ),
+    Mutation(
+        "divisor.train_step_sample_count_ignored",
+        STEP,
+        "        if sample_count is None:\n            weight = micro_batch_weight",
+        "        if True:\n            weight = micro_batch_weight",
+        ("tests/test_loss_divisor.py", "-k", "passes_its_divisor"),
+    ),
     # issue 56: fit's step and a model's own train_step weigh by the compiled loss's divisor
     Mutation(
         "engine.own_train_step_weighted_by_rows",
