@@ -9,7 +9,7 @@ from ga_tfx.batchnorm import eager_calls_so_far, layers_trained_with
 from ga_tfx.config import FIELDS, NOT_GIVEN, AccumulationConfig, config_settings, resolve
 from ga_tfx.transforms import Member
 from ga_tfx.window import CHECKPOINT_KEY, WindowCore, WindowEnd, clock, is_loss_scale_optimizer
-from ga_tfx.window.accumulator import aligned
+from ga_tfx.window.accumulator import aligned, not_a_first_term_variable
 from ga_tfx.window.layers import window_layers_of
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
@@ -293,9 +293,8 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
         weight = 1.0 if sample_count is None else sample_count
         # The replica's own samples (for the noise scale): an even share of the global count.
         local = tf.cast(weight, tf.float32) / float(ctx.num_replicas_in_sync)
-        terms = [
-            (aligned(part, variables, _not_a_term_variable), count, None) for part, count in parts
-        ]
+        unknown = not_a_first_term_variable("GradientAccumulateOptimizer.apply_gradients")
+        terms = [(aligned(part, variables, unknown), count, None) for part, count in parts]
         with tf.control_dependencies([core.add(grads, weight, local_weight=local, parts=terms)]):
             return ctx.merge_call(self._end_micro_step)
 
@@ -372,11 +371,3 @@ class GradientAccumulateOptimizer(_tf_keras_internals.DelegatingOptimizer):
                 f"call it inside strategy.run (e.g. strategy.run(step, args=...))."
             )
         return ctx
-
-
-def _not_a_term_variable(variable: Any) -> ValueError:
-    return ValueError(
-        f"GradientAccumulateOptimizer.apply_gradients: parts= gives a gradient for "
-        f"{variable.name!r}, which is not among grads_and_vars' variables (allowed: the "
-        "variables of the first term's grads_and_vars)"
-    )

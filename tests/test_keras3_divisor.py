@@ -319,9 +319,10 @@ def test_a_sum_reduction_is_refused_in_one_line():
 
 
 def _two_output_model(second, cls=keras.Model):
-    """A per-token head (masked: its valid tokens) and a second head: on the padding (the mask
-    negated: ``T - length`` valid tokens per row, none in a row of full length) or per
-    sequence (``"sequence"``: no mask, its rows); an L2 kernel regulariser beside them."""
+    """A per-token head (masked: its valid tokens) and a second head: on each row's first two
+    valid tokens (``"prefix"``: its divisor in another ratio to the first's in every
+    micro-batch) or per sequence (``"sequence"``: no mask, its rows); an L2 kernel
+    regulariser beside them."""
     keras.utils.set_random_seed(1)
     tokens = keras.Input((T,), dtype="int32")
     hidden = keras.layers.Embedding(VOCAB, 8, mask_zero=True)(tokens)
@@ -332,7 +333,9 @@ def _two_output_model(second, cls=keras.Model):
         other = keras.layers.Dense(CLASSES, name="other")(pooled)
     else:
         other = keras.layers.Lambda(
-            keras.ops.copy, mask=lambda t, mask: keras.ops.logical_not(mask), name="other"
+            keras.ops.copy,
+            mask=lambda t, mask: keras.ops.logical_and(mask, keras.ops.arange(T) < 2),
+            name="other",
         )(keras.layers.Dense(CLASSES)(hidden))
     return cls(tokens, {"per_token": per_token, "other": other})
 
@@ -343,11 +346,11 @@ _TWO_OUTPUT_LOSS = dict(
 )
 
 
-@pytest.mark.parametrize("second", ["padding", "sequence"])
+@pytest.mark.parametrize("second", ["prefix", "sequence"])
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_two_outputs_with_their_own_divisors_and_loss_weights_match_big_batch(second, replicas):
     x, y, _ = _sequences()
-    if second == "padding":  # the heads divide by counts in other ratios per micro-batch
+    if second == "prefix":  # the heads divide by counts in other ratios per micro-batch
         heads = _two_output_model(second)
         ratios = set()
         for i in range(0, len(x), MICRO):
@@ -358,7 +361,7 @@ def test_two_outputs_with_their_own_divisors_and_loss_weights_match_big_batch(se
             )
             ratios.add(round(d2 / d1, 6))
         assert len(ratios) > 3, ratios
-    other = (y + 2) % CLASSES if second == "padding" else y[:, 0]
+    other = (y + 2) % CLASSES if second == "prefix" else y[:, 0]
     targets = {"per_token": y, "other": other}
 
     def fit(model, batch, count=1):
@@ -372,6 +375,38 @@ def test_two_outputs_with_their_own_divisors_and_loss_weights_match_big_batch(se
     plain = fit(lambda: _two_output_model(second), K * MICRO)
     start = _two_output_model(second)
     _check((max_weight_difference(ours, plain), max_weight_difference(plain, start)))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a TensorFlow custom loop")
+def test_the_optimizer_wrapper_given_each_terms_divisor_as_parts_matches_big_batch():
+    import tensorflow as tf
+
+    x, targets = _two_output_targets()
+    model = _two_output_model("prefix")
+    opt = ga3.GradientAccumulateOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), K)
+    per_token, other = _token_loss(), _token_loss()
+
+    @tf.function
+    def step(xb, y1, y2):
+        variables = model.trainable_variables
+        with tf.GradientTape(persistent=True) as tape:
+            out = model(xb, training=True)
+            first = per_token(y1, out["per_token"]) + sum(model.losses)
+            second = 0.4 * other(y2, out["other"])
+        d1 = ga3.loss_divisor(per_token, y1, out["per_token"])
+        d2 = ga3.loss_divisor(other, y2, out["other"])
+        g1, g2 = tape.gradient(first, variables), tape.gradient(second, variables)
+        return opt.apply_gradients(zip(g1, variables), d1, parts=[(zip(g2, variables), d2)])
+
+    for _ in range(2):
+        for start in range(0, len(x), MICRO):
+            rows = slice(start, start + MICRO)
+            step(x[rows], targets["per_token"][rows], targets["other"][rows])
+    plain = _two_output_model("prefix")
+    plain.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), **_TWO_OUTPUT_LOSS)
+    plain.fit(x, targets, batch_size=K * MICRO, epochs=2, shuffle=False, verbose=0)
+    start = _two_output_model("prefix")
+    _check((max_weight_difference(model, plain), max_weight_difference(plain, start)))
 
 
 class OwnStep(keras.Model):
@@ -398,7 +433,7 @@ class _Subclassed(keras.Model):
 
     def __init__(self):
         super().__init__()
-        self.inner = _two_output_model("padding")
+        self.inner = _two_output_model("prefix")
 
     def call(self, tokens):
         return self.inner(tokens)
@@ -417,7 +452,7 @@ def test_two_outputs_with_their_own_masks_in_a_subclassed_model_are_refused_on_j
 def test_two_outputs_with_their_own_masks_in_a_models_own_train_step_are_refused():
     x, targets = _two_output_targets()
     line = _refused_message(
-        _two_output_model("padding", OwnStep), x=x, y=targets, **_TWO_OUTPUT_LOSS
+        _two_output_model("prefix", OwnStep), x=x, y=targets, **_TWO_OUTPUT_LOSS
     )
     assert "2 loss terms" in line and "one gradient per micro-batch" in line
 

@@ -69,6 +69,7 @@ def sgd(rate=0.5):
 # float32 round-off of the reordered sums (about 1e-7 relative) then grows past TOLERANCE with
 # them (1.5e-6 after 2 epochs, 7e-7 after 1, in proportion to the movement).
 TWO_OUTPUT_RATE = 0.1
+PREFIX = 2  # the second head's valid tokens: each row's first two
 
 
 def token_ce():
@@ -171,11 +172,11 @@ def test_two_outputs_that_divide_by_their_rows_match_big_batch_with_loss_weights
     assert_exact(big, acc)
 
 
-def two_output_tagger(second="padding", l2=0.0):
-    """The tagger with a second head: on the padding (the first's mask negated: its valid
-    tokens are each row's ``T - length``, 0 in a micro-batch of full rows), or on the pooled
-    sequence without a mask (``second="plain"``, dividing by its rows); optional L2 on a
-    kernel (a regularisation loss beside the terms)."""
+def two_output_tagger(second="prefix", l2=0.0):
+    """The tagger with a second head: on each row's first :data:`PREFIX` valid tokens (its
+    divisor is in another ratio to the first head's in every micro-batch: 2 of 12 tokens, 1
+    of 1, 2 of 6, ...), or on the pooled sequence without a mask (``second="plain"``, dividing
+    by its rows); optional L2 on a kernel (a regularisation loss beside the terms)."""
     keras.utils.set_random_seed(7)
     inputs = keras.Input((T,), dtype="int64")
     h = keras.layers.Embedding(VOCAB, 8, mask_zero=True)(inputs)
@@ -186,17 +187,17 @@ def two_output_tagger(second="padding", l2=0.0):
         pooled = keras.layers.GlobalAveragePooling1D()(h)
         return keras.Model(inputs, [first, keras.layers.Dense(CLASSES, name="kind")(pooled)])
     other = keras.layers.Lambda(
-        tf.identity, mask=lambda t, mask: tf.logical_not(mask), name="padding"
+        tf.identity, mask=lambda t, mask: tf.logical_and(mask, tf.range(T) < PREFIX), name="prefix"
     )(keras.layers.Dense(CLASSES)(h))
     return keras.Model(inputs, [first, other])
 
 
-def two_output_pair(second="padding", l2=0.0, replicas=1, epochs=2, wrapped=True):
+def two_output_pair(second="prefix", l2=0.0, replicas=1, epochs=2, wrapped=True):
     """Big-batch ``fit`` at K·b of :func:`two_output_tagger` (``loss_weights`` 1 and 0.4) and,
     when ``wrapped``, its accumulated ``fit`` at b (on ``replicas``): ``(big, acc)``."""
     x, y = sequences()
-    y2 = (y + 2) % CLASSES if second == "padding" else y[:, 0]
-    if second == "padding":  # the heads divide by counts in other ratios per micro-batch
+    y2 = (y + 2) % CLASSES if second == "prefix" else y[:, 0]
+    if second == "prefix":  # the heads divide by counts in other ratios per micro-batch
         heads = two_output_tagger(second, l2)
         ratios = set()
         for i in range(0, len(x), MICRO):
@@ -224,7 +225,7 @@ def two_output_pair(second="padding", l2=0.0, replicas=1, epochs=2, wrapped=True
 
 @pytest.mark.parametrize(
     "second,l2",
-    [("padding", 0.0), ("padding", 1e-2), ("plain", 1e-2)],
+    [("prefix", 0.0), ("prefix", 1e-2), ("plain", 1e-2)],
     ids=["two_masks", "two_masks_l2", "masked_and_rows_l2"],
 )
 def test_two_outputs_with_their_own_divisors_and_loss_weights_match_big_batch(second, l2):
@@ -353,15 +354,10 @@ def test_the_optimizer_wrapper_given_loss_divisor_matches_big_batch(replicas):
     assert_exact(big, model)
 
 
-@pytest.mark.parametrize("replicas", [1, 2], ids=["one_device", "mirrored"])
-def test_the_optimizer_wrapper_given_each_terms_divisor_as_parts_matches_big_batch(replicas):
-    big, _ = two_output_pair(epochs=1, wrapped=False)
-    x, y = sequences()
-    targets = (y, (y + 2) % CLASSES)
-    strategy = two_replica_strategy() if replicas == 2 else tf.distribute.get_strategy()
-    with strategy.scope():
-        model = two_output_tagger()
-        optimizer = ga_tfx.GradientAccumulateOptimizer(sgd(TWO_OUTPUT_RATE), accum_steps=K)
+def _two_term_step(model, optimizer, strategy):
+    """A custom loop step for :func:`two_output_tagger`: each head's mean over its own divisor
+    (ga_tfx.loss_divisor), as Keras scales it for the replicas and by its ``loss_weights``
+    (1, 0.4), the second head's gradient and divisor passed as ``parts=``."""
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def replica_step(xb, y1, y2):
@@ -381,11 +377,54 @@ def test_the_optimizer_wrapper_given_each_terms_divisor_as_parts_matches_big_bat
     def step(xb, y1, y2):
         return strategy.run(replica_step, (xb, y1, y2))
 
-    data = tf.data.Dataset.from_tensor_slices((x,) + targets).batch(MICRO)
+    return step
+
+
+def _two_term_batches():
+    x, y = sequences()
+    return tf.data.Dataset.from_tensor_slices((x, y, (y + 2) % CLASSES)).batch(MICRO)
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one_device", "mirrored"])
+def test_the_optimizer_wrapper_given_each_terms_divisor_as_parts_matches_big_batch(replicas):
+    big, _ = two_output_pair(epochs=1, wrapped=False)
+    strategy = two_replica_strategy() if replicas == 2 else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = two_output_tagger()
+        optimizer = ga_tfx.GradientAccumulateOptimizer(sgd(TWO_OUTPUT_RATE), accum_steps=K)
+    step = _two_term_step(model, optimizer, strategy)
+    data = _two_term_batches()
     if replicas == 2:
         data = strategy.experimental_distribute_dataset(data)
-    for xb, y1, y2 in data:
-        step(xb, y1, y2)
+    for batch in data:
+        step(*batch)
+    assert_exact(big, model)
+
+
+def test_a_resume_in_the_middle_of_a_window_keeps_each_terms_divisor(tmp_path):
+    # Checkpointed after 2 of a window's 4 micro-batches, restored into a new model and
+    # optimizer (its parts made by a first step, then restored), then the rest of the data.
+    big, _ = two_output_pair(epochs=1, wrapped=False)
+    batches = list(_two_term_batches())
+    strategy = tf.distribute.get_strategy()
+
+    def fresh():
+        model = two_output_tagger()
+        optimizer = ga_tfx.GradientAccumulateOptimizer(sgd(TWO_OUTPUT_RATE), accum_steps=K)
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        return model, optimizer, checkpoint, _two_term_step(model, optimizer, strategy)
+
+    model, optimizer, checkpoint, step = fresh()
+    for batch in batches[:6]:
+        step(*batch)
+    assert int(optimizer.window_core.micro_steps.numpy()) == 2
+    assert len(optimizer.window_core.accumulator.parts) == 1
+    prefix = checkpoint.save(str(tmp_path / "ckpt"))
+    model, optimizer, checkpoint, step = fresh()
+    step(*batches[0])  # builds the accumulator and its part (the restore replaces their sums)
+    checkpoint.restore(prefix)
+    for batch in batches[6:]:
+        step(*batch)
     assert_exact(big, model)
 
 

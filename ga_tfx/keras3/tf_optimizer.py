@@ -17,8 +17,9 @@ from ga_tfx._tf_internals import tf
 from ga_tfx.config import NOT_GIVEN, AccumulationConfig, resolve
 from ga_tfx.keras3.compile_checks import check_no_own_accumulation
 from ga_tfx.window import CHECKPOINT_KEY, WindowCore, clock
+from ga_tfx.window.accumulator import aligned, not_a_first_term_variable
 
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Sequence, Tuple
 
 
 class GradientAccumulateOptimizer(tf.Module):
@@ -90,7 +91,10 @@ class GradientAccumulateOptimizer(tf.Module):
         return self.optimizer.iterations
 
     def apply_gradients(
-        self, grads_and_vars: Iterable[Tuple[Any, Any]], sample_count: Any = None
+        self,
+        grads_and_vars: Iterable[Tuple[Any, Any]],
+        sample_count: Any = None,
+        parts: Sequence[Tuple[Iterable[Tuple[Any, Any]], Any]] = (),
     ) -> Any:
         """Adds one micro-batch's gradients (replica context: directly, or inside
         ``strategy.run``); applies the window when it holds ``K`` of them.
@@ -107,6 +111,11 @@ class GradientAccumulateOptimizer(tf.Module):
             ``num_items_in_batch``; a loss that divides by hand passes its own divisor. Default
             1, right when every micro-batch of a window has one divisor (one size, no mask).
             It is also what ``samples_seen`` counts.
+          parts: for a loss of several terms with their own divisors (two outputs with their
+            own masks): the further terms, ``[(grads_and_vars, sample_count), ...]``, each
+            term's gradient (of its mean) with its divisor, ``grads_and_vars`` and
+            ``sample_count`` above being the first term's; each is summed over the window with
+            its own divisor (``Σ_j Σ_i D_ij g_ij / Σ_i D_ij``, the big batch's gradient).
 
         Returns:
           A bool scalar tensor: whether this call applied an update.
@@ -120,7 +129,13 @@ class GradientAccumulateOptimizer(tf.Module):
                 "ga_tfx.keras3.GradientAccumulateOptimizer.apply_gradients was called in "
                 "cross-replica context; call it inside strategy.run"
             )
-        with tf.control_dependencies([core.add([g for g, _ in pairs], weight)]):
+        variables = core.accumulator.accumulated_variables
+        unknown = not_a_first_term_variable("ga_tfx.keras3.GradientAccumulateOptimizer")
+        terms = [
+            (aligned([(g, getattr(v, "value", v)) for g, v in part], variables, unknown), d, None)
+            for part, d in parts
+        ]
+        with tf.control_dependencies([core.add([g for g, _ in pairs], weight, parts=terms)]):
             return context.merge_call(self._end_micro_step)
 
     def flush(self) -> Any:

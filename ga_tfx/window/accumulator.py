@@ -311,6 +311,14 @@ def aligned(
     return out
 
 
+def not_a_first_term_variable(who: str) -> Callable[[Any], Exception]:
+    """:func:`aligned`'s error for an optimizer wrapper's ``parts=`` (``who``: its method)."""
+    return lambda variable: ValueError(
+        f"{who}: parts= gives a gradient for {variable.name!r}, which is not among "
+        "grads_and_vars' variables (allowed: the variables of the first term's grads_and_vars)"
+    )
+
+
 def _replica_sum(name: str, dtype: Any = tf.float32) -> tf.Variable:
     """A scalar 0, replica-local (``ON_READ``), read as the sum over replicas."""
     return tf.Variable(

@@ -240,10 +240,17 @@ MUTATIONS = [
         ("tests/test_loss_divisor.py", "-k", "own_divisors and two_masks and not l2"),
     ),
     Mutation(
+        "divisor.parts_not_checkpointed",
+        ACCUMULATOR,
+        "        self.parts: List[_PartSums] = []",
+        '        object.__setattr__(self, "parts", [])',
+        ("tests/test_loss_divisor.py", "-k", "resume and each_terms"),
+    ),
+    Mutation(
         "divisor.wrapper_parts_weighed_by_the_first_divisor",
         "ga_tfx/optimizer.py",
-        "(aligned(part, variables, _not_a_term_variable), count, None) for part, count in parts",
-        "(aligned(part, variables, _not_a_term_variable), weight, None) for part, count in parts",
+        "terms = [(aligned(part, variables, unknown), count, None) for part, count in parts]",
+        "terms = [(aligned(part, variables, unknown), weight, None) for part, count in parts]",
         ("tests/test_loss_divisor.py", "-k", "each_terms_divisor_as_parts and one_device"),
     ),
     Mutation(
