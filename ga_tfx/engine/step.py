@@ -59,9 +59,7 @@ class WindowStep(_ModelBase):
         optimizer = self.optimizer
         rows = batch_size(x)
         scaled = is_loss_scale_optimizer(optimizer)
-        # Persistent: a loss of several terms with their own divisors takes one gradient per
-        # part (micro_batch_groups); the tape is released when this function returns.
-        with tf.GradientTape(persistent=True) as tape:
+        with tf.GradientTape(persistent=several_outputs(self)) as tape:
             # The model's layers are converted by Keras as under a tf.function with autograph.
             y_pred = internals.autograph_converted(self.__call__)(x, training=True)
             with recording_compiled_loss(self) as terms:
@@ -115,6 +113,14 @@ class WindowStep(_ModelBase):
         return [
             layer for layer in internals.flatten_layers(self) if hasattr(layer, "ga_window_end")
         ]
+
+
+def several_outputs(model: keras.Model) -> bool:
+    """Whether the micro-batch's tape is persistent: for a model of several outputs, whose loss
+    of several terms with their own divisors takes one gradient per part
+    (:func:`~ga_tfx.divisor_rule.micro_batch_groups`). Not otherwise: TF builds a persistent
+    tape's gradient of a while loop (a GRU) with other ops than a plain tape's."""
+    return len(model.output_names or ()) != 1
 
 
 # Keras' methods whose override makes a model's class define what one batch trains: its own

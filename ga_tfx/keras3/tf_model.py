@@ -145,6 +145,15 @@ class _GradientSink:
         return self.apply_gradients(zip(grads, trainable_variables), sample_count)
 
 
+def _several_outputs(model: Any) -> bool:
+    """Whether ``model`` may have several outputs (a Functional model's ``outputs``; a
+    subclassed model's are not known before its loss is computed)."""
+    try:
+        return len(tf.nest.flatten(model.outputs)) > 1
+    except (AttributeError, ValueError):
+        return True
+
+
 def _minus(whole: Any, part: Any) -> Any:
     """``whole - part`` for two gradients of one variable (``None``: zero); two
     ``tf.IndexedSlices`` stay sparse (their rows concatenated, ``part``'s negated)."""
@@ -222,10 +231,15 @@ class TFWindowTrainer:
                 self.model.optimizer, self.core, terms, _samples(data), who, own_step
             )
             # Around train_step, for a loss of several parts with their own divisors (each
-            # differentiated apart; nothing is computed on it otherwise).
-            with tf.GradientTape(persistent=True) as tape, _optimizer_as(self.model, sink):
+            # differentiated apart). Only for a model of several outputs (or a subclassed one,
+            # whose outputs are not known here): under a recording tape TF builds Keras'
+            # gradient of a while loop (a GRU) with other, more ops.
+            tape = tf.GradientTape(persistent=True) if _several_outputs(self.model) else None
+            with tape or contextlib.nullcontext(), _optimizer_as(self.model, sink):
                 logs = self.model.train_step(data)
         if len(sink.groups) > 1:
+            if tape is None:  # no tape to differentiate the parts on: refused in one line
+                terms.weight(sink.rows, who)
             sink.add_parts(tape)
         del tape
         if not sink.ops:
