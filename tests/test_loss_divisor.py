@@ -238,17 +238,20 @@ def test_two_outputs_with_their_own_masks_on_two_replicas_match_the_one_device_b
     assert_exact(big, acc)
 
 
+class OwnStep(keras.Model):
+    """Keras' train_step written out: one gradient of the compiled loss, applied once."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x, y, self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
 def test_two_outputs_with_their_own_masks_in_a_models_own_train_step_are_refused_in_one_line():
     # A train_step hands the window one gradient per micro-batch: no single weight is exact.
-    class OwnStep(keras.Model):
-        def train_step(self, data):
-            x, y = data
-            with tf.GradientTape() as tape:
-                loss = self.compute_loss(x, y, self(x, training=True))
-            grads = tape.gradient(loss, self.trainable_variables)
-            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
-            return {"loss": loss}
-
     inner = two_output_tagger()
     model = ga_tfx.wrap_model(OwnStep(inner.inputs, inner.outputs), K)
     model.compile(sgd(), [token_ce(), token_ce()])
@@ -308,6 +311,39 @@ def test_training_loop_on_two_replicas_matches_the_one_device_big_batch():
         epochs=2
     )
     assert_exact(big, model)
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one_device", "mirrored"])
+def test_training_loop_with_one_keras_loss_per_output_matches_big_batch(replicas):
+    big, _ = two_output_pair(epochs=1, wrapped=False)
+    strategy = two_replica_strategy() if replicas == 2 else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = two_output_tagger()
+        optimizer = sgd(TWO_OUTPUT_RATE)
+    x, y = sequences()
+    data = tf.data.Dataset.from_tensor_slices((x, (y, (y + 2) % CLASSES))).batch(MICRO)
+    losses = [keras.losses.SparseCategoricalCrossentropy(True, reduction="none")] * 2
+    loop = ga_tfx.TrainingLoop(
+        model, optimizer, losses, data, K, strategy=strategy, loss_weights=[1.0, 0.4]
+    )
+    loop.run(epochs=1)
+    assert len(loop.window_core.accumulator.parts) == 1
+    assert_exact(big, model)
+
+
+@pytest.mark.parametrize(
+    "loss_fn, weights, match",
+    [
+        ([token_ce(), "mse"], None, r"one Keras Loss per output .*'mse'"),
+        ([token_ce(), token_ce()], [1.0], r"loss_weights=\[1.0\] must be 2 numbers"),
+        (token_ce(), [1.0], r"loss_weights=\[1.0\] needs a loss_fn of one Keras Loss per"),
+    ],
+)
+def test_training_loop_refuses_a_bad_list_of_losses_in_one_line(loss_fn, weights, match):
+    x, y = sequences()
+    data = tf.data.Dataset.from_tensor_slices((x, (y, y))).batch(MICRO)
+    with pytest.raises((TypeError, ValueError), match=match):
+        ga_tfx.TrainingLoop(two_output_tagger(), sgd(), loss_fn, data, K, loss_weights=weights)
 
 
 def _optimizer_steps(model, optimizer, loss, strategy=None):
@@ -458,15 +494,6 @@ def test_a_resume_in_the_middle_of_a_window_keeps_its_divisor(tmp_path):
 
 
 def test_a_models_own_train_step_through_the_compiled_loss_matches_big_batch():
-    class OwnStep(keras.Model):
-        def train_step(self, data):
-            x, y = data
-            with tf.GradientTape() as tape:
-                loss = self.compute_loss(x, y, self(x, training=True))
-            grads = tape.gradient(loss, self.trainable_variables)
-            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
-            return {"loss": loss}
-
     def build():
         inner = tagger()
         return OwnStep(inner.inputs, inner.outputs)
@@ -516,6 +543,6 @@ def test_a_train_step_that_divides_by_hand_and_passes_its_divisor_matches_big_ba
 
     x, y = sequences()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # given its divisor, nothing is assumed
+        warnings.simplefilter("error", UserWarning)  # given its divisor, nothing is assumed
         big, acc = tagger_pair(x, y, build=build)
     assert_exact(big, acc)

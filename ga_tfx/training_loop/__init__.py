@@ -88,7 +88,11 @@ class TrainingLoop(LoopSteps):
         it. Any other callable: per-example losses (shape ``[n]`` or ``[n, ...]``, other axes
         averaged) or the scalar mean over the ``n`` samples of the batch it is given. Never
         divide by the global batch size or the replica count: the loop weights each replica's
-        mean by its divisor. Regularisation is added by the loop (``regularization``).
+        mean by its divisor. Regularisation is added by the loop (``regularization``). For a
+        model of several outputs, a list of Keras ``Loss`` objects, one per output (the
+        outputs and targets flattened, in order): each output's mean divides by its own
+        divisor, and one whose divisor varies from micro-batch to micro-batch (its own mask)
+        is weighed by it in the window (docs/exactness.md, "The window's divisor").
       dataset: a ``tf.data.Dataset`` of micro-batches (global: the strategy splits each one
         across replicas), iterated once per epoch in the same order each time; or a callable
         ``epoch -> Dataset`` (e.g. to reshuffle per epoch). Resuming skips the micro-batches
@@ -113,6 +117,8 @@ class TrainingLoop(LoopSteps):
         ``lambda batch: batch`` for a loss over (batch, outputs).
       variables: the trainable variables: a list, or ``model -> list``; default
         ``model.trainable_variables``.
+      loss_weights: with a list ``loss_fn``, each loss's factor (default 1 each), as
+        ``compile``'s ``loss_weights``.
       sample_count_fn: ``batch -> divisor``: the number ``loss_fn``'s mean was divided by (the
         micro-batch's weight in the window; docs/exactness.md, "The window's divisor");
         default: read from a Keras ``Loss`` (its valid elements when masked), else the
@@ -172,7 +178,7 @@ class TrainingLoop(LoopSteps):
         self,
         model: keras.Model,
         optimizer: Any,
-        loss_fn: Callable,
+        loss_fn: Union[Callable, Sequence[Any]],
         dataset: Any,
         accum_steps: int = NOT_GIVEN,
         *,
@@ -182,6 +188,7 @@ class TrainingLoop(LoopSteps):
         targets_fn: Callable = default_targets,
         variables: Union[None, Sequence[tf.Variable], Callable] = None,
         sample_count_fn: Optional[Callable] = None,
+        loss_weights: Optional[Sequence[float]] = None,
         regularization: Union[bool, Callable] = True,
         transforms: Sequence[Member] = (),
         callbacks: Sequence[Any] = (),
@@ -201,6 +208,7 @@ class TrainingLoop(LoopSteps):
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        self.loss_weights = checks.loss_weights(loss_fn, loss_weights, sample_count_fn)
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         self.inputs_fn, self.targets_fn = inputs_fn, targets_fn
         self.sample_count_fn = sample_count_fn

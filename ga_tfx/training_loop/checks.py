@@ -56,11 +56,12 @@ def check_callables(
     sample_count_fn: Any,
     regularization: Any,
 ) -> None:
-    for name, value in (
-        ("loss_fn", loss_fn),
-        ("inputs_fn", inputs_fn),
-        ("targets_fn", targets_fn),
-    ):
+    if not (callable(loss_fn) or isinstance(loss_fn, (list, tuple))):
+        raise TypeError(
+            f"loss_fn must be callable, or a list of Keras Losses (one per output), got "
+            f"{loss_fn!r}."
+        )
+    for name, value in (("inputs_fn", inputs_fn), ("targets_fn", targets_fn)):
         if not callable(value):
             raise TypeError(f"{name} must be callable, got {value!r}.")
     if sample_count_fn is not None and not callable(sample_count_fn):
@@ -75,3 +76,32 @@ def check_callables(
             f"regularization must be True, False or a callable model -> scalar, got "
             f"{regularization!r}."
         )
+
+
+def loss_weights(loss_fn: Any, weights: Any, sample_count_fn: Any) -> List[float]:
+    """The factors of a ``loss_fn`` of one Keras ``Loss`` per output (1 each by default);
+    ``[]`` for one ``loss_fn``. Raises a one-line error for anything else."""
+    if not isinstance(loss_fn, (list, tuple)):
+        if weights is not None:
+            raise ValueError(
+                f"loss_weights={weights!r} needs a loss_fn of one Keras Loss per output (a "
+                f"list), got one loss_fn {loss_fn!r}"
+            )
+        return []
+    others = [loss for loss in loss_fn if not isinstance(loss, keras.losses.Loss)]
+    if not loss_fn or others:
+        raise TypeError(
+            f"a list loss_fn must hold one Keras Loss per output (keras.losses.*), got "
+            f"{list(loss_fn)!r}"
+        )
+    if sample_count_fn is not None:
+        raise ValueError(
+            "sample_count_fn with a list loss_fn: each Keras Loss's divisor is read as Keras "
+            "computes it; give one or the other"
+        )
+    weights = [1.0] * len(loss_fn) if weights is None else list(weights)
+    if len(weights) != len(loss_fn) or not all(isinstance(w, (int, float)) for w in weights):
+        raise ValueError(
+            f"loss_weights={weights!r} must be {len(loss_fn)} numbers, one per loss of loss_fn"
+        )
+    return [float(w) for w in weights]

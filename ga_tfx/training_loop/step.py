@@ -8,11 +8,12 @@ calls the window is ``TrainingLoop.run`` (:mod:`ga_tfx.training_loop.run`)."""
 
 from ga_tfx import _tf_keras_internals as internals
 from ga_tfx._keras import keras, tf
-from ga_tfx.divisor_rule import micro_batch_weight
+from ga_tfx.divisor_rule import micro_batch_groups, micro_batch_weight
 from ga_tfx.loss_divisors import as_mean, call_recording
 from ga_tfx.window import batch_size
 
-from typing import Any, Callable, Union
+import dataclasses
+from typing import Any, Callable, Sequence, Union
 
 
 def user_function(function: Callable) -> Callable:
@@ -74,6 +75,36 @@ def loss_and_divisor(loss_fn: Callable, targets: Any, outputs: Any, rows: Any) -
     return tf.cast(value, tf.float32), micro_batch_weight([as_mean(term)], rows, who="loss_fn")
 
 
+def loss_parts(
+    losses: Sequence[Any], weights: Sequence[float], targets: Any, outputs: Any, rows: Any
+) -> Any:
+    """Replica context: a loss of one Keras ``Loss`` per output (``losses``, each ``weights``
+    times its mean, over the replicas as Keras scales it), and its parts with their weights
+    (:func:`~ga_tfx.divisor_rule.micro_batch_groups`: each output whose divisor varies from
+    micro-batch to micro-batch weighed by its own).
+
+    Returns:
+      ``(loss, [(part, weight), ...])``: float32 scalars, the parts summing to ``loss``.
+    """
+    flat_targets, flat_outputs = tf.nest.flatten(targets), tf.nest.flatten(outputs)
+    if not len(flat_targets) == len(flat_outputs) == len(losses):
+        raise ValueError(
+            f"loss_fn has {len(losses)} losses, for {len(flat_outputs)} outputs and "
+            f"{len(flat_targets)} targets: give one Keras Loss per output"
+        )
+    replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
+    terms, total = [], 0.0
+    for loss, weight, y, out in zip(losses, weights, flat_targets, flat_outputs):
+        value, term = call_recording(loss, y, out)
+        term = as_mean(term)
+        if internals.loss_reduction(loss) == "none":
+            value = tf.math.divide_no_nan(tf.reduce_sum(tf.cast(value, tf.float32)), term.divisor)
+        share = float(weight) * tf.cast(value, tf.float32) / replicas
+        terms.append(dataclasses.replace(term, value=share))
+        total = total + share
+    return total, micro_batch_groups(terms, rows, total, who="loss_fn")
+
+
 def regularization_gradients(
     model: Any, variables: Any, regularization: Union[bool, Callable]
 ) -> Any:
@@ -105,7 +136,8 @@ class LoopSteps:
     jit_compile: bool
     inputs_fn: Callable
     targets_fn: Callable
-    loss_fn: Callable
+    loss_fn: Any
+    loss_weights: Sequence[float]
     sample_count_fn: Any
     _regularization: Any
 
@@ -126,11 +158,11 @@ class LoopSteps:
         Returns that loss (a float32 scalar), once it is added."""
         x = user_function(self.inputs_fn)(batch)
         rows = batch_size(x)
+        if isinstance(self.loss_fn, (list, tuple)):
+            return self._micro_step_of_parts(batch, x, rows)
         replicas = float(tf.distribute.get_replica_context().num_replicas_in_sync)
         with tf.GradientTape() as tape:
-            # The model's layers are converted by Keras as under a tf.function with autograph.
-            outputs = internals.autograph_converted(self.model.__call__)(x, training=True)
-            targets = user_function(self.targets_fn)(batch)
+            outputs, targets = self._forward(batch, x)
             if self.sample_count_fn is None:
                 mean, divisor = loss_and_divisor(self.loss_fn, targets, outputs, rows)
             else:
@@ -139,6 +171,25 @@ class LoopSteps:
             loss = mean / replicas
         grads = tape.gradient(loss, self.variables)
         add = self.window_core.add(grads, divisor, loss, rows=rows)
+        with tf.control_dependencies([add]):
+            return tf.identity(loss)
+
+    def _forward(self, batch: Any, x: Any) -> Any:
+        """The model's training-mode outputs on ``x`` and the batch's targets."""
+        # The model's layers are converted by Keras as under a tf.function with autograph.
+        outputs = internals.autograph_converted(self.model.__call__)(x, training=True)
+        return outputs, user_function(self.targets_fn)(batch)
+
+    def _micro_step_of_parts(self, batch: Any, x: Any, rows: Any) -> Any:
+        """:meth:`_micro_step` for a ``loss_fn`` of one Keras ``Loss`` per output: each part
+        of the loss (:func:`loss_parts`) differentiated apart and added with its weight."""
+        with tf.GradientTape(persistent=True) as tape:
+            outputs, targets = self._forward(batch, x)
+            loss, groups = loss_parts(self.loss_fn, self.loss_weights, targets, outputs, rows)
+        parts = [(tape.gradient(part, self.variables), weight, part) for part, weight in groups]
+        del tape
+        (grads, weight, first), rest = parts[0], parts[1:]
+        add = self.window_core.add(grads, weight, first, rows=rows, parts=rest)
         with tf.control_dependencies([add]):
             return tf.identity(loss)
 

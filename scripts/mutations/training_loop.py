@@ -122,4 +122,18 @@ MUTATIONS = [
         "rows",
         ("tests/test_loss_divisor.py", "-k", "training_loop"),
     ),
+    Mutation(
+        "divisor.loop_parts_weighed_as_one",
+        "ga_tfx/training_loop/step.py",
+        '    return total, micro_batch_groups(terms, rows, total, who="loss_fn")',
+        "    return total, [(total, terms[0].divisor)]",
+        ("tests/test_loss_divisor.py", "-k", "one_keras_loss_per_output and one_device"),
+    ),
+    Mutation(
+        "divisor.loop_part_share_not_over_replicas",
+        "ga_tfx/training_loop/step.py",
+        "        share = float(weight) * tf.cast(value, tf.float32) / replicas",
+        "        share = float(weight) * tf.cast(value, tf.float32)",
+        ("tests/test_loss_divisor.py", "-k", "one_keras_loss_per_output and mirrored"),
+    ),
 ]
