@@ -464,6 +464,28 @@ def test_a_resume_in_the_middle_of_a_window_keeps_each_terms_divisor(tmp_path):
     assert_exact(big, model)
 
 
+@pytest.mark.parametrize("front_end", ["training_loop", "optimizer_wrapper"])
+def test_a_fully_masked_micro_batch_and_an_uneven_last_window_match_big_batch(front_end):
+    # 9 micro-batches: the second all padding, the third window one micro-batch (applied as
+    # plain fit applies its smaller last batch).
+    x, y = sequences((12, 0, 6, 2, 3, 12, 1, 8, 5))
+    big = _big_batch(x, y)
+    model = tagger()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(MICRO)
+    if front_end == "training_loop":
+        ga_tfx.TrainingLoop(model, sgd(), loss, data, accum_steps=K, verbose=False).run(epochs=2)
+    else:
+        optimizer = ga_tfx.GradientAccumulateOptimizer(sgd(), accum_steps=K)
+        step = _optimizer_steps(model, optimizer, loss)
+        for _ in range(2):
+            for xb, yb in data:
+                step(xb, yb)
+            optimizer.flush()
+    assert np.isfinite(np.concatenate([w.ravel() for w in model.get_weights()])).all()
+    assert_exact(big, model)
+
+
 def test_a_resume_in_the_middle_of_a_window_keeps_its_divisor(tmp_path):
     # The optimizer wrapper checkpointed after 2 of a window's 4 micro-batches (96 and 8
     # tokens), restored into a new model and optimizer, then the rest of the data.
