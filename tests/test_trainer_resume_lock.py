@@ -67,13 +67,19 @@ def test_of_two_identical_runs_at_once_one_holds_the_folder_the_other_is_refused
     # back), run here on a local folder (TF's ram:// appends on rewrite: no stand-in for GCS).
     folder = str(tmp_path / "folder")
     kind = ResumeLock if exclusive else _BothCheckFirst
-    took, refused = _race(folder, hold=4.0, kind=kind, settle_seconds=1.0, exclusive=exclusive)
+    # stale after 3 s (not FAST's 2): on a loaded 2-core machine the holder's heartbeat
+    # thread once waited 2 s for the CPU, and the other run took the lock over as a dead
+    # holder's (CI, TFX 1.21 stack); the hold outlasts the other's wait (3 s + 2 beats).
+    stale = 3.0
+    took, refused = _race(
+        folder, hold=6.0, kind=kind, settle_seconds=1.0, exclusive=exclusive, stale_seconds=stale
+    )
     assert took == 1 and len(refused) == 1
     assert refused[0].startswith(
         f"ga-tfx: another run is training this job: {folder}/{resume_lock.LOCK_NAME} is held by "
         f"host {os.uname().nodename}, pid {os.getpid()}"
     )
-    assert "wait for it to end, or, if it is dead, re-run after 2 s" in refused[0]
+    assert f"wait for it to end, or, if it is dead, re-run after {stale:g} s" in refused[0]
     assert not tf.io.gfile.exists(os.path.join(folder, resume_lock.LOCK_NAME))  # released
 
 
