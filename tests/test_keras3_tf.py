@@ -105,6 +105,48 @@ def test_a_users_own_train_step_matches_its_big_batch():
     assert max_weight_difference(ours, mse) > 1e-3
 
 
+class StrayStep(keras.Model):
+    """A train_step that updates a variable accumulation does not hold, one of the model's
+    not trainable (``stray``), or updates the model twice for one batch (``twice``)."""
+
+    def __init__(self, *args, mistake, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mistake = mistake
+        self.frozen = keras.Variable(1.0, trainable=False, name="frozen")
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        pairs = list(zip(grads, self.trainable_variables))
+        if self.mistake == "stray":
+            pairs.append((tf.ones(()), self.frozen))
+        self.optimizer.apply_gradients(pairs)
+        if self.mistake == "twice":
+            self.optimizer.apply_gradients(pairs)
+        return {"loss": loss}
+
+
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        ("stray", r"applied a gradient to 'frozen.*', which is not a trainable variable"),
+        ("twice", r"called optimizer.apply_gradients more than once for one micro-batch"),
+    ],
+)
+def test_a_train_step_that_updates_what_accumulation_cannot_is_refused(mistake, message):
+    x, y = data(16)
+    inputs = keras.Input(x.shape[1:])
+    outputs = keras.layers.Dense(1)(inputs)
+    model = ga3.wrap_model(StrayStep(inputs, outputs, mistake=mistake), 2)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    with pytest.raises(ValueError, match=message):
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_every_optimizer_under_mirrored_strategy_with_two_replicas_matches_big_batch(name):
     # Keras 3's own gradient_accumulation_steps fails here (keras issue 20582). Two logical

@@ -31,6 +31,7 @@ from ga_tfx.config import AccumulationConfig
 from ga_tfx.keras3.batchnorm import mark_windowed, window_layers
 from ga_tfx.keras3.compile_checks import check_optimizer
 from ga_tfx.keras3.divisor import LossTerms, compiled_loss_terms
+from ga_tfx.window.accumulator import aligned
 from ga_tfx.window.core import CHECKPOINT_KEY, WindowCore
 from ga_tfx.window.runner import WindowRunner
 from ga_tfx.window.shims import is_loss_scale_optimizer
@@ -90,17 +91,14 @@ class _GradientSink:
                 "ga_tfx.keras3: the model's train_step called optimizer.apply_gradients more "
                 "than once for one micro-batch; accumulation needs one call per micro-batch"
             )
-        variables = self._core.accumulator.accumulated_variables
-        index = {id(v): i for i, v in enumerate(variables)}
-        grads: List[Any] = [None] * len(variables)
-        for grad, variable in grads_and_vars:
-            value = getattr(variable, "value", variable)
-            if id(value) not in index:
-                raise ValueError(
-                    f"ga_tfx.keras3: train_step applied a gradient to {variable.path!r}, "
-                    "which is not a trainable variable of the model being fitted"
-                )
-            grads[index[id(value)]] = grad
+        grads = aligned(
+            [(g, getattr(v, "value", v)) for g, v in grads_and_vars],
+            self._core.accumulator.accumulated_variables,
+            lambda value: ValueError(
+                f"ga_tfx.keras3: train_step applied a gradient to {value.name!r}, "
+                "which is not a trainable variable of the model being fitted"
+            ),
+        )
         if is_loss_scale_optimizer(self._optimizer):
             # train_step scaled the loss (optimizer.scale_loss): the core sums unscaled
             # gradients; the window end scales the window gradient back for the optimizer,
