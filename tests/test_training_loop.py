@@ -637,8 +637,9 @@ def test_epochs_over_in_memory_data_do_not_copy_it_again():
     iterates one distributed dataset every epoch, so only the first epoch pays that copy.
     Measured with the CPU allocator's peak (bytes of live tensors) over each epoch, in a process
     of its own with Python's collector held off: in a worker shared with other tests (fresh-clone
-    CI at 9b4e7eb) an earlier test's tensors freed mid-epoch lowered the count by as much as the
-    copy raised it, and the copy went unseen."""
+    CI at 9b4e7eb) the first epoch's copy went unseen, most likely because an earlier test's
+    tensors, freed mid-epoch, lowered the count as the copy raised it (not reproduced on purpose:
+    a process of its own has no earlier test)."""
     code = "import json\nfrom tests.test_training_loop import _epoch_peaks\n"
     code += "print(json.dumps(_epoch_peaks()))"
     result = subprocess.run(
